@@ -1,0 +1,46 @@
+# oxygen_ros: `make demo` runs the main job on real images, `make test` runs every test.
+# Both set up .venv first (Python 3.11+, pinned ROS 2 Jazzy wheels, torch 2.13.0 CPU, the
+# package itself, the PaliGemma tokenizer); set-up is idempotent and skipped when up to date.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.oxygen-setup
+TOKENIZER_STAMP := $(VENV)/.oxygen-tokenizer
+PYTEST_ARGS ?=
+
+# The ROS wheels install an ament prefix into the venv (ros2-from-pypi.md).
+export AMENT_PREFIX_PATH := $(abspath $(VENV))
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(STAMP) $(TOKENIZER_STAMP)
+
+$(STAMP): requirements/ros.txt requirements/runtime.txt requirements/test.txt \
+          requirements/constraints.txt setup.py setup.cfg package.xml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check \
+	    -r requirements/test.txt -c requirements/constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+$(TOKENIZER_STAMP): $(STAMP)
+	$(VENV)/bin/oxygen-fetch-tokenizer
+	@touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/oxygen-run-model --preset small --image coffee
+
+bench: setup
+	$(VENV)/bin/oxygen-bench --preset small --frames 40 --json out/bench.json --plot out/bench.png
+
+lint: setup
+	$(PY) -m pytest -m linter
+
+clean:
+	rm -rf build install log .pytest_cache out

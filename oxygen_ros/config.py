@@ -1,0 +1,257 @@
+"""
+Model presets: the π0.5 architecture at full size and at reduced sizes.
+
+Pure Python (stdlib only) so that every layer, including the torch-free ``kv`` and ``sched``
+packages, can read sizes from one place. Full-size numbers come from
+``../shared/design/pi05-spec.md`` §1.2–1.7 (openpi ``models/gemma.py``, ``models/siglip.py``,
+``training/config.py``).
+
+Vocabulary used across the project (style.md §6): B batch, P prefix tokens, S suffix tokens,
+H action horizon, A action dim, L layers, Hkv kv-heads, D head dim, W width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+import difflib
+import enum
+
+CAMERA_SLOTS: tuple[str, ...] = ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')
+"""openpi image keys; all π0.5 checkpoints know exactly these three slots (spec §1.7)."""
+
+PALIGEMMA_VOCAB_SIZE = 257_152
+"""256000 Gemma pieces + 1024 ``<locNNNN>`` + 128 ``<segNNN>`` (spec §2.2)."""
+
+PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
+
+
+class PrefixAttention(str, enum.Enum):
+    """How prefix tokens attend to each other (spec §1.5, §2.3)."""
+
+    BIDIRECTIONAL = 'bidirectional'
+    """
+    openpi π0.5: every valid image and prompt token sees every other (prefix-LM).
+
+    Image K/V depends on the prompt, so only jobs with the same prompt can share a prefix.
+    """
+
+    CAUSAL_TEXT = 'causal_text'
+    """
+    OxyGen ``PI05_O2``: images bidirectional among themselves, prompt tokens causal.
+
+    Image K/V is independent of the prompt: jobs with different prompts share the image part.
+    """
+
+
+class PromptFormat(str, enum.Enum):
+    """Format of the action prompt (spec §1.6)."""
+
+    PI05_STATE = 'pi05_state'
+    """``"Task: {task}, State: {bins};\\nAction: "`` (pi05_droid, pi05_base)."""
+
+    PI0 = 'pi0'
+    """``"{task}"`` then a separately encoded ``"\\n"`` (pi05_libero: no state in prompt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VisionConfig:
+    """SigLIP vision tower (spec §1.2). ``num_tokens`` = (image_size / patch_size)²."""
+
+    image_size: int = 224
+    patch_size: int = 14
+    width: int = 1152
+    depth: int = 27
+    num_heads: int = 16
+    mlp_dim: int = 4304
+
+    @property
+    def num_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+
+@dataclass(frozen=True, slots=True)
+class GemmaConfig:
+    """One expert of the Mixture-of-Transformers (spec §1.3, §1.4)."""
+
+    width: int
+    depth: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mlp_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """
+    Everything that fixes tensor shapes, plus the prompt and camera conventions.
+
+    :raises ValueError: if the two experts cannot share one attention (different depth,
+        heads, kv heads or head dim; spec §1.5), or a field is out of range.
+    """
+
+    name: str
+    vision: VisionConfig
+    vlm: GemmaConfig
+    expert: GemmaConfig
+    action_horizon: int
+    """H: action tokens per chunk (openpi ``action_horizon``)."""
+    state_dim: int
+    """Robot state dims before padding to ``action_dim`` (in the prompt if PI05_STATE)."""
+    robot_action_dim: int
+    """Action dims kept after unnormalizing (openpi robot ``Outputs``)."""
+    cameras: tuple[str, ...]
+    """The camera slots this preset feeds; other slots of ``CAMERA_SLOTS`` are masked."""
+    asset_id: str
+    """``assets/<asset_id>/norm_stats.json`` inside a checkpoint."""
+    prompt_format: PromptFormat = PromptFormat.PI05_STATE
+    prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
+    vocab_size: int = PALIGEMMA_VOCAB_SIZE
+    action_dim: int = 32
+    """A: padded action/state dim of the model (openpi ``action_dim``)."""
+    max_token_len: int = 200
+    """Prompt slots; longer prompts are truncated with a warning (spec §1.6)."""
+    num_denoise_steps: int = 10
+    """Euler steps of flow matching, t from 1 (noise) to 0 (spec §1.8)."""
+    decode_budget: int = 30
+    """Default max generated tokens of a text request."""
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    rope_base: float = 10_000.0
+    norm_eps: float = 1e-6
+    full_size: bool = False
+    """True for presets meant for real checkpoints (pi05_*)."""
+
+    def __post_init__(self) -> None:
+        v, e = self.vlm, self.expert
+        for attr in ('depth', 'num_heads', 'num_kv_heads', 'head_dim'):
+            if getattr(v, attr) != getattr(e, attr):
+                raise ValueError(
+                    f'preset {self.name!r}: VLM and action expert must share {attr} for joint '
+                    f'attention, got {getattr(v, attr)} and {getattr(e, attr)}')
+        if v.num_heads % v.num_kv_heads:
+            raise ValueError(f'preset {self.name!r}: num_heads {v.num_heads} is not a '
+                             f'multiple of num_kv_heads {v.num_kv_heads}')
+        if v.head_dim % 2:
+            raise ValueError(
+                f'preset {self.name!r}: RoPE needs an even head_dim, got {v.head_dim}')
+        unknown = set(self.cameras) - set(CAMERA_SLOTS)
+        if unknown or not self.cameras:
+            raise ValueError(f'preset {self.name!r}: cameras must be a non-empty subset of '
+                             f'{CAMERA_SLOTS}, got {self.cameras}')
+        if not 0 < self.state_dim <= self.action_dim:
+            raise ValueError(f'preset {self.name!r}: state_dim {self.state_dim} not in '
+                             f'1..{self.action_dim}')
+        if not 0 < self.robot_action_dim <= self.action_dim:
+            raise ValueError(f'preset {self.name!r}: robot_action_dim {self.robot_action_dim} '
+                             f'not in 1..{self.action_dim}')
+        for attr in ('action_horizon', 'max_token_len', 'num_denoise_steps', 'decode_budget'):
+            if getattr(self, attr) < 1:
+                raise ValueError(f'preset {self.name!r}: {attr} must be >= 1, '
+                                 f'got {getattr(self, attr)}')
+
+    @property
+    def num_layers(self) -> int:
+        return self.vlm.depth
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Return K+V bytes of one cached token, all layers, 2-byte precision (spec §5.3)."""
+        return self.vlm.depth * 2 * self.vlm.num_kv_heads * self.vlm.head_dim * 2
+
+    @property
+    def image_tokens_per_camera(self) -> int:
+        return self.vision.num_tokens
+
+    def with_overrides(self, **changes: object) -> ModelConfig:
+        """Return a copy with fields replaced (validated again)."""
+        return replace(self, **changes)
+
+
+_FULL_VISION = VisionConfig()
+_GEMMA_2B = GemmaConfig(width=2048, depth=18, num_heads=8, num_kv_heads=1, head_dim=256,
+                        mlp_dim=16_384)
+_GEMMA_300M = GemmaConfig(width=1024, depth=18, num_heads=8, num_kv_heads=1, head_dim=256,
+                          mlp_dim=4096)
+
+_PRESETS: dict[str, ModelConfig] = {}
+
+
+def _register(cfg: ModelConfig) -> ModelConfig:
+    if cfg.name in _PRESETS:
+        raise ValueError(f'duplicate preset {cfg.name!r}')
+    _PRESETS[cfg.name] = cfg
+    return cfg
+
+
+_register(ModelConfig(
+    name='pi05_droid', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
+    action_horizon=15, state_dim=8, robot_action_dim=8,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='droid', full_size=True))
+_register(ModelConfig(
+    name='pi05_libero', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
+    action_horizon=10, state_dim=8, robot_action_dim=7,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='physical-intelligence/libero',
+    prompt_format=PromptFormat.PI0, full_size=True))
+_register(ModelConfig(
+    name='pi05_base', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
+    action_horizon=50, state_dim=14, robot_action_dim=14, cameras=CAMERA_SLOTS,
+    asset_id='trossen', full_size=True))
+# CPU benchmark size (~90 M parameters, most of them the 257152-row tied embedding, as in
+# the real model where it is 16 %): same architecture, same token counts per camera.
+_register(ModelConfig(
+    name='small',
+    vision=VisionConfig(width=384, depth=6, num_heads=6, mlp_dim=1536),
+    vlm=GemmaConfig(width=256, depth=6, num_heads=4, num_kv_heads=1, head_dim=64, mlp_dim=2048),
+    expert=GemmaConfig(width=128, depth=6, num_heads=4, num_kv_heads=1, head_dim=64,
+                       mlp_dim=512),
+    action_horizon=10, state_dim=8, robot_action_dim=8,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='small'))
+# ROS demo size: holds >= 5 Hz with two cameras on a 2-core CPU (config/demo.yaml).
+_register(ModelConfig(
+    name='demo',
+    vision=VisionConfig(patch_size=28, width=128, depth=4, num_heads=4, mlp_dim=512),
+    vlm=GemmaConfig(width=64, depth=4, num_heads=4, num_kv_heads=1, head_dim=32, mlp_dim=256),
+    expert=GemmaConfig(width=64, depth=4, num_heads=4, num_kv_heads=1, head_dim=32,
+                       mlp_dim=256),
+    action_horizon=10, state_dim=8, robot_action_dim=8,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='demo', decode_budget=16))
+# Test size (< 5 M parameters, 4.1 M of them the embedding): 64 tokens per camera.
+_register(ModelConfig(
+    name='tiny',
+    vision=VisionConfig(patch_size=28, width=32, depth=2, num_heads=2, mlp_dim=64),
+    vlm=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
+    expert=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
+    action_horizon=4, state_dim=8, robot_action_dim=7,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='tiny', max_token_len=48,
+    decode_budget=8))
+
+
+def preset_names() -> tuple[str, ...]:
+    """Names of all registered presets, in registration order."""
+    return tuple(_PRESETS)
+
+
+def get_preset(name: str) -> ModelConfig:
+    """
+    Return the preset called ``name``.
+
+    :raises ValueError: unknown name, with the closest match suggested.
+    """
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, _PRESETS, n=1)
+        hint = f' (did you mean {close[0]!r}?)' if close else ''
+        raise ValueError(f'unknown preset {name!r}{hint}; known: {", ".join(_PRESETS)}') from None
+
+
+__all__ = [
+    'BOS_ID', 'CAMERA_SLOTS', 'EOS_ID', 'GemmaConfig', 'ModelConfig', 'PAD_ID',
+    'PALIGEMMA_VOCAB_SIZE', 'PrefixAttention', 'PromptFormat', 'VisionConfig',
+    'get_preset', 'preset_names',
+]

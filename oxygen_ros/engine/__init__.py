@@ -1,0 +1,1 @@
+"""Backends executing scheduler outputs on tensors, and the engine loop."""

@@ -1,0 +1,1 @@
+"""KV cache bookkeeping: block pool, prefix segments, reference counts (stdlib only)."""

@@ -1,0 +1,1 @@
+"""The ROS 2 node: the only package that imports rclpy."""

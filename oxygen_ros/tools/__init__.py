@@ -1,0 +1,1 @@
+"""Console scripts: bags, demo, benchmark, export, tokenizer fetch."""

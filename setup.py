@@ -1,0 +1,39 @@
+"""ament_python package oxygen_ros: pi0.5 with OxyGen unified KV cache management on ROS 2."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = 'oxygen_ros'
+
+setup(
+    name=PACKAGE,
+    version='0.1.0',
+    packages=find_packages(include=[PACKAGE, f'{PACKAGE}.*']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
+        (f'share/{PACKAGE}', ['package.xml']),
+        (f'share/{PACKAGE}/launch', glob('launch/*.launch.py')),
+        (f'share/{PACKAGE}/config', glob('config/*.yaml')),
+    ],
+    python_requires='>=3.11',
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='oxygen_ros maintainers',
+    maintainer_email='maintainers@users.noreply.a-seed-0a1f5226.example',
+    description='pi0.5 VLA on ROS 2 with OxyGen unified KV cache management',
+    license='Apache-2.0',
+    tests_require=['pytest'],
+    entry_points={
+        'console_scripts': [
+            'oxygen_node = oxygen_ros.ros.node:main',
+            'oxygen_replay = oxygen_ros.tools.replay:main',
+            'oxygen_record = oxygen_ros.tools.record:main',
+            'oxygen_make_demo_bag = oxygen_ros.tools.make_demo_bag:main',
+            'oxygen-bench = oxygen_ros.tools.bench:main',
+            'oxygen-export = oxygen_ros.tools.export:main',
+            'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
+            'oxygen-run-model = oxygen_ros.tools.run_model:main',
+        ],
+    },
+)
