@@ -1,0 +1,200 @@
+"""
+The plan of one control cycle (``SchedulerOutput``) and what running it produced.
+
+A plan is an ordered program of jobs that a backend executes in order. Both policies emit
+the same job types, so one backend runs the OxyGen engine and the isolated baseline alike:
+
+====================  =========================================================================
+job                   what the backend does
+====================  =========================================================================
+``VisionJob``         SigLIP + projector on the frame's images -> image embeddings ``emb_id``
+``PrefillJob``        VLM expert over a segment's new tokens, K/V written to its blocks
+``DenoiseJob``        10 Euler steps of the action expert reading a prefix chain -> chunk
+``SeedJob``           LM head on the last prefix token of new text requests -> first token
+``DecodeJob``         ``num_steps`` batched greedy steps over text requests of any frames
+====================  =========================================================================
+
+Everything here is plain data (vLLM v1 ``sched/output.py``): ints, tuples, enums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import enum
+from typing import Mapping
+
+from oxygen_ros.sched.request import RequestKind
+
+
+class SegmentKind(enum.Enum):
+    IMAGE = 'image'
+    """The image tokens of a frame (causal prompt mode: shared by every job of the frame)."""
+    TEXT = 'text'
+    """A prompt on top of an IMAGE segment (causal prompt mode)."""
+    FULL = 'full'
+    """Images and prompt in one segment (bidirectional prefix)."""
+
+
+class JobKind(enum.Enum):
+    VISION = 'vision'
+    PREFILL = 'prefill'
+    DENOISE = 'denoise'
+    SEED = 'seed'
+    DECODE = 'decode'
+
+
+@dataclass(frozen=True, slots=True)
+class VisionJob:
+    """Encode the images of ``frame_id`` into embeddings kept under ``emb_id`` this cycle."""
+
+    frame_id: int
+    emb_id: int
+    kind: JobKind = field(default=JobKind.VISION, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillJob:
+    """
+    Compute the K/V of one segment and write it to ``block_ids``.
+
+    :ivar emb_id: image embeddings to use (IMAGE and FULL segments), else None.
+    :ivar parent_seg_id: for TEXT segments, the IMAGE segment the prompt attends to.
+    """
+
+    seg_id: int
+    frame_id: int
+    segment_kind: SegmentKind
+    prompt_token_ids: tuple[int, ...]
+    block_ids: tuple[int, ...]
+    num_tokens: int
+    emb_id: int | None
+    parent_seg_id: int | None
+    kind: JobKind = field(default=JobKind.PREFILL, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DenoiseJob:
+    """Sample the action chunk of ``req_id`` from the prefix chain ``seg_ids`` (root first)."""
+
+    req_id: str
+    frame_id: int
+    seg_ids: tuple[int, ...]
+    kind: JobKind = field(default=JobKind.DENOISE, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedJob:
+    """Greedy first token of each new text request from its prefix's last hidden state."""
+
+    req_ids: tuple[str, ...]
+    kind: JobKind = field(default=JobKind.SEED, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeJob:
+    """
+    Batched greedy decoding: row i runs ``num_steps[i]`` steps, the batch ``max(num_steps)``.
+
+    A row whose steps are done (or that produced ``eos_token_id``) keeps its place in the
+    batch; its K/V goes to the null block and its tokens are dropped. The backend may stop
+    early once every row is done.
+    """
+
+    req_ids: tuple[str, ...]
+    num_steps: tuple[int, ...]
+    eos_token_id: int | None
+    kind: JobKind = field(default=JobKind.DECODE, init=False)
+
+    @property
+    def max_steps(self) -> int:
+        return max(self.num_steps, default=0)
+
+
+Job = VisionJob | PrefillJob | DenoiseJob | SeedJob | DecodeJob
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequestData:
+    """
+    A text request scheduled for the first time: everything the backend keeps for it.
+
+    :ivar seg_ids: its prefix chain, root first.
+    :ivar block_ids: private blocks for generated tokens (token j of the decode goes to
+        slot ``block_ids[j // block_size] * block_size + j % block_size``).
+    :ivar num_prefix_tokens: tokens in the chain = rope position of the first fed token.
+    """
+
+    req_id: str
+    kind: RequestKind
+    frame_id: int
+    seg_ids: tuple[int, ...]
+    block_ids: tuple[int, ...]
+    num_prefix_tokens: int
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    """
+    The plan of one cycle.
+
+    :ivar jobs: executed in order.
+    :ivar new_requests: text requests seeded this cycle.
+    :ivar finished_req_ids: requests finished or aborted since the previous plan (the backend
+        drops its per-request state).
+    :ivar freed_seg_ids: segments whose blocks went back to the pool since the previous plan.
+    :ivar deferred_req_ids: text requests not admitted this cycle (KV pool or batch full, or
+        no valid frame); the engine may offer them again next cycle.
+    :ivar tokens_per_cycle: k actually used this cycle (may be below the configured k when the
+        action deadline is tight).
+    """
+
+    cycle_id: int
+    frame_id: int | None
+    jobs: tuple[Job, ...]
+    new_requests: tuple[NewRequestData, ...] = ()
+    finished_req_ids: frozenset[str] = frozenset()
+    freed_seg_ids: frozenset[int] = frozenset()
+    deferred_req_ids: tuple[str, ...] = ()
+    tokens_per_cycle: int = 0
+    block_size: int = 16
+
+    @classmethod
+    def make_empty(cls, cycle_id: int = 0) -> SchedulerOutput:
+        return cls(cycle_id=cycle_id, frame_id=None, jobs=())
+
+    def jobs_of(self, kind: JobKind) -> tuple[Job, ...]:
+        return tuple(job for job in self.jobs if job.kind is kind)
+
+
+@dataclass(frozen=True, slots=True)
+class JobTiming:
+    """
+    Measured wall time of one job.
+
+    :ivar batch_size: rows (DECODE, SEED), images (VISION), 1 otherwise.
+    :ivar num_tokens: new tokens (PREFILL), steps run (DECODE), Euler steps (DENOISE).
+    """
+
+    kind: JobKind
+    seconds: float
+    batch_size: int = 1
+    num_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOutput:
+    """
+    What executing a plan produced (tensors stay in the backend; these are host values).
+
+    :ivar sampled_token_ids: per text request, the tokens generated this cycle in order
+        (seed token first for new requests), before any EOS truncation.
+    :ivar timings: one entry per executed job, in plan order.
+    """
+
+    cycle_id: int
+    sampled_token_ids: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    timings: tuple[JobTiming, ...] = ()
+
+    def seconds(self, kind: JobKind) -> float:
+        return sum(t.seconds for t in self.timings if t.kind is kind)

@@ -1,0 +1,107 @@
+"""
+Requests: one action chunk per frame, text and memory notes of any length (stdlib only).
+
+Naming follows vLLM v1 (``v1/request.py``): ``req_id``, ``RequestStatus``,
+``num_computed_tokens``, ``output_token_ids``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import enum
+
+
+class RequestKind(enum.Enum):
+    """The three jobs of one camera frame (OxyGen §3.1)."""
+
+    ACTION = 'action'
+    """An action chunk from the frame's prefix (hard deadline: the control period)."""
+    TEXT = 'text'
+    """Subtask prediction or an answer to a question (greedy decoding, token budget)."""
+    MEMORY = 'memory'
+    """A textual memory note (decoded like TEXT, routed to ``~/memory``)."""
+
+
+class RequestStatus(enum.Enum):
+    WAITING = 'waiting'
+    RUNNING = 'running'
+    FINISHED_STOPPED = 'finished_stopped'
+    """Emitted the end-of-sequence token."""
+    FINISHED_LENGTH = 'finished_length'
+    """Reached its token budget."""
+    FINISHED_ABORTED = 'finished_aborted'
+    """Cancelled, or the engine shut down."""
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH,
+                       RequestStatus.FINISHED_ABORTED})
+
+
+class FinishReason(enum.Enum):
+    STOP = 'stop'
+    LENGTH = 'length'
+    ABORT = 'abort'
+
+
+_FINISH_REASON = {RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
+                  RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+                  RequestStatus.FINISHED_ABORTED: FinishReason.ABORT}
+
+
+@dataclass(slots=True)
+class Request:
+    """
+    One job on one frame.
+
+    :ivar prompt_token_ids: the job's own prompt (the part of the prefix after the images).
+    :ivar max_tokens: token budget (TEXT/MEMORY); 0 for ACTION.
+    :ivar deadline: monotonic seconds by which an ACTION must be published; None otherwise.
+    :ivar frame_id: the frame whose prefix the request reads; set when it is scheduled.
+    :ivar num_computed_tokens: tokens whose K/V is in the cache: the prefix once prefilled,
+        then one more per decode step (the newest generated token is not yet in the cache).
+    """
+
+    req_id: str
+    kind: RequestKind
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int = 0
+    arrival_time: float = 0.0
+    deadline: float | None = None
+    frame_id: int | None = None
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    num_prefix_tokens: int = 0
+    num_computed_tokens: int = 0
+    first_cycle: int | None = None
+    finish_cycle: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is RequestKind.ACTION:
+            if self.max_tokens != 0:
+                raise ValueError(f'{self.req_id}: an ACTION request generates no tokens '
+                                 f'(max_tokens={self.max_tokens})')
+        elif self.max_tokens < 1:
+            raise ValueError(f'{self.req_id}: max_tokens must be >= 1, got {self.max_tokens}')
+        if not self.prompt_token_ids:
+            raise ValueError(f'{self.req_id}: empty prompt')
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens_left(self) -> int:
+        """Return tokens still allowed by the budget."""
+        return self.max_tokens - len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return _FINISH_REASON.get(self.status)

@@ -1,0 +1,379 @@
+"""
+The per-cycle scheduler: OxyGen and the isolated baseline as two policies (stdlib only).
+
+Contract (vLLM v1 ``sched/interface.py``): ``add_request`` → ``schedule`` → a backend runs the
+plan → ``update_from_output``. One call of ``schedule`` plans one control cycle.
+
+``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
+  1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
+     always: text can never take the blocks the action needs (``action_reserve_blocks``);
+  2. new text/memory requests share that frame's K/V (the whole prefix when their prompt is
+     the same, the image segment in causal-prompt mode) and prefill only what they lack;
+     the seed token comes from their prefix's last hidden state;
+  3. one decode job runs k steps for every live text request of every frame, in one batch;
+     k shrinks when the measured times say the full k would miss the action deadline;
+  4. requests that hit EOS or their budget are retired and their blocks freed.
+
+``ISOLATED`` (openpi-style, OxyGen's baseline §3.2): every job its own vision pass and its own
+full prefill, one after another; each text request decodes to completion in its frame.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+import enum
+import itertools
+import logging
+
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.kv.manager import KVCacheManager, Segment, SegmentSpec
+from oxygen_ros.sched.cost import CostModel
+from oxygen_ros.sched.output import (
+    DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
+    SeedJob, SegmentKind, VisionJob)
+from oxygen_ros.sched.request import Request, RequestKind, RequestStatus
+
+_LOG = logging.getLogger(__name__)
+
+
+class Policy(enum.Enum):
+    OXYGEN = 'oxygen'
+    ISOLATED = 'isolated'
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """
+    Sizes and knobs of the scheduler.
+
+    :param num_blocks: KV pool size in blocks (null block included).
+    :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
+        reserve, the blocks kept free for the next frame's action prefix.
+    :param tokens_per_cycle: k, decode tokens per text request per cycle (OXYGEN).
+    :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
+        stall entirely while the action path needs the whole period).
+    :param max_running_requests: the largest decode batch.
+    :param eos_token_id: ends a text request; None decodes every request to its budget.
+    """
+
+    num_blocks: int
+    max_prefix_tokens: int
+    policy: Policy = Policy.OXYGEN
+    prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
+    block_size: int = 16
+    tokens_per_cycle: int = 5
+    min_tokens_per_cycle: int = 1
+    adapt_tokens_per_cycle: bool = True
+    max_running_requests: int = 64
+    eos_token_id: int | None = 1
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_cycle < 1:
+            raise ValueError(f'tokens_per_cycle must be >= 1, got {self.tokens_per_cycle}')
+        if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
+            raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
+                             f'got {self.min_tokens_per_cycle}')
+        if self.max_running_requests < 1:
+            raise ValueError(f'max_running_requests must be >= 1, '
+                             f'got {self.max_running_requests}')
+        if self.max_prefix_tokens < 1:
+            raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpec:
+    """
+    The newest valid observation, as far as the scheduler needs to know it.
+
+    :ivar num_image_tokens: image tokens of its valid cameras.
+    :ivar num_images: valid cameras (for the vision cost estimate).
+    :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
+    """
+
+    frame_id: int
+    num_image_tokens: int
+    num_images: int = 1
+    action: Request | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentKey:
+    """Identity of a prefix segment; ``owner`` is set only where sharing is forbidden."""
+
+    kind: SegmentKind
+    frame_id: int
+    prompt_token_ids: tuple[int, ...] = ()
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class _Plan:
+    jobs: list[Job] = field(default_factory=list)
+    emb_id: int | None = None
+    num_images: int = 0
+    num_prefill_tokens: int = 0
+
+
+class Scheduler:
+    """
+    Plans control cycles over one ``KVCacheManager``.
+
+    :raises ValueError: the pool cannot hold two action prefixes (one in use, one reserved).
+    """
+
+    def __init__(self, config: SchedulerConfig, cost: CostModel | None = None) -> None:
+        self.config = config
+        self.cost = cost if cost is not None else CostModel()
+        self.kv = KVCacheManager(config.num_blocks, config.block_size)
+        self.action_reserve_blocks = self._action_blocks(config.max_prefix_tokens)
+        if 2 * self.action_reserve_blocks > self.kv.capacity_blocks:
+            raise ValueError(
+                f'KV pool of {self.kv.capacity_blocks} blocks x {config.block_size} tokens '
+                f'cannot hold two action prefixes of {config.max_prefix_tokens} tokens '
+                f'({self.action_reserve_blocks} blocks each); give it more memory')
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._cycle = itertools.count(1)
+        self._emb_ids = itertools.count()
+        self._action_req_id: str | None = None
+        self._finished_since: set[str] = set()
+        self._freed_since: set[int] = set()
+        self.num_deferred_total = 0
+
+    # -- requests ------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        """
+        Queue a TEXT or MEMORY request; it is bound to the frame of the next ``schedule``.
+
+        :raises ValueError: an ACTION request (pass it in ``FrameSpec``) or a duplicate id.
+        """
+        if request.kind is RequestKind.ACTION:
+            raise ValueError('ACTION requests come with their frame: FrameSpec(action=...)')
+        if request.req_id in self.requests:
+            raise ValueError(f'duplicate request id {request.req_id!r}')
+        request.status = RequestStatus.WAITING
+        self.requests[request.req_id] = request
+        self.waiting.append(request)
+
+    def abort_request(self, req_id: str) -> Request | None:
+        """Cancel a request and free its blocks; unknown or finished ids are ignored."""
+        req = self.requests.pop(req_id, None)
+        if req is None:
+            return None
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+            self._free(req.req_id)
+            self._finished_since.add(req_id)
+        req.status = RequestStatus.FINISHED_ABORTED
+        return req
+
+    def abort_all(self) -> list[Request]:
+        """Cancel every waiting and running request (engine shutdown)."""
+        return [r for r in (self.abort_request(i) for i in list(self.requests)) if r]
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # -- planning ------------------------------------------------------------------------
+    def schedule(self, frame: FrameSpec | None, now: float = 0.0) -> SchedulerOutput:
+        """
+        Plan one cycle on ``frame`` (None: no valid observation; running text still decodes).
+
+        :param now: monotonic seconds at the start of the cycle (for the action deadline).
+        """
+        assert self._action_req_id is None, 'update_from_output() of the last plan missing'
+        cycle_id = next(self._cycle)
+        plan = _Plan()
+        new_requests: list[NewRequestData] = []
+        deferred: list[str] = []
+        if frame is not None and frame.action is not None:
+            self._schedule_action(frame, plan)
+        waiting = list(self.waiting)
+        self.waiting.clear()
+        isolated = self.config.policy is Policy.ISOLATED
+        for req in waiting:
+            data = self._admit(req, frame, plan, cycle_id) if frame is not None else None
+            if data is None:
+                deferred.append(req.req_id)
+                del self.requests[req.req_id]
+                continue
+            new_requests.append(data)
+            if isolated:
+                plan.jobs.append(SeedJob((req.req_id,)))
+                if req.max_tokens > 1:
+                    plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
+                                               self.config.eos_token_id))
+        self.num_deferred_total += len(deferred)
+        k = self.config.tokens_per_cycle
+        if not isolated:
+            if new_requests:
+                plan.jobs.append(SeedJob(tuple(d.req_id for d in new_requests)))
+            k = self._tokens_this_cycle(frame, plan, len(new_requests), now)
+            decode = self._decode_job(k, {d.req_id for d in new_requests})
+            if decode is not None:
+                plan.jobs.append(decode)
+        out = SchedulerOutput(
+            cycle_id=cycle_id, frame_id=frame.frame_id if frame else None,
+            jobs=tuple(plan.jobs), new_requests=tuple(new_requests),
+            finished_req_ids=frozenset(self._finished_since),
+            freed_seg_ids=frozenset(self._freed_since), deferred_req_ids=tuple(deferred),
+            tokens_per_cycle=k, block_size=self.config.block_size)
+        self._finished_since.clear()
+        self._freed_since.clear()
+        return out
+
+    def _action_blocks(self, prefix_tokens: int) -> int:
+        if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+            # image and prompt are separate segments, each rounded up to whole blocks
+            return self.kv.blocks_for(prefix_tokens) + 1
+        return self.kv.blocks_for(prefix_tokens)
+
+    def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec]:
+        prompt = req.prompt_token_ids
+        if self.config.policy is Policy.ISOLATED:
+            key = SegmentKey(SegmentKind.FULL, frame.frame_id, prompt, owner=req.req_id)
+            return [SegmentSpec(key, frame.num_image_tokens + len(prompt))]
+        if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+            return [SegmentSpec(SegmentKey(SegmentKind.IMAGE, frame.frame_id),
+                                frame.num_image_tokens),
+                    SegmentSpec(SegmentKey(SegmentKind.TEXT, frame.frame_id, prompt),
+                                len(prompt))]
+        return [SegmentSpec(SegmentKey(SegmentKind.FULL, frame.frame_id, prompt),
+                            frame.num_image_tokens + len(prompt))]
+
+    def _prefill_jobs(self, frame: FrameSpec, new_segments: tuple[Segment, ...],
+                      plan: _Plan) -> None:
+        for seg in new_segments:
+            key: SegmentKey = seg.key
+            emb_id = None
+            if key.kind is not SegmentKind.TEXT:
+                # isolated: every job encodes its own images; oxygen: once per frame
+                if plan.emb_id is None or self.config.policy is Policy.ISOLATED:
+                    plan.emb_id = next(self._emb_ids)
+                    plan.jobs.append(VisionJob(frame.frame_id, plan.emb_id))
+                    plan.num_images += frame.num_images
+                emb_id = plan.emb_id
+            plan.jobs.append(PrefillJob(
+                seg_id=seg.seg_id, frame_id=frame.frame_id, segment_kind=key.kind,
+                prompt_token_ids=key.prompt_token_ids, block_ids=seg.block_ids,
+                num_tokens=seg.num_tokens, emb_id=emb_id,
+                parent_seg_id=seg.parent.seg_id if seg.parent else None))
+            plan.num_prefill_tokens += seg.num_tokens
+
+    def _schedule_action(self, frame: FrameSpec, plan: _Plan) -> None:
+        req = frame.action
+        assert req is not None
+        alloc = self.kv.allocate(req.req_id, self._chain(frame, req))
+        # the reserve kept free by every text admission guarantees this (never starved)
+        assert alloc is not None, 'action reserve violated'
+        req.frame_id = frame.frame_id
+        req.status = RequestStatus.RUNNING
+        req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
+        self._action_req_id = req.req_id
+        self.requests[req.req_id] = req
+        self._prefill_jobs(frame, alloc.new_segments, plan)
+        plan.jobs.append(DenoiseJob(req.req_id, frame.frame_id,
+                                    tuple(s.seg_id for s in alloc.segments)))
+
+    def _admit(self, req: Request, frame: FrameSpec, plan: _Plan,
+               cycle_id: int) -> NewRequestData | None:
+        if self.config.policy is Policy.OXYGEN and \
+                len(self.running) >= self.config.max_running_requests:
+            return None
+        # the last generated token is never fed back, so it needs no slot
+        alloc = self.kv.allocate(req.req_id, self._chain(frame, req), req.max_tokens - 1,
+                                 keep_free=self.action_reserve_blocks)
+        if alloc is None:
+            return None
+        req.frame_id = frame.frame_id
+        req.status = RequestStatus.RUNNING
+        req.first_cycle = cycle_id
+        req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
+        self.running.append(req)
+        self._prefill_jobs(frame, alloc.new_segments, plan)
+        return NewRequestData(req.req_id, req.kind, frame.frame_id,
+                              tuple(s.seg_id for s in alloc.segments), alloc.block_ids,
+                              alloc.num_prefix_tokens, req.max_tokens)
+
+    def _tokens_this_cycle(self, frame: FrameSpec | None, plan: _Plan, num_new: int,
+                           now: float) -> int:
+        cfg = self.config
+        action = frame.action if frame is not None else None
+        if not cfg.adapt_tokens_per_cycle or action is None or action.deadline is None:
+            return cfg.tokens_per_cycle
+        left = action.deadline - now - self.cost.action_path(
+            plan.num_images, plan.num_prefill_tokens, num_new)
+        return self.cost.tokens_within(left, len(self.running), cfg.tokens_per_cycle,
+                                       cfg.min_tokens_per_cycle)
+
+    def _decode_job(self, k: int, new_ids: set[str]) -> DecodeJob | None:
+        rows: list[str] = []
+        steps: list[int] = []
+        for req in self.running:
+            # the seed token of a new request is one of its k tokens this cycle
+            n = min(k, req.num_tokens_left) - (1 if req.req_id in new_ids else 0)
+            if n > 0:
+                rows.append(req.req_id)
+                steps.append(n)
+        if not rows:
+            return None
+        return DecodeJob(tuple(rows), tuple(steps), self.config.eos_token_id)
+
+    # -- results -------------------------------------------------------------------------
+    def update_from_output(self, sched_out: SchedulerOutput,
+                           runner_out: RunnerOutput) -> list[Request]:
+        """
+        Append sampled tokens, retire finished requests, free their blocks, learn timings.
+
+        :returns: the text requests that finished this cycle.
+        :raises ValueError: the runner output belongs to another plan.
+        """
+        if runner_out.cycle_id != sched_out.cycle_id:
+            raise ValueError(f'runner output of cycle {runner_out.cycle_id} given for plan '
+                             f'{sched_out.cycle_id}')
+        for timing in runner_out.timings:
+            self.cost.observe(timing)
+        if self._action_req_id is not None:
+            action = self.requests.pop(self._action_req_id)
+            action.status = RequestStatus.FINISHED_STOPPED
+            self._free(action.req_id)
+            self._action_req_id = None
+        eos = self.config.eos_token_id
+        finished: list[Request] = []
+        for req_id, tokens in runner_out.sampled_token_ids.items():
+            req = self.requests.get(req_id)
+            if req is None or req.status is not RequestStatus.RUNNING:
+                continue  # aborted while its plan ran
+            for tok in tokens:
+                req.output_token_ids.append(tok)
+                if eos is not None and tok == eos:
+                    req.status = RequestStatus.FINISHED_STOPPED
+                    break
+                if req.num_tokens_left <= 0:
+                    req.status = RequestStatus.FINISHED_LENGTH
+                    break
+            req.num_computed_tokens = req.num_prefix_tokens + max(req.num_output_tokens - 1, 0)
+            if req.is_finished:
+                req.finish_cycle = sched_out.cycle_id
+                finished.append(req)
+        if finished:
+            done = {r.req_id for r in finished}
+            self.running = [r for r in self.running if r.req_id not in done]
+            for req in finished:
+                del self.requests[req.req_id]
+                self._free(req.req_id)
+                self._finished_since.add(req.req_id)
+        return finished
+
+    def _free(self, owner: str) -> None:
+        for seg in self.kv.free(owner):
+            self._freed_since.add(seg.seg_id)

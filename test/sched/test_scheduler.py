@@ -1,0 +1,267 @@
+"""Scheduler: job programs of both policies, budgets, EOS, cancellation, deadline, full pool."""
+
+import math
+
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.sched.cost import CostModel
+from oxygen_ros.sched.output import (
+    DecodeJob, DenoiseJob, JobKind, JobTiming, PrefillJob, RunnerOutput, SeedJob, SegmentKind,
+    VisionJob)
+from oxygen_ros.sched.request import FinishReason, Request, RequestKind, RequestStatus
+from oxygen_ros.sched.scheduler import FrameSpec, Policy, Scheduler, SchedulerConfig
+import pytest
+
+ACTION_PROMPT = (2, 10, 11, 12, 13)
+SUBTASK_PROMPT = (2, 10, 20, 21)
+IMG = 32          # image tokens per frame in these tests
+EOS = 1
+
+
+def make(policy=Policy.OXYGEN, mode=PrefixAttention.CAUSAL_TEXT, num_blocks=64, k=3, **kw):
+    cfg = SchedulerConfig(num_blocks=num_blocks, max_prefix_tokens=IMG + 8, policy=policy,
+                          prefix_attention=mode, block_size=8, tokens_per_cycle=k, **kw)
+    return Scheduler(cfg)
+
+
+def frame(i, deadline=None, prompt=ACTION_PROMPT):
+    action = Request(f'act{i}', RequestKind.ACTION, prompt, deadline=deadline)
+    return FrameSpec(frame_id=i, num_image_tokens=IMG, num_images=2, action=action)
+
+
+def text(req_id, budget=6, prompt=SUBTASK_PROMPT, kind=RequestKind.TEXT):
+    return Request(req_id, kind, prompt, max_tokens=budget)
+
+
+def run(sched, out, token_of=lambda req_id, n: 100 + n, timings=()):
+    """Fake backend: every scheduled token is `token_of(req_id, index within request)`."""
+    produced: dict[str, list[int]] = {}
+    counts = {r.req_id: r.num_output_tokens for r in sched.running}
+    for job in out.jobs:
+        if isinstance(job, SeedJob):
+            rows = [(r, 1) for r in job.req_ids]
+        elif isinstance(job, DecodeJob):
+            rows = list(zip(job.req_ids, job.num_steps))
+        else:
+            continue
+        for req_id, n in rows:
+            for _ in range(n):
+                produced.setdefault(req_id, []).append(token_of(req_id, counts[req_id]))
+                counts[req_id] += 1
+    return sched.update_from_output(
+        out, RunnerOutput(out.cycle_id, {k: tuple(v) for k, v in produced.items()},
+                          tuple(timings)))
+
+
+def test_oxygen_causal_text_shares_the_image_segment_and_decodes_after_the_action():
+    sched = make()
+    sched.add_request(text('t0'))
+    out = sched.schedule(frame(0))
+    kinds = [type(j).__name__ for j in out.jobs]
+    assert kinds == ['VisionJob', 'PrefillJob', 'PrefillJob', 'DenoiseJob', 'PrefillJob',
+                     'SeedJob', 'DecodeJob']
+    vision, img, act_txt, denoise, sub_txt, seed, decode = out.jobs
+    assert img.segment_kind is SegmentKind.IMAGE and img.emb_id == vision.emb_id
+    assert img.num_tokens == IMG and img.block_ids == (1, 2, 3, 4)
+    assert act_txt.segment_kind is SegmentKind.TEXT and act_txt.parent_seg_id == img.seg_id
+    assert act_txt.prompt_token_ids == ACTION_PROMPT and act_txt.emb_id is None
+    assert denoise.seg_ids == (img.seg_id, act_txt.seg_id)
+    assert sub_txt.parent_seg_id == img.seg_id and sub_txt.num_tokens == len(SUBTASK_PROMPT)
+    new, = out.new_requests
+    assert new.seg_ids == (img.seg_id, sub_txt.seg_id)
+    assert new.num_prefix_tokens == IMG + len(SUBTASK_PROMPT)
+    assert len(new.block_ids) == 1               # budget 6 -> 5 fed tokens -> one 8-slot block
+    assert seed.req_ids == ('t0',)
+    assert decode.req_ids == ('t0',) and decode.num_steps == (2,)   # k=3, seed is one of them
+    run(sched, out)
+    # the action let go of its prompt segment; the image segment lives on for the subtask
+    assert sched.kv.num_segments == 2
+    assert 'act0' not in sched.requests
+    sched.kv.check_consistency()
+
+
+def test_bidirectional_shares_only_identical_prompts_but_encodes_images_once():
+    sched = make(mode=PrefixAttention.BIDIRECTIONAL)
+    sched.add_request(text('same', prompt=ACTION_PROMPT))
+    sched.add_request(text('other'))
+    out = sched.schedule(frame(0))
+    prefills = out.jobs_of(JobKind.PREFILL)
+    assert [p.segment_kind for p in prefills] == [SegmentKind.FULL, SegmentKind.FULL]
+    assert [p.num_tokens for p in prefills] == [IMG + 5, IMG + 4]
+    assert len(out.jobs_of(JobKind.VISION)) == 1
+    assert {p.emb_id for p in prefills} == {out.jobs_of(JobKind.VISION)[0].emb_id}
+    same, other = out.new_requests
+    assert same.seg_ids == out.jobs_of(JobKind.DENOISE)[0].seg_ids   # whole prefix shared
+
+
+def test_isolated_gives_every_job_its_own_vision_and_prefill_and_decodes_to_completion():
+    sched = make(policy=Policy.ISOLATED)
+    sched.add_request(text('t0', budget=6))
+    sched.add_request(text('m0', budget=4, kind=RequestKind.MEMORY))
+    out = sched.schedule(frame(0))
+    kinds = [j.kind for j in out.jobs]
+    V, P, D, S, C = (JobKind.VISION, JobKind.PREFILL, JobKind.DENOISE, JobKind.SEED,
+                     JobKind.DECODE)
+    assert kinds == [V, P, D, V, P, S, C, V, P, S, C]
+    assert len({j.emb_id for j in out.jobs_of(JobKind.VISION)}) == 3
+    assert all(p.segment_kind is SegmentKind.FULL for p in out.jobs_of(JobKind.PREFILL))
+    decodes = out.jobs_of(JobKind.DECODE)
+    assert [(d.req_ids, d.num_steps) for d in decodes] == [(('t0',), (5,)), (('m0',), (3,))]
+    finished = run(sched, out)
+    assert [(r.req_id, r.num_output_tokens, r.finish_reason) for r in finished] == [
+        ('t0', 6, FinishReason.LENGTH), ('m0', 4, FinishReason.LENGTH)]
+    assert sched.kv.num_used_blocks == 0
+
+
+@pytest.mark.parametrize('budget,k', [(6, 3), (7, 3), (10, 1), (5, 5), (1, 4), (30, 5)])
+def test_text_finishes_after_ceil_budget_over_k_cycles(budget, k):
+    sched = make(k=k, eos_token_id=None)
+    sched.add_request(text('t', budget=budget))
+    cycles = 0
+    while True:
+        cycles += 1
+        finished = run(sched, sched.schedule(frame(cycles)))
+        if finished:
+            break
+        assert cycles < 100
+    req, = finished
+    assert cycles == math.ceil(budget / k)
+    assert req.output_token_ids == [100 + i for i in range(budget)]
+    assert req.status is RequestStatus.FINISHED_LENGTH
+    assert sched.kv.num_used_blocks == 0 and sched.kv.num_segments == 0
+
+
+def test_eos_retires_early_and_frees_blocks():
+    sched = make(k=4)
+    sched.add_request(text('t', budget=20))
+    finished = run(sched, sched.schedule(frame(0)), token_of=lambda r, n: EOS if n == 2 else 50)
+    req, = finished
+    assert req.output_token_ids == [50, 50, EOS]
+    assert req.finish_reason is FinishReason.STOP
+    assert sched.kv.num_used_blocks == 0
+    out = sched.schedule(frame(1))
+    assert out.finished_req_ids == frozenset({'t'})
+    assert not out.jobs_of(JobKind.DECODE)
+
+
+def test_requests_of_different_frames_decode_in_one_batch():
+    sched = make(k=2, eos_token_id=None)
+    sched.add_request(text('a', budget=6))
+    run(sched, sched.schedule(frame(0)))
+    sched.add_request(text('b', budget=6))
+    out = sched.schedule(frame(1))
+    decode, = out.jobs_of(JobKind.DECODE)
+    assert decode.req_ids == ('a', 'b') and decode.num_steps == (2, 1)
+    new, = out.new_requests
+    assert new.frame_id == 1
+    assert sched.requests['a'].frame_id == 0
+    run(sched, out)
+    # frame 0's image segment is still held by 'a', frame 1's by 'b'
+    assert {s.key.frame_id for s in sched.kv._segments.values()} == {0, 1}
+
+
+def test_cancellation_frees_everything():
+    sched = make()
+    sched.add_request(text('t', budget=20))
+    sched.add_request(text('w', budget=20))
+    run(sched, sched.schedule(frame(0)))
+    sched.add_request(text('queued'))
+    assert sched.abort_request('t').status is RequestStatus.FINISHED_ABORTED
+    assert sched.abort_request('queued').status is RequestStatus.FINISHED_ABORTED
+    assert sched.abort_request('unknown') is None
+    out = sched.schedule(frame(1))
+    assert out.finished_req_ids == frozenset({'t'})
+    assert out.new_requests == ()
+    assert out.jobs_of(JobKind.DECODE)[0].req_ids == ('w',)
+    run(sched, out)
+    sched.abort_all()
+    assert sched.kv.num_used_blocks == 0 and sched.kv.num_segments == 0
+    assert not sched.requests and not sched.running
+    sched.kv.check_consistency()
+
+
+def test_deadline_shrinks_k_with_measured_times():
+    cost = CostModel(alpha=1.0)
+    sched = Scheduler(SchedulerConfig(num_blocks=64, max_prefix_tokens=IMG + 8, block_size=8,
+                                      prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                                      tokens_per_cycle=8, min_tokens_per_cycle=1), cost)
+    for timing in [JobTiming(JobKind.VISION, 0.010, batch_size=2),     # 5 ms per image
+                   JobTiming(JobKind.PREFILL, 0.032, num_tokens=IMG),  # 1 ms per token
+                   JobTiming(JobKind.DENOISE, 0.020),
+                   JobTiming(JobKind.SEED, 0.001, batch_size=1),
+                   JobTiming(JobKind.DECODE, 0.040, batch_size=1, num_tokens=4)]:
+        cost.observe(timing)
+    sched.add_request(text('t', budget=30))
+    # 100 ms period: 10 vision + (32+5+4) prefill + 20 denoise + 1 seed = 72 ms -> 28 ms left
+    out = sched.schedule(frame(0, deadline=0.100), now=0.0)
+    assert out.tokens_per_cycle == 2                     # floor(28 / 10)
+    assert out.jobs_of(JobKind.DECODE)[0].num_steps == (1,)
+    run(sched, out)
+    # a tight deadline never starves the action but k stays >= min_tokens_per_cycle
+    out = sched.schedule(frame(1, deadline=0.050), now=0.0)
+    assert out.tokens_per_cycle == 1 and out.jobs_of(JobKind.DENOISE)
+    run(sched, out)
+    # no deadline: the configured k
+    out = sched.schedule(frame(2), now=0.0)
+    assert out.tokens_per_cycle == 8
+
+
+def test_full_pool_defers_text_while_actions_keep_flowing():
+    # reserve = 5 blocks (40 tokens) + 1; pool of 16 usable blocks
+    sched = make(num_blocks=17, k=1, eos_token_id=None)
+    admitted, deferred = [], []
+    for i in range(12):
+        sched.add_request(text(f't{i}', budget=24))      # 1 text block + 3 decode blocks
+        out = sched.schedule(frame(i))
+        assert out.jobs_of(JobKind.DENOISE), f'cycle {i}: action starved'
+        admitted += [d.req_id for d in out.new_requests]
+        deferred += list(out.deferred_req_ids)
+        run(sched, out)
+        assert sched.kv.num_free_blocks >= sched.action_reserve_blocks
+        sched.kv.check_consistency()
+    assert admitted and deferred
+    assert sched.num_deferred_total == len(deferred)
+    assert all(r not in sched.requests for r in deferred)
+
+
+def test_batch_limit_defers_and_no_frame_defers_but_keeps_decoding():
+    sched = make(max_running_requests=1, k=1, eos_token_id=None)
+    sched.add_request(text('a', budget=5))
+    sched.add_request(text('b', budget=5))
+    out = sched.schedule(frame(0))
+    assert [d.req_id for d in out.new_requests] == ['a'] and out.deferred_req_ids == ('b',)
+    run(sched, out)
+    sched.add_request(text('c', budget=5))
+    out = sched.schedule(None)                            # stale camera: no frame
+    assert out.frame_id is None and not out.jobs_of(JobKind.DENOISE)
+    assert out.deferred_req_ids == ('c',)
+    assert out.jobs_of(JobKind.DECODE)[0].req_ids == ('a',)
+    run(sched, out)
+
+
+def test_bad_requests_and_configs_are_rejected():
+    sched = make()
+    with pytest.raises(ValueError, match='ACTION requests come with their frame'):
+        sched.add_request(Request('x', RequestKind.ACTION, (2,)))
+    sched.add_request(text('dup'))
+    with pytest.raises(ValueError, match="duplicate request id 'dup'"):
+        sched.add_request(text('dup'))
+    with pytest.raises(ValueError, match='empty prompt'):
+        text('e', prompt=())
+    with pytest.raises(ValueError, match='max_tokens must be >= 1'):
+        text('z', budget=0)
+    with pytest.raises(ValueError, match='cannot hold two action prefixes'):
+        make(num_blocks=8)
+    with pytest.raises(ValueError, match='tokens_per_cycle must be >= 1'):
+        make(k=0)
+    out = sched.schedule(frame(0))
+    with pytest.raises(ValueError, match='runner output of cycle 99'):
+        sched.update_from_output(out, RunnerOutput(99))
+
+
+def test_plan_is_plain_data():
+    sched = make()
+    sched.add_request(text('t'))
+    out = sched.schedule(frame(0))
+    for job in out.jobs:
+        assert isinstance(job, (VisionJob, PrefillJob, DenoiseJob, SeedJob, DecodeJob))
+        hash(job)   # frozen, hashable: safe to hand to another thread
