@@ -1,0 +1,154 @@
+"""Image preprocessing (model/preprocess.py; spec §1.9)."""
+
+import numpy as np
+
+from oxygen_ros.config import get_preset
+from oxygen_ros.model.preprocess import (
+    check_image, image_to_model, prepare_images, resize_with_pad)
+from PIL import Image
+import pytest
+
+
+def _openpi_client_reference(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """openpi_client.image_tools.resize_with_pad, restated: PIL bilinear, paste on black."""
+    pil = Image.fromarray(img)
+    ratio = max(pil.width / width, pil.height / height)
+    w, h = int(pil.width / ratio), int(pil.height / ratio)
+    canvas = Image.new(pil.mode, (width, height), 0)
+    canvas.paste(pil.resize((w, h), resample=Image.Resampling.BILINEAR),
+                 (int((width - w) / 2), int((height - h) / 2)))
+    return np.asarray(canvas)
+
+
+def _gradient(h: int, w: int) -> np.ndarray:
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1),
+                     (x + y) % 256], axis=-1).astype(np.uint8)
+
+
+def test_landscape_480x640_content_rows_and_padding():
+    out = resize_with_pad(np.full((480, 640, 3), 255, np.uint8), 224, 224)
+    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
+    # 640 wide -> ratio 640/224, content 168 x 224, 28 black rows above and below.
+    assert (out[28:196] == 255).all()
+    assert (out[:28] == 0).all() and (out[196:] == 0).all()
+    model = image_to_model(np.full((480, 640, 3), 255, np.uint8), 224)
+    assert model.shape == (3, 224, 224) and model.dtype == np.float32
+    assert (model[:, 28:196] == 1.0).all()
+    assert (model[:, :28] == -1.0).all() and (model[:, 196:] == -1.0).all()
+
+
+def test_portrait_odd_padding_puts_the_extra_column_right():
+    out = resize_with_pad(np.full((300, 101, 3), 200, np.uint8), 224, 224)
+    # 101 / (300 / 224) = 75.4 -> 75 columns; 149 padding columns: 74 left, 75 right.
+    assert (out[:, 74:149] == 200).all()
+    assert (out[:, :74] == 0).all() and (out[:, 149:] == 0).all()
+
+
+@pytest.mark.parametrize('shape', [(480, 640), (300, 101), (50, 100), (224, 224), (720, 1280),
+                                   (97, 33), (5, 1000)])
+def test_matches_openpi_client_resize_with_pad(shape):
+    img = _gradient(*shape)
+    np.testing.assert_array_equal(resize_with_pad(img, 224, 224),
+                                  _openpi_client_reference(img, 224, 224))
+
+
+def test_extreme_aspect_ratio_keeps_at_least_one_row():
+    # openpi would ask Pillow for a 0-pixel-high image and fail; we keep one row.
+    out = resize_with_pad(np.full((1, 1000, 3), 77, np.uint8), 224, 224)
+    assert (out[111] == 77).all()
+    assert (out[:111] == 0).all() and (out[112:] == 0).all()
+
+
+def test_target_size_input_is_returned_unchanged():
+    img = _gradient(224, 224)
+    assert resize_with_pad(img, 224, 224) is img
+    f = np.zeros((224, 224, 3), np.float64)
+    out = resize_with_pad(f, 224, 224)
+    assert out.dtype == np.float32 and out.shape == (224, 224, 3)
+
+
+def test_float_input_resizes_like_uint8_and_pads_with_minus_one():
+    img = _gradient(480, 640)
+    as_float = img.astype(np.float32) / 255 * 2 - 1
+    for dtype in (np.float32, np.float64):
+        out = resize_with_pad(as_float.astype(dtype), 224, 224)
+        assert out.dtype == np.float32
+        assert (out[:28] == -1.0).all() and (out[196:] == -1.0).all()
+        assert out.min() >= -1.0 and out.max() <= 1.0
+        via_uint8 = image_to_model(img, 224).transpose(1, 2, 0)
+        # Same bilinear filter; the uint8 path rounds to 1/255 steps (2/255 after scaling).
+        assert np.abs(out - via_uint8).max() <= 2 / 255 + 1e-6
+    const = resize_with_pad(np.full((480, 640, 3), 0.25, np.float32), 224, 224)
+    np.testing.assert_allclose(const[28:196], 0.25, atol=1e-6)
+
+
+def test_image_to_model_scaling_and_channel_order():
+    img = np.zeros((4, 6, 3), np.uint8)
+    img[..., 0], img[..., 1], img[..., 2] = 255, 0, 128
+    out = image_to_model(img)
+    assert out.shape == (3, 4, 6) and out.dtype == np.float32
+    assert (out[0] == 1.0).all() and (out[1] == -1.0).all()
+    np.testing.assert_allclose(out[2], 128 / 255 * 2 - 1, rtol=0, atol=1e-7)
+    f = np.full((4, 6, 3), -0.5, np.float64)
+    assert (image_to_model(f) == np.float32(-0.5)).all()
+
+
+@pytest.mark.parametrize('img,message', [
+    ([[0, 0, 0]], 'expected a numpy array, got list'),
+    (np.zeros((8, 8), np.uint8), r'expected an \[H, W, 3\] RGB image, got shape \(8, 8\)'),
+    (np.zeros((8, 8, 1), np.uint8), r'expected 3 channels .* got 1 .*grayscale'),
+    (np.zeros((8, 8, 4), np.uint8), 'expected 3 channels .* got 4 '),
+    (np.zeros((3, 48, 64), np.uint8), r'got 64 \(shape \(3, 48, 64\)\)'),
+    (np.zeros((0, 8, 3), np.uint8), 'zero-size image'),
+    (np.zeros((8, 0, 3), np.uint8), 'zero-size image'),
+    (np.zeros((8, 8, 3), np.int32), 'unsupported dtype int32'),
+    (np.zeros((8, 8, 3), np.uint16), 'unsupported dtype uint16'),
+    (np.zeros((8, 8, 3), np.float16), 'unsupported dtype float16'),
+    (np.zeros((8, 8, 3), bool), 'unsupported dtype bool'),
+    (np.full((8, 8, 3), np.nan, np.float32), '192 NaN/Inf'),
+    (np.full((8, 8, 3), -np.inf, np.float64), 'NaN/Inf'),
+    (np.full((8, 8, 3), 255.0, np.float32), r'in \[-1, 1\], got \[255, 255\]'),
+    (np.linspace(0, 1.5, 192).reshape(8, 8, 3), r'got \[0, 1.5\]'),
+])
+def test_bad_images_are_rejected(img, message):
+    with pytest.raises(ValueError, match=message):
+        check_image(img)
+    with pytest.raises(ValueError, match=message):
+        image_to_model(img, 224)
+    with pytest.raises(ValueError, match=message):
+        resize_with_pad(img, 224, 224)
+
+
+def test_bad_target_size():
+    with pytest.raises(ValueError, match='target size must be positive, got 0x224'):
+        resize_with_pad(np.zeros((8, 8, 3), np.uint8), 0, 224)
+
+
+def test_prepare_images_masks_missing_and_unused_slots():
+    cfg = get_preset('tiny')  # cameras: base_0_rgb, left_wrist_0_rgb
+    size = cfg.vision.image_size
+    base = np.full((480, 640, 3), 255, np.uint8)
+    right = np.full((480, 640, 3), 128, np.uint8)
+    images, mask = prepare_images({'base_0_rgb': base, 'right_wrist_0_rgb': right}, cfg)
+    assert images.shape == (3, 3, size, size) and images.dtype == np.float32
+    assert mask.tolist() == [True, False, False] and mask.dtype == np.bool_
+    np.testing.assert_array_equal(images[0], image_to_model(base, size))
+    assert (images[1:] == -1.0).all()  # black, as openpi's zeros_like uint8 image
+
+
+def test_prepare_images_all_three_slots():
+    cfg = get_preset('pi05_base')
+    imgs = {slot: _gradient(96, 128) for slot in cfg.cameras}
+    images, mask = prepare_images(imgs, cfg)
+    assert mask.tolist() == [True, True, True]
+    for i, slot in enumerate(('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')):
+        np.testing.assert_array_equal(images[i], image_to_model(imgs[slot], 224))
+
+
+def test_prepare_images_errors():
+    cfg = get_preset('tiny')
+    with pytest.raises(ValueError, match=r"unknown camera slots \['wrist'\]"):
+        prepare_images({'wrist': np.zeros((8, 8, 3), np.uint8)}, cfg)
+    with pytest.raises(ValueError, match='camera left_wrist_0_rgb: .*got 4'):
+        prepare_images({'left_wrist_0_rgb': np.zeros((8, 8, 4), np.uint8)}, cfg)
