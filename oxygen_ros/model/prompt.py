@@ -208,7 +208,9 @@ def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
     _check_max_len(max_len)
     text = format_action_prompt(task, state_normalized, fmt)
     if fmt is PromptFormat.PI0:
-        ids = tok.encode(text[:-1], add_bos=True) + tok.encode('\n', add_bos=False)
+        # openpi encodes the "\n" (the start-of-answer token) on its own, after the task.
+        task_text = text.removesuffix('\n')
+        ids = tok.encode(task_text, add_bos=True) + tok.encode('\n', add_bos=False)
     else:
         ids = tok.encode(text, add_bos=True)
     truncated = len(ids) > max_len
