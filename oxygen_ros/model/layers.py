@@ -1,0 +1,217 @@
+"""
+Building blocks shared by the vision tower and both Gemma experts.
+
+Precision follows openpi (spec §1.10): RMSNorm statistics, RoPE angles and the attention
+softmax run in float32 whatever the activation dtype; everything else runs in the dtype of
+the weights. Shapes: B batch, S query tokens, P key tokens, H heads, Hkv kv heads, D head dim,
+W width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+
+import torch
+from torch import nn
+import torch.nn.functional as F  # noqa: N812
+
+FOLD_MAX_QUERIES = 64
+"""Query lengths up to this fold the query heads of a kv head into the query axis (below)."""
+
+
+class RMSNorm(nn.Module):
+    """
+    Gemma RMSNorm: ``y = x / rms(x) * (1 + w)`` with the statistics in float32.
+
+    The weight is stored as an offset from 1 (openpi ``models/gemma.py``, spec §1.3).
+    """
+
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(width))
+
+    def forward(self, x: torch.Tensor,
+                modulation: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        """
+        Normalize ``x``.
+
+        :param x: ``[..., W]`` activations.
+        :param modulation: unused (same call signature as :class:`AdaRMSNorm`).
+        :returns: ``([..., W] in x.dtype, None)``: no residual gate.
+        """
+        y = _normalize(x, self.eps) * (1.0 + self.weight.float())
+        return y.to(x.dtype), None
+
+
+class AdaRMSNorm(nn.Module):
+    """
+    π0.5 adaptive RMSNorm of the action expert (spec §1.6).
+
+    ``[scale, shift, gate] = dense(cond)``; ``y = x / rms(x) * (1 + scale) + shift`` in float32;
+    the caller adds ``gate * sublayer(y)`` to the residual stream. There is no learned scale
+    vector. openpi zero-inits ``dense``; we never do (see ``init.py``).
+    """
+
+    def __init__(self, width: int, cond_width: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_width, 3 * width)
+
+    def modulation(self, cond: torch.Tensor) -> torch.Tensor:
+        """
+        Return ``dense(cond)``: ``[..., 3W]`` (scale, shift, gate concatenated, that order).
+
+        Depends only on the flow-matching time, so ``denoise`` computes it for all steps at once.
+        """
+        return self.dense(cond)
+
+    def forward(self, x: torch.Tensor,
+                modulation: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Normalize and modulate ``x``.
+
+        :param x: ``[B, S, W]`` activations.
+        :param modulation: ``[B, 3W]`` or ``[3W]`` output of :meth:`modulation`.
+        :returns: ``(y [B, S, W], gate [B, 1, W] or [W])`` in x.dtype.
+        :raises ValueError: if ``modulation`` is None.
+        """
+        if modulation is None:
+            raise ValueError('AdaRMSNorm needs the modulation of the time condition')
+        if modulation.dim() == 2:
+            modulation = modulation[:, None]
+        scale, shift, gate = modulation.chunk(3, dim=-1)
+        y = _normalize(x, self.eps) * (1.0 + scale.float()) + shift.float()
+        return y.to(x.dtype), gate.to(x.dtype)
+
+
+def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def gated_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+    """Return ``x + y`` (plain norm) or ``x + gate * y`` (adaptive norm, spec §1.6)."""
+    return x + y if gate is None else x + y * gate
+
+
+class GeGLU(nn.Module):
+    """Gemma MLP: ``down(gelu_tanh(x W_gate) * (x W_up))``; gate and up fused in one matmul."""
+
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(width, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``[..., W]`` to ``[..., W]``."""
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.gelu(gate, approximate='tanh') * up)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int,
+                 base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    Return the RoPE rotation of each position, float32.
+
+    ``angle[..., i] = position / base ** (2 i / D)`` for ``i < D / 2`` (openpi ``gemma.py``
+    ``_apply_rope``, spec §1.3).
+
+    :param positions: ``int64 [...]`` rope positions.
+    :returns: ``(cos, sin)``, each ``float32 [..., D/2]``.
+    """
+    exponent = torch.arange(head_dim // 2, device=positions.device, dtype=torch.float32)
+    timescale = base ** (2.0 * exponent / head_dim)
+    angles = positions.to(torch.float32)[..., None] / timescale
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """
+    Rotate ``x`` by RoPE, half-split: dim i is paired with dim i + D/2 (spec §1.3).
+
+    :param x: ``[B, S, H, D]`` queries or keys.
+    :param cos: ``float32 [B, S, D/2]`` (or broadcastable) from :func:`rope_cos_sin`.
+    :param sin: same shape as ``cos``.
+    :returns: ``[B, S, H, D]`` in x.dtype, computed in float32.
+    """
+    cos, sin = cos[..., None, :], sin[..., None, :]
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+class QueryLayout(enum.Enum):
+    """How query heads are laid out for ``scaled_dot_product_attention`` with few kv heads."""
+
+    HEADS = 'heads'
+    """``q [B, H, S, D]`` against ``k [B, Hkv, P, D]`` with ``enable_gqa`` (long queries)."""
+    FOLDED = 'folded'
+    """
+    The ``G = H / Hkv`` query heads of one kv head become ``G * S`` query rows of that head.
+
+    Avoids repeating K/V per query head: ~10× faster on CPU for decode and denoise.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMask:
+    """
+    A boolean attention mask prepared once per forward and shared by all layers.
+
+    :ivar mask: ``bool [B, 1, S, P]`` (HEADS) or ``bool [B, 1, G*S, P]`` (FOLDED, G-major).
+    :ivar layout: how queries must be laid out for this mask.
+    """
+
+    mask: torch.Tensor
+    layout: QueryLayout
+
+    @classmethod
+    def build(cls, mask: torch.Tensor, num_heads: int, num_kv_heads: int) -> AttentionMask:
+        """
+        Prepare ``mask``.
+
+        :param mask: ``bool [B, S, P]``, True where query s may attend key p. Every query row
+            must allow at least one key (a fully masked row gives NaN in SDPA).
+        :param num_heads: query heads H.
+        :param num_kv_heads: kv heads Hkv (divides H).
+        """
+        b, s, p = mask.shape
+        groups = num_heads // num_kv_heads
+        if s > FOLD_MAX_QUERIES or groups == 1:
+            return cls(mask[:, None], QueryLayout.HEADS)
+        if s == 1:
+            return cls(mask[:, None], QueryLayout.FOLDED)  # broadcasts over the G rows
+        folded = mask[:, None, None].expand(b, 1, groups, s, p).reshape(b, 1, groups * s, p)
+        return cls(folded, QueryLayout.FOLDED)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: AttentionMask) -> torch.Tensor:
+    """
+    Scaled dot-product attention of H query heads over Hkv kv heads (GQA / MQA).
+
+    Scale ``D ** -0.5``; logits and softmax in float32 inside the fused kernel (spec §1.3).
+
+    :param q: ``[B, S, H, D]`` post-RoPE queries.
+    :param k: ``[B, Hkv, P, D]`` post-RoPE keys (any strides with a contiguous last dim).
+    :param v: ``[B, Hkv, P, D]`` values.
+    :param mask: from :meth:`AttentionMask.build` for this (S, P).
+    :returns: ``[B, S, H * D]`` head-major per token.
+    """
+    b, s, h, d = q.shape
+    hkv = k.shape[1]
+    if mask.layout is QueryLayout.HEADS:
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask.mask,
+                                             enable_gqa=hkv != h)
+        return out.transpose(1, 2).reshape(b, s, h * d)
+    g = h // hkv
+    qf = q.view(b, s, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * s, d)
+    out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.mask)
+    return out.view(b, hkv, g, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, h * d)
+
+
+__all__ = [
+    'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'QueryLayout', 'RMSNorm', 'apply_rope', 'attention',
+    'gated_residual', 'rope_cos_sin',
+]

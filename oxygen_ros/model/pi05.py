@@ -1,0 +1,402 @@
+"""
+π0.5 in PyTorch with explicit KV caching: prefill, denoise and decode-step entry points.
+
+The model owns no cache: ``prefill`` writes the VLM expert's K/V of a prefix into the slots of
+a :class:`KVCache` it is given (or allocates), ``denoise`` and ``decode_step`` read them by
+slot. Packed tokens: invalid tokens are dropped before the VLM, so positions = index among the
+valid tokens (spec §1.5, §2). Uncached ground truth for the tests: ``reference.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from oxygen_ros.config import ModelConfig, PrefixAttention
+from oxygen_ros.model.gemma import GemmaExpert, NormKind
+from oxygen_ros.model.init import init_parameters
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
+from oxygen_ros.model.masks import make_attn_mask
+from oxygen_ros.model.prefix import pack_prefix, PackedPrefix
+from oxygen_ros.model.siglip import SiglipTower
+
+import torch
+from torch import nn
+import torch.nn.functional as F  # noqa: N812
+
+
+def sincos_time_embedding(t: torch.Tensor, dim: int, min_period: float,
+                          max_period: float) -> torch.Tensor:
+    """
+    Return the sine-cosine embedding of flow-matching times, float32.
+
+    ``period_k = min_period * (max_period / min_period) ** linspace(0, 1, dim / 2)[k]``;
+    ``emb = [sin(2 pi t / period), cos(2 pi t / period)]`` (openpi ``pi0.py posemb_sincos``,
+    spec §1.6).
+
+    :param t: ``float32 [M]`` times in [0, 1].
+    :returns: ``float32 [M, dim]``.
+    """
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    angles = t.to(torch.float32)[:, None] * (2.0 * math.pi / period)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+def euler_times(num_steps: int) -> torch.Tensor:
+    """
+    Return the times of the Euler steps, accumulated in float32 as openpi (spec §1.8).
+
+    ``t_0 = 1``, ``t_{k+1} = t_k + dt`` with ``dt = float32(-1 / num_steps)``.
+
+    :returns: ``float32 [num_steps]`` on the CPU.
+    """
+    dt = torch.tensor(-1.0 / num_steps, dtype=torch.float32)
+    t = torch.tensor(1.0, dtype=torch.float32)
+    times = []
+    for _ in range(num_steps):
+        times.append(t)
+        t = t + dt
+    return torch.stack(times)
+
+
+class Pi05Model(nn.Module):
+    """
+    π0.5: SigLIP + projector, Gemma VLM expert (RMSNorm), action expert (adaRMSNorm).
+
+    Parameters are random (``init.init_parameters``) and deterministic under
+    ``torch.manual_seed``; load real weights with ``weights.load_checkpoint``. Built inside
+    ``with torch.device('meta')`` it allocates nothing (parameter counts, meta loading).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        target = torch.get_default_device()
+        with torch.device('meta'):
+            vlm_w, exp_w = cfg.vlm.width, cfg.expert.width
+            self.vision = SiglipTower(cfg.vision)
+            self.projector = nn.Linear(cfg.vision.width, vlm_w)
+            self.embedding = nn.Parameter(torch.empty(cfg.vocab_size, vlm_w))
+            self.vlm = GemmaExpert(cfg.vlm, NormKind.RMS, cfg.norm_eps)
+            self.expert = GemmaExpert(cfg.expert, NormKind.ADAPTIVE, cfg.norm_eps)
+            self.action_in_proj = nn.Linear(cfg.action_dim, exp_w)
+            self.action_out_proj = nn.Linear(exp_w, cfg.action_dim)
+            self.time_mlp_in = nn.Linear(exp_w, exp_w)
+            self.time_mlp_out = nn.Linear(exp_w, exp_w)
+        if target.type != 'meta':
+            self.to_empty(device=target)
+            init_parameters(self)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embedding.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.device
+
+    def count_parameters(self) -> int:
+        """Return the number of parameters (the tied LM head counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    # ---------------------------------------------------------------- embeddings
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """
+        Encode camera images into VLM-width image tokens (SigLIP + linear projector).
+
+        Image tokens are not scaled by sqrt(W) (spec §1.2).
+
+        :param images: ``float [B, N, 3, S, S]`` in [-1, 1], S = ``cfg.vision.image_size``.
+        :returns: ``[B, N, Ti, W_vlm]`` in the model dtype.
+        :raises ValueError: on a wrong shape.
+        """
+        size = self.cfg.vision.image_size
+        if images.dim() != 5 or tuple(images.shape[2:]) != (3, size, size):
+            raise ValueError(f'images must be [B, N, 3, {size}, {size}], '
+                             f'got {tuple(images.shape)}')
+        b, n = images.shape[:2]
+        tokens = self.vision(images.reshape(b * n, 3, size, size).to(self.dtype))
+        return self.projector(tokens).view(b, n, tokens.shape[1], -1)
+
+    def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Return ``E[tokens] * sqrt(W)`` with sqrt(W) cast to the model dtype (spec §1.3)."""
+        scale = torch.tensor(math.sqrt(self.cfg.vlm.width), dtype=self.dtype)
+        return F.embedding(tokens, self.embedding) * scale.to(self.device)
+
+    def time_condition(self, t: torch.Tensor) -> torch.Tensor:
+        """
+        Return the adaRMS condition ``swish(mlp_out(swish(mlp_in(sincos(t)))))`` (spec §1.6).
+
+        :param t: ``float32 [M]`` flow-matching times.
+        :returns: ``[M, W_expert]`` in the model dtype.
+        """
+        emb = sincos_time_embedding(t, self.cfg.expert.width, self.cfg.min_period,
+                                    self.cfg.max_period).to(self.dtype)
+        return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """
+        Return LM logits: final RMSNorm then the tied embedding (spec §1.3).
+
+        The matmul runs in the model dtype (bf16 logits are then rounded, as openpi-PyTorch).
+
+        :param hidden: ``[..., W]`` VLM hidden states before the final norm.
+        :returns: ``float32 [..., V]``.
+        """
+        y, _ = self.vlm.final_norm(hidden)
+        return F.linear(y, self.embedding).float()
+
+    # ---------------------------------------------------------------- prefill
+    @torch.no_grad()
+    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor, *,
+                image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
+                context: PrefixKV | None = None, cache: KVCache | None = None,
+                slots: torch.Tensor | None = None, reserve: int = 0) -> PrefixKV:
+        """
+        Run the VLM expert over a prefix segment and store its K/V.
+
+        New tokens = [the Ti tokens of every valid camera, slot order] + [valid text tokens],
+        packed to the left; ``P_new`` = max valid count over the batch. Positions continue
+        from ``context.num_tokens``. ar flags: images 0, text 0 (BIDIRECTIONAL) or 1
+        (CAUSAL_TEXT) (spec §1.5, §2.3).
+
+        :param tokens: ``int64 [B, T]`` prompt ids (T may be 0).
+        :param token_mask: ``bool [B, T]`` True for real prompt tokens.
+        :param image_embeds: ``[B, N, Ti, W]`` from :meth:`encode_images`, or None.
+        :param image_mask: ``bool [B, N]`` valid cameras (default all valid).
+        :param context: a prefix already in the cache that the new tokens attend to; only
+            when the first new token has ar=1 (CAUSAL_TEXT, text-only new tokens).
+        :param cache: where to write; default ``context.cache``, else a new
+            ``KVCache`` of ``B * (P_new + reserve)`` slots, sample b at
+            ``b * (P_new + reserve) + [0, P_new)``.
+        :param slots: ``int64 [B, >= P_new]`` slots of the new tokens (first P_new columns
+            used; padding entries may be any in-range slot and are never written). Required
+            with ``cache`` or ``context``.
+        :param reserve: free slots left after each sample's prefix in a new cache.
+        :returns: the prefix over context + new tokens, ``last_hidden`` at its last token.
+        :raises ValueError: on bad shapes, slots, or a context that cannot be extended.
+        """
+        packed = pack_prefix(self, tokens, token_mask, image_embeds, image_mask)
+        b, p = packed.valid.shape
+        if context is not None:
+            self._check_context(context, packed)
+            if cache is None:
+                cache = context.cache
+            elif cache is not context.cache:
+                raise ValueError('context must live in the cache being written')
+        base = (context.num_tokens if context is not None
+                else torch.zeros(b, dtype=torch.int64, device=self.device))
+        if p == 0:
+            if context is None:
+                raise ValueError('prefill got no valid token (all cameras and prompt masked)')
+            return context
+        if cache is None:
+            stride = p + reserve
+            cache = KVCache(self.cfg.vlm, b * stride, dtype=self.dtype, device=self.device)
+            slots = (torch.arange(b, device=self.device)[:, None] * stride
+                     + torch.arange(p, device=self.device))
+        else:
+            slots = _check_slots(slots, cache, packed, context)
+        last_hidden = self._run_prefill(packed, cache, slots, base, context)
+        if context is None:
+            return PrefixKV(cache, slots, packed.valid, base + packed.counts, last_hidden)
+        last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
+                                  context.last_hidden)
+        return PrefixKV(cache, torch.cat([context.slots, slots], 1),
+                        torch.cat([context.mask, packed.valid], 1),
+                        base + packed.counts, last_hidden)
+
+    def _check_context(self, context: PrefixKV, packed: PackedPrefix) -> None:
+        if self.cfg.prefix_attention is PrefixAttention.BIDIRECTIONAL:
+            raise ValueError(
+                'a prefix cannot be extended with prefix_attention=BIDIRECTIONAL: every '
+                'prefix token attends the new ones (use CAUSAL_TEXT to share image K/V)')
+        if context.batch_size != packed.valid.shape[0]:
+            raise ValueError(f'context batch {context.batch_size} != batch '
+                             f'{packed.valid.shape[0]}')
+        if packed.valid.shape[1] and bool(((packed.counts > 0) & (packed.ar[:, 0] == 0)).any()):
+            raise ValueError('with a context the first new token must have ar=1 (text only, '
+                             'CAUSAL_TEXT); got image tokens')
+
+    def _run_prefill(self, packed: PackedPrefix, cache: KVCache, slots: torch.Tensor,
+                     base: torch.Tensor, context: PrefixKV | None) -> torch.Tensor:
+        b, p = packed.valid.shape
+        vlm = self.cfg.vlm
+        dev = self.device
+        positions = base[:, None] + torch.arange(p, device=dev)
+        cos, sin = rope_cos_sin(positions, vlm.head_dim, self.cfg.rope_base)
+        # Padding queries attend themselves only (never read, avoids NaN rows).
+        mask = make_attn_mask(packed.valid, packed.ar) | torch.eye(p, dtype=torch.bool,
+                                                                   device=dev)
+        key_slots = None
+        if context is not None:
+            pc = context.slots.shape[1]
+            mask = torch.cat([context.mask[:, None, :].expand(b, p, pc), mask], dim=2)
+            key_slots = torch.cat([context.slots, slots], dim=1).reshape(-1)
+        if packed.all_valid:
+            write_rows, write_slots = None, slots.reshape(-1)
+        else:
+            write_rows = packed.valid.nonzero(as_tuple=True)
+            write_slots = slots[write_rows]
+        last = (packed.counts - 1).clamp(min=0)
+        rows = torch.arange(b, device=dev)
+        full_mask = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads)
+        last_mask = AttentionMask.build(mask[rows, last][:, None], vlm.num_heads,
+                                        vlm.num_kv_heads)
+        h = packed.embeds
+        num_layers = len(self.vlm.layers)
+        for i, layer in enumerate(self.vlm.layers):
+            q, k, v, _ = layer.project_qkv(h, cos, sin)
+            kw, vw = ((k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]))
+                      if write_rows is None else (k[write_rows], v[write_rows]))
+            cache.k[i].index_copy_(0, write_slots, kw.to(cache.dtype))
+            cache.v[i].index_copy_(0, write_slots, vw.to(cache.dtype))
+            if key_slots is not None:
+                k = cache.k[i].index_select(0, key_slots).view(b, -1, *k.shape[2:])
+                v = cache.v[i].index_select(0, key_slots).view(b, -1, *v.shape[2:])
+            k, v = k.to(self.dtype).transpose(1, 2), v.to(self.dtype).transpose(1, 2)
+            if i < num_layers - 1:
+                h = layer.finish(h, attention(q, k, v, full_mask), None)
+            else:  # only the last token's output is needed after the last layer
+                h = h[rows, last][:, None]
+                h = layer.finish(h, attention(q[rows, last][:, None], k, v, last_mask), None)
+        return h[:, 0]
+
+    # ---------------------------------------------------------------- denoise
+    @torch.no_grad()
+    def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
+                num_steps: int | None = None) -> torch.Tensor:
+        """
+        Flow-matching sampling of an action chunk on a cached prefix (spec §1.8, §2.1).
+
+        Euler from t=1 (noise) to t=0 in ``num_steps`` steps, ``x += dt * v`` with
+        ``dt = -1/N``; x and t float32. Only the action expert runs, on the H suffix tokens
+        (ar ``[1, 0, ...]``: they see the valid prefix and each other; positions
+        ``num_tokens + arange(H)``). The prefix K/V is gathered once per call into a buffer
+        whose suffix part each step overwrites; the cache is never written. The adaRMS
+        modulations depend only on t and are computed for all steps before the loop.
+
+        :param prefix: the cached prefix (e.g. from :meth:`prefill`).
+        :param noise: ``float [B, H, A]`` x at t=1, A = ``cfg.action_dim``.
+        :param num_steps: Euler steps (default ``cfg.num_denoise_steps``).
+        :returns: ``float32 [B, H, A]`` actions in normalized, padded action space.
+        :raises ValueError: on a wrong shape or step count.
+        """
+        n = self.cfg.num_denoise_steps if num_steps is None else num_steps
+        if n < 1:
+            raise ValueError(f'num_steps must be >= 1, got {n}')
+        if (noise.dim() != 3 or noise.shape[0] != prefix.batch_size
+                or noise.shape[2] != self.cfg.action_dim or noise.shape[1] < 1):
+            raise ValueError(f'noise must be [{prefix.batch_size}, H, {self.cfg.action_dim}], '
+                             f'got {tuple(noise.shape)}')
+        ex, dev = self.cfg.expert, self.device
+        b, horizon, _ = noise.shape
+        p = prefix.slots.shape[1]
+        num_layers = ex.depth
+        cache = prefix.cache
+        kv_shape = (num_layers, b, ex.num_kv_heads, p + horizon, ex.head_dim)
+        kbuf = torch.empty(kv_shape, dtype=self.dtype, device=dev)
+        vbuf = torch.empty(kv_shape, dtype=self.dtype, device=dev)
+        flat = prefix.slots.reshape(-1)
+        for buf, src in ((kbuf, cache.k), (vbuf, cache.v)):
+            gathered = src.index_select(1, flat).view(num_layers, b, p, ex.num_kv_heads, -1)
+            buf[:, :, :, :p] = gathered.transpose(2, 3)
+        mask = torch.cat([prefix.mask[:, None, :].expand(b, horizon, p),
+                          torch.ones(b, horizon, horizon, dtype=torch.bool, device=dev)], 2)
+        amask = AttentionMask.build(mask, ex.num_heads, ex.num_kv_heads)
+        positions = prefix.num_tokens[:, None] + torch.arange(horizon, device=dev)
+        cos, sin = rope_cos_sin(positions, ex.head_dim, self.cfg.rope_base)
+        cond = self.time_condition(euler_times(n).to(dev))
+        mod_in, mod_post, mod_final = self.expert.modulations(cond)
+        dt = torch.tensor(-1.0 / n, dtype=torch.float32, device=dev)
+        w_out = self.action_out_proj.weight.float()
+        b_out = self.action_out_proj.bias.float()
+        x = noise.to(torch.float32)
+        for step in range(n):
+            h = self.action_in_proj(x.to(self.dtype))
+            for i, layer in enumerate(self.expert.layers):
+                q, k, v, gate = layer.project_qkv(h, cos, sin, mod_in[i, step])
+                kbuf[i, :, :, p:] = k.transpose(1, 2)
+                vbuf[i, :, :, p:] = v.transpose(1, 2)
+                h = layer.finish(h, attention(q, kbuf[i], vbuf[i], amask), gate,
+                                 mod_post[i, step])
+            h, _ = self.expert.final_norm(h, mod_final[step])
+            x = x + dt * F.linear(h.float(), w_out, b_out)
+        return x
+
+    # ---------------------------------------------------------------- decode
+    @torch.no_grad()
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                    write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                    ctx_mask: torch.Tensor) -> torch.Tensor:
+        """
+        Feed one token per row through the VLM expert and return the next-token logits.
+
+        Rows may belong to different prefixes and have different lengths (spec §2.2). Each
+        token's K/V is written at ``write_slots`` first; then, per layer, ONE ``index_select``
+        gathers ``[ctx_slots, write_slots]`` and the token attends ctx (where ``ctx_mask``)
+        and itself. No host sync.
+
+        :param tokens: ``int64 [B]`` token fed.
+        :param positions: ``int64 [B]`` its rope position.
+        :param cache: the KV storage holding the context.
+        :param write_slots: ``int64 [B]`` distinct slots for the new K/V.
+        :param ctx_slots: ``int64 [B, C]`` slots the token attends besides itself.
+        :param ctx_mask: ``bool [B, C]`` True for real context entries.
+        :returns: ``float32 [B, V]`` logits (final RMSNorm, tied embedding).
+        """
+        b, c = ctx_slots.shape
+        vlm = self.cfg.vlm
+        h = self.embed_text(tokens[:, None])
+        cos, sin = rope_cos_sin(positions[:, None], vlm.head_dim, self.cfg.rope_base)
+        key_slots = torch.cat([ctx_slots, write_slots[:, None]], dim=1).reshape(-1)
+        mask = torch.cat([ctx_mask, torch.ones(b, 1, dtype=torch.bool, device=h.device)], 1)
+        amask = AttentionMask.build(mask[:, None, :], vlm.num_heads, vlm.num_kv_heads)
+        for i, layer in enumerate(self.vlm.layers):
+            q, k, v, _ = layer.project_qkv(h, cos, sin)
+            cache.k[i].index_copy_(0, write_slots, k[:, 0].to(cache.dtype))
+            cache.v[i].index_copy_(0, write_slots, v[:, 0].to(cache.dtype))
+            kk = cache.k[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
+            vv = cache.v[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
+            attn = attention(q, kk.to(self.dtype).transpose(1, 2),
+                             vv.to(self.dtype).transpose(1, 2), amask)
+            h = layer.finish(h, attn, None)
+        return self.lm_logits(h[:, 0])
+
+
+def build_model(cfg: ModelConfig, *, dtype: torch.dtype = torch.float32,
+                device: torch.device | str = 'cpu') -> Pi05Model:
+    """
+    Build a randomly initialised model directly in ``dtype`` on ``device``.
+
+    Unlike ``Pi05Model(cfg).to(dtype)`` it never holds a float32 copy (the full-size model is
+    13 GB in float32, 6.7 GB in bfloat16). In float32 it equals ``Pi05Model(cfg)`` under the
+    same seed.
+    """
+    with torch.device('meta'):
+        model = Pi05Model(cfg)
+    model = model.to(dtype).to_empty(device=device)
+    init_parameters(model)
+    return model.eval()
+
+
+def _check_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPrefix,
+                 context: PrefixKV | None) -> torch.Tensor:
+    b, p = packed.valid.shape
+    if slots is None:
+        raise ValueError('slots are required when writing into a given cache or context')
+    if slots.dim() != 2 or slots.shape[0] != b or slots.shape[1] < p:
+        raise ValueError(f'slots must be [{b}, >= {p}] (P_new = {p}), got {tuple(slots.shape)}')
+    slots = slots[:, :p].to(torch.int64)
+    if bool((slots < 0).any()) or bool((slots >= cache.num_slots).any()):
+        raise ValueError(f'slots out of range [0, {cache.num_slots})')
+    written = slots[packed.valid]
+    if written.unique().numel() != written.numel():
+        raise ValueError('slots of valid new tokens must be distinct')
+    if context is not None and bool(torch.isin(written, context.slots[context.mask]).any()):
+        raise ValueError('slots of new tokens overlap the context')
+    return slots
+
+
+__all__ = ['Pi05Model', 'build_model', 'euler_times', 'sincos_time_embedding']

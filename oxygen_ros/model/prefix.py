@@ -1,0 +1,110 @@
+"""
+Prefix embedding and packing: [image tokens of valid cameras] + [valid prompt tokens].
+
+openpi lays the prefix out as fixed slots (every camera, then ``max_token_len`` prompt slots)
+and masks the invalid ones; dropping them and packing the valid tokens to the left gives the
+same outputs for valid tokens because positions come from ``cumsum(valid)`` (spec §1.5) and
+saves their compute and cache space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oxygen_ros.model.masks import text_ar
+
+import torch
+
+if TYPE_CHECKING:
+    from oxygen_ros.model.pi05 import Pi05Model
+
+
+@dataclass(frozen=True, slots=True)
+class PackedPrefix:
+    """
+    A prefix segment packed to the left.
+
+    :ivar embeds: ``[B, P, W]`` input embeddings (padding rows are zeros).
+    :ivar valid: ``bool [B, P]``: ``arange(P) < counts``.
+    :ivar ar: ``int64 [B, P]`` ar flags of the packed tokens.
+    :ivar counts: ``int64 [B]`` valid tokens per sample.
+    :ivar all_valid: True when no token was dropped (no padding at all).
+    """
+
+    embeds: torch.Tensor
+    valid: torch.Tensor
+    ar: torch.Tensor
+    counts: torch.Tensor
+    all_valid: bool
+
+
+def padded_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+                  image_embeds: torch.Tensor | None, image_mask: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    Return the openpi (unpacked) prefix: every camera slot, then every prompt slot.
+
+    :param model: gives the text embedding, widths and the prefix attention mode.
+    :param tokens: ``int64 [B, T]`` prompt ids.
+    :param token_mask: ``bool [B, T]``.
+    :param image_embeds: ``[B, N, Ti, W]`` or None.
+    :param image_mask: ``bool [B, N]`` or None (all valid).
+    :returns: ``embeds [B, N*Ti + T, W]``, ``valid bool [B, N*Ti + T]``, ``ar int64 [...]``.
+    :raises ValueError: on inconsistent shapes.
+    """
+    cfg = model.cfg
+    if tokens.dim() != 2 or tuple(token_mask.shape) != tuple(tokens.shape):
+        raise ValueError(f'tokens and token_mask must both be [B, T], got '
+                         f'{tuple(tokens.shape)} and {tuple(token_mask.shape)}')
+    b, t = tokens.shape
+    dev = model.device
+    embeds = [model.embed_text(tokens)]
+    valid = [token_mask.to(torch.bool)]
+    ar = [torch.full((b, t), text_ar(cfg.prefix_attention), dtype=torch.int64, device=dev)]
+    if image_embeds is not None:
+        want = (b, cfg.image_tokens_per_camera, cfg.vlm.width)
+        if image_embeds.dim() != 4 or (image_embeds.shape[0], *image_embeds.shape[2:]) != want:
+            raise ValueError(f'image_embeds must be [{b}, N, {want[1]}, {want[2]}], '
+                             f'got {tuple(image_embeds.shape)}')
+        n, ti = image_embeds.shape[1:3]
+        if image_mask is None:
+            image_mask = torch.ones(b, n, dtype=torch.bool, device=dev)
+        if tuple(image_mask.shape) != (b, n):
+            raise ValueError(f'image_mask must be [{b}, {n}], got {tuple(image_mask.shape)}')
+        embeds.insert(0, image_embeds.reshape(b, n * ti, -1).to(model.dtype))
+        valid.insert(0, image_mask.to(torch.bool)[:, :, None].expand(b, n, ti).reshape(b, -1))
+        ar.insert(0, torch.zeros(b, n * ti, dtype=torch.int64, device=dev))
+    elif image_mask is not None:
+        raise ValueError('image_mask given without image_embeds')
+    return torch.cat(embeds, 1), torch.cat(valid, 1), torch.cat(ar, 1)
+
+
+def pack_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+                image_embeds: torch.Tensor | None,
+                image_mask: torch.Tensor | None) -> PackedPrefix:
+    """
+    Embed a prefix segment and drop its invalid tokens (one host sync for ``P``).
+
+    Arguments as :func:`padded_prefix`.
+
+    :returns: the packed segment; ``P`` = max valid count over the batch.
+    """
+    embeds, valid, ar = padded_prefix(model, tokens, token_mask, image_embeds, image_mask)
+    b, s, w = embeds.shape
+    counts = valid.sum(1)
+    if bool(valid.all()):
+        return PackedPrefix(embeds, valid, ar, counts, True)
+    p = int(counts.max())
+    rows, cols = valid.nonzero(as_tuple=True)
+    dest = (valid.cumsum(1) - 1)[rows, cols]
+    packed = embeds.new_zeros(b, p, w)
+    packed[rows, dest] = embeds[rows, cols]
+    packed_ar = ar.new_zeros(b, p)
+    packed_ar[rows, dest] = ar[rows, cols]
+    packed_valid = torch.arange(p, device=valid.device) < counts[:, None]
+    return PackedPrefix(packed, packed_valid, packed_ar, counts,
+                        bool(packed_valid.all()))
+
+
+__all__ = ['PackedPrefix', 'pack_prefix', 'padded_prefix']
