@@ -1,0 +1,132 @@
+"""denoise on a cached prefix equals the uncached reference_sample_actions."""
+
+from oxygen_ros.config import get_preset
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.reference import reference_sample_actions
+import pytest
+import torch
+
+
+@pytest.fixture(scope='module')
+def model():
+    torch.manual_seed(0)
+    return Pi05Model(get_preset('tiny')).eval()
+
+
+def _images(model, batch, seed):
+    gen = torch.Generator().manual_seed(seed)
+    size = model.cfg.vision.image_size
+    return torch.rand(batch, 3, 3, size, size, generator=gen) * 2 - 1
+
+
+def _prompt(batch, lengths, seed):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(3, 5000, (batch, 16), generator=gen)
+    mask = torch.arange(16)[None, :] < torch.tensor(lengths)[:, None]
+    return tokens, mask
+
+
+def _noise(model, batch, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, model.cfg.action_horizon, model.cfg.action_dim, generator=gen)
+
+
+@pytest.mark.parametrize('cams', [[True, False, False], [True, True, False],
+                                  [True, True, True], [False, True, True]])
+def test_denoise_matches_reference(model, cams):
+    embeds = model.encode_images(_images(model, 1, 1))
+    image_mask = torch.tensor([cams])
+    tokens, token_mask = _prompt(1, [11], 2)
+    noise = _noise(model, 1, 3)
+    prefix = model.prefill(tokens, token_mask, image_embeds=embeds, image_mask=image_mask)
+    assert prefix.num_tokens.item() == 64 * sum(cams) + 11
+    actions = model.denoise(prefix, noise)
+    want = reference_sample_actions(model, embeds, image_mask, tokens, token_mask, noise)
+    assert actions.dtype == torch.float32 and actions.shape == noise.shape
+    assert torch.allclose(actions, want, atol=1e-5), (actions - want).abs().max()
+
+
+@pytest.mark.parametrize('steps', [1, 3])
+def test_denoise_step_counts(model, steps):
+    embeds = model.encode_images(_images(model, 1, 4))
+    tokens, token_mask = _prompt(1, [7], 5)
+    noise = _noise(model, 1, 6)
+    prefix = model.prefill(tokens, token_mask, image_embeds=embeds)
+    actions = model.denoise(prefix, noise, num_steps=steps)
+    want = reference_sample_actions(model, embeds, None, tokens, token_mask, noise,
+                                    num_steps=steps)
+    assert torch.allclose(actions, want, atol=1e-5)
+
+
+def test_masked_camera_pixels_change_nothing(model):
+    images = _images(model, 1, 7)
+    image_mask = torch.tensor([[True, True, False]])
+    tokens, token_mask = _prompt(1, [9], 8)
+    noise = _noise(model, 1, 9)
+    outputs = []
+    for fill in (None, 0.0, 123.0):
+        if fill is not None:
+            images = images.clone()
+            images[0, 2] = fill
+        prefix = model.prefill(tokens, token_mask, image_embeds=model.encode_images(images),
+                               image_mask=image_mask)
+        outputs.append(model.denoise(prefix, noise))
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
+
+
+def test_batch_with_different_cameras_equals_one_by_one(model):
+    embeds = model.encode_images(_images(model, 2, 10))
+    image_mask = torch.tensor([[True, True, False], [True, False, True]])
+    tokens, token_mask = _prompt(2, [12, 5], 11)
+    noise = _noise(model, 2, 12)
+    prefix = model.prefill(tokens, token_mask, image_embeds=embeds, image_mask=image_mask)
+    batched = model.denoise(prefix, noise)
+    for b in range(2):
+        single = model.prefill(tokens[b:b + 1], token_mask[b:b + 1],
+                               image_embeds=embeds[b:b + 1], image_mask=image_mask[b:b + 1])
+        assert torch.allclose(batched[b:b + 1], model.denoise(single, noise[b:b + 1]),
+                              atol=1e-5)
+
+
+def test_actions_depend_on_prefix_and_noise_and_cache_is_read_only(model):
+    """Guards against a path that ignores the prefix (e.g. zero-initialised adaRMS)."""
+    images = _images(model, 1, 13)
+    tokens, token_mask = _prompt(1, [8], 14)
+    noise = _noise(model, 1, 15)
+    prefix = model.prefill(tokens, token_mask, image_embeds=model.encode_images(images))
+    k, v = prefix.cache.k.clone(), prefix.cache.v.clone()
+    actions = model.denoise(prefix, noise)
+    assert torch.equal(prefix.cache.k, k) and torch.equal(prefix.cache.v, v)
+    other_prompt = model.prefill(tokens + 1, token_mask,
+                                 image_embeds=model.encode_images(images))
+    other_image = model.prefill(tokens, token_mask,
+                                image_embeds=model.encode_images(images.flip(-1)))
+    assert (model.denoise(other_prompt, noise) - actions).abs().max() > 1e-3
+    assert (model.denoise(other_image, noise) - actions).abs().max() > 1e-3
+    assert (model.denoise(prefix, noise + 0.5) - actions).abs().max() > 1e-3
+
+
+def test_bfloat16_model_stays_close_to_its_reference(model):
+    bf16 = Pi05Model(model.cfg)
+    bf16.load_state_dict(model.state_dict())
+    bf16 = bf16.to(torch.bfloat16)
+    embeds = bf16.encode_images(_images(model, 1, 16))
+    tokens, token_mask = _prompt(1, [10], 17)
+    noise = _noise(model, 1, 18)
+    prefix = bf16.prefill(tokens, token_mask, image_embeds=embeds)
+    assert prefix.cache.dtype == torch.bfloat16
+    actions = bf16.denoise(prefix, noise)
+    want = reference_sample_actions(bf16, embeds, None, tokens, token_mask, noise)
+    assert actions.dtype == torch.float32
+    assert torch.allclose(actions, want, atol=2e-2), (actions - want).abs().max()
+    fp32_prefix = model.prefill(tokens, token_mask, image_embeds=embeds.float())
+    assert torch.allclose(actions, model.denoise(fp32_prefix, noise), atol=5e-2)
+
+
+def test_denoise_rejects_bad_noise(model):
+    tokens, token_mask = _prompt(1, [4], 19)
+    prefix = model.prefill(tokens, token_mask)
+    with pytest.raises(ValueError, match=r'noise must be \[1, H, 32\]'):
+        model.denoise(prefix, torch.zeros(1, 4, 7))
+    with pytest.raises(ValueError, match='num_steps must be >= 1, got 0'):
+        model.denoise(prefix, torch.zeros(1, 4, 32), num_steps=0)
