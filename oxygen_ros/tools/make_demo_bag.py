@@ -1,0 +1,246 @@
+"""
+``oxygen_make_demo_bag``: write a rosbag2 of real photographs and a smooth arm motion.
+
+Usage::
+
+    oxygen_make_demo_bag OUT_BAG [--duration 20] [--rate 15] [--joint-rate 50]
+                         [--storage mcap|sqlite3] [--instruction "pick up the coffee cup"]
+                         [--start-time SECONDS]
+
+Topics (the node's defaults, architecture.md §4), all stamps increasing, bag time = stamp:
+
+- ``/camera/base/image_raw``: ``skimage.data.coffee()`` (400x600 rgb8), panned a little every
+  frame (a sliding window over a mirror-padded copy; frame 0 is the photograph itself).
+- ``/camera/left_wrist/image_raw``, ``/camera/right_wrist/image_raw``: 240x320 rgb8 crops of the
+  left and right views of ``skimage.data.stereo_motorcycle()``, the crop window drifting.
+- the three cameras share one stamp per frame (a synchronised rig) at ``--rate`` Hz.
+- ``/joint_states``: ``joint_1..joint_7`` (rad) and ``gripper`` (rad), sinusoids with their
+  velocities, at ``--joint-rate`` Hz.
+- ``/oxygen/instruction`` (``std_msgs/String``): the instruction, once, at the start.
+
+Messages are serialized with rclpy (the bytes DDS carries); metadata (message counts, QoS, type
+hashes) is written by rosbags the way rosbag2 writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+import functools
+import heapq
+import math
+from pathlib import Path
+import sys
+import time
+from typing import Iterator, Sequence
+
+import numpy as np
+from oxygen_ros.ros.convert import NS_PER_S, ns_to_stamp, rgb_to_image
+from oxygen_ros.tools.bag_topics import (
+    bag_qos, CAMERA_TOPICS, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
+    JOINT_STATES_TOPIC, qos_profile, qos_role, Storage, STRING_TYPE, typestore)
+from rclpy.serialization import serialize_message
+from rosbags.rosbag2 import Writer
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Header, String
+from tqdm import tqdm
+
+JOINT_NAMES: tuple[str, ...] = tuple(f'joint_{i}' for i in range(1, 8)) + ('gripper',)
+WRIST_SIZE = (240, 320)
+"""Height, width of the wrist camera crops."""
+FRAME_IDS = {slot: f'{slot.removesuffix("_0_rgb")}_camera_optical_frame'
+             for slot in CAMERA_TOPICS}
+_BASE_PAN = 40
+"""Pixels of mirror padding each side of the coffee photograph (pan range)."""
+# Sinusoid per joint: centre (rad), amplitude (rad), frequency (Hz), phase (rad).
+_CENTRE = np.array([0.0, -0.4, 0.0, -2.0, 0.0, 1.6, 0.8, 0.4])
+_AMPLITUDE = np.array([0.5, 0.3, 0.4, 0.35, 0.5, 0.3, 0.6, 0.4])
+_FREQUENCY = np.array([0.10, 0.15, 0.12, 0.20, 0.25, 0.18, 0.30, 0.20])
+_PHASE = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, -math.pi / 2])
+
+
+@dataclass(frozen=True, slots=True)
+class DemoBagConfig:
+    """What ``write_demo_bag`` writes (units: seconds, hertz, nanoseconds)."""
+
+    duration_s: float = 20.0
+    camera_rate_hz: float = 15.0
+    joint_rate_hz: float = 50.0
+    storage: Storage = Storage.MCAP
+    instruction: str = 'pick up the coffee cup'
+    start_ns: int = 0
+    """Stamp of the first messages; 0 means the wall clock when writing starts."""
+
+    def __post_init__(self) -> None:
+        for name in ('duration_s', 'camera_rate_hz', 'joint_rate_hz'):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'{name} must be a positive number, got {value!r}')
+        if self.num_frames < 1:
+            raise ValueError(f'duration {self.duration_s} s at {self.camera_rate_hz} Hz holds '
+                             f'no camera frame')
+        if self.start_ns < 0:
+            raise ValueError(f'start_ns must be >= 0, got {self.start_ns}')
+
+    @property
+    def num_frames(self) -> int:
+        """Return the number of frames per camera."""
+        return math.floor(self.duration_s * self.camera_rate_hz + 1e-9)
+
+    @property
+    def num_joint_states(self) -> int:
+        """Return the number of joint state messages."""
+        return math.floor(self.duration_s * self.joint_rate_hz + 1e-9)
+
+
+@functools.cache
+def _sources() -> dict[str, np.ndarray]:
+    from skimage import data  # ~0.5 s, only when images are made
+    coffee = data.coffee()
+    left, right, _ = data.stereo_motorcycle()
+    padded = np.pad(coffee, ((0, 0), (_BASE_PAN, _BASE_PAN), (0, 0)), mode='reflect')
+    return {'base_0_rgb': padded, 'left_wrist_0_rgb': left, 'right_wrist_0_rgb': right}
+
+
+def _triangle(k: int, span: int, step: int) -> int:
+    """Return position ``k`` of a wave bouncing over ``[0, span]`` in ``step`` px moves."""
+    pos = (k * step) % (2 * span)
+    return pos if pos <= span else 2 * span - pos
+
+
+def camera_frame(slot: str, k: int) -> np.ndarray:
+    """
+    Return frame ``k`` of a camera as written to the bag.
+
+    :param slot: a key of ``CAMERA_TOPICS``.
+    :param k: frame index ``>= 0``.
+    :returns: ``uint8 [h, w, 3]`` RGB: 400x600 for the base camera (frame 0 is exactly
+        ``skimage.data.coffee()``), ``WRIST_SIZE`` for the wrists. Consecutive frames differ.
+    """
+    src = _sources()[slot]
+    if slot == 'base_0_rgb':
+        x = _triangle(k + _BASE_PAN // 2, 2 * _BASE_PAN, 2)
+        return src[:, x:x + src.shape[1] - 2 * _BASE_PAN]
+    height, width = WRIST_SIZE
+    y0 = (src.shape[0] - height) // 2 - 12 + _triangle(k, 24, 1)
+    x0 = (src.shape[1] - width) // 2 - 30 + _triangle(k, 60, 3)
+    return src[y0:y0 + height, x0:x0 + width]
+
+
+def joint_positions(t_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """
+    Return the demo arm state at ``t_s`` seconds after the start.
+
+    :returns: ``float64 [8]`` positions (rad) and ``float64 [8]`` velocities (rad/s), in
+        ``JOINT_NAMES`` order.
+    """
+    angle = 2 * math.pi * _FREQUENCY * t_s + _PHASE
+    return (_CENTRE + _AMPLITUDE * np.sin(angle),
+            _AMPLITUDE * 2 * math.pi * _FREQUENCY * np.cos(angle))
+
+
+def _events(cfg: DemoBagConfig, start_ns: int) -> Iterator[tuple[int, int, str, int]]:
+    """Yield ``(stamp_ns, order, topic, index)`` of every message, in bag order."""
+    cams = [(start_ns + round(k * NS_PER_S / cfg.camera_rate_hz), 2 + c, topic, k)
+            for k in range(cfg.num_frames) for c, topic in enumerate(CAMERA_TOPICS.values())]
+    joints = [(start_ns + round(j * NS_PER_S / cfg.joint_rate_hz), 1, JOINT_STATES_TOPIC, j)
+              for j in range(cfg.num_joint_states)]
+    yield (start_ns, 0, INSTRUCTION_TOPIC, 0)
+    yield from heapq.merge(joints, cams)
+
+
+def _message(cfg: DemoBagConfig, start_ns: int, stamp_ns: int, topic: str,
+             index: int) -> object:
+    if topic == INSTRUCTION_TOPIC:
+        return String(data=cfg.instruction)
+    if topic == JOINT_STATES_TOPIC:
+        position, velocity = joint_positions((stamp_ns - start_ns) / NS_PER_S)
+        return JointState(header=Header(stamp=ns_to_stamp(stamp_ns)), name=list(JOINT_NAMES),
+                          position=position, velocity=velocity)
+    slot = next(s for s, t in CAMERA_TOPICS.items() if t == topic)
+    return rgb_to_image(camera_frame(slot, index), stamp_ns, FRAME_IDS[slot])
+
+
+def write_demo_bag(path: Path, cfg: DemoBagConfig, *, progress: bool = False) -> dict[str, int]:
+    """
+    Write the demo bag.
+
+    :param path: the bag directory to create (must not exist).
+    :param cfg: what to write.
+    :param progress: show a tqdm progress bar on stderr.
+    :returns: topic -> number of messages written.
+    :raises FileExistsError: if ``path`` exists.
+    """
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f'{path} exists; rosbag2 bags are never overwritten')
+    start_ns = cfg.start_ns or time.time_ns()
+    types = {topic: IMAGE_TYPE for topic in CAMERA_TOPICS.values()}
+    types[JOINT_STATES_TOPIC] = JOINT_STATE_TYPE
+    types[INSTRUCTION_TOPIC] = STRING_TYPE
+    total = 1 + cfg.num_joint_states + len(CAMERA_TOPICS) * cfg.num_frames
+    counts = dict.fromkeys(types, 0)
+    writer = Writer(path, version=Writer.VERSION_LATEST, storage_plugin=cfg.storage.plugin)
+    writer.set_custom_data('oxygen_ros.generator', 'oxygen_make_demo_bag')
+    writer.open()
+    try:
+        connections = {
+            topic: writer.add_connection(
+                topic, msgtype, typestore=typestore(),
+                offered_qos_profiles=[bag_qos(qos_profile(qos_role(topic, msgtype)))])
+            for topic, msgtype in types.items()}
+        events = tqdm(_events(cfg, start_ns), total=total, unit='msg', disable=not progress,
+                      desc=path.name)
+        for stamp_ns, _, topic, index in events:
+            msg = _message(cfg, start_ns, stamp_ns, topic, index)
+            writer.write(connections[topic], stamp_ns, serialize_message(msg))
+            counts[topic] += 1
+    except BaseException:
+        writer.close()
+        raise
+    writer.close()
+    return counts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='oxygen_make_demo_bag',
+        description='Write a rosbag2 of real photographs (scikit-image) and joint states.')
+    parser.add_argument('out_bag', type=Path, help='bag directory to create')
+    parser.add_argument('--duration', type=float, default=20.0, help='seconds (default 20)')
+    parser.add_argument('--rate', type=float, default=15.0, help='camera Hz (default 15)')
+    parser.add_argument('--joint-rate', type=float, default=50.0,
+                        help='joint state Hz (default 50)')
+    parser.add_argument('--storage', choices=[s.value for s in Storage],
+                        default=Storage.MCAP.value, help='rosbag2 storage (default mcap)')
+    parser.add_argument('--instruction', default='pick up the coffee cup',
+                        help='text published once on /oxygen/instruction')
+    parser.add_argument('--start-time', type=float, default=0.0,
+                        help='stamp of the first message in seconds since the epoch '
+                             '(default: now)')
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``oxygen_make_demo_bag``; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = DemoBagConfig(duration_s=args.duration, camera_rate_hz=args.rate,
+                            joint_rate_hz=args.joint_rate, storage=Storage(args.storage),
+                            instruction=args.instruction,
+                            start_ns=round(args.start_time * NS_PER_S))
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        counts = write_demo_bag(args.out_bag, cfg, progress=sys.stderr.isatty())
+    except FileExistsError as exc:
+        parser.error(str(exc))
+    for topic, count in counts.items():
+        print(f'{topic}: {count} messages')
+    print(f'wrote {args.out_bag} ({cfg.storage.value})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
