@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from oxygen_ros.config import ModelConfig, PrefixAttention
+from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.gemma import GemmaExpert, NormKind
 from oxygen_ros.model.init import init_parameters
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
@@ -23,41 +24,6 @@ from oxygen_ros.model.siglip import SiglipTower
 import torch
 from torch import nn
 import torch.nn.functional as F  # noqa: N812
-
-
-def sincos_time_embedding(t: torch.Tensor, dim: int, min_period: float,
-                          max_period: float) -> torch.Tensor:
-    """
-    Return the sine-cosine embedding of flow-matching times, float32.
-
-    ``period_k = min_period * (max_period / min_period) ** linspace(0, 1, dim / 2)[k]``;
-    ``emb = [sin(2 pi t / period), cos(2 pi t / period)]`` (openpi ``pi0.py posemb_sincos``,
-    spec §1.6).
-
-    :param t: ``float32 [M]`` times in [0, 1].
-    :returns: ``float32 [M, dim]``.
-    """
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=t.device)
-    period = min_period * (max_period / min_period) ** fraction
-    angles = t.to(torch.float32)[:, None] * (2.0 * math.pi / period)
-    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
-
-
-def euler_times(num_steps: int) -> torch.Tensor:
-    """
-    Return the times of the Euler steps, accumulated in float32 as openpi (spec §1.8).
-
-    ``t_0 = 1``, ``t_{k+1} = t_k + dt`` with ``dt = float32(-1 / num_steps)``.
-
-    :returns: ``float32 [num_steps]`` on the CPU.
-    """
-    dt = torch.tensor(-1.0 / num_steps, dtype=torch.float32)
-    t = torch.tensor(1.0, dtype=torch.float32)
-    times = []
-    for _ in range(num_steps):
-        times.append(t)
-        t = t + dt
-    return torch.stack(times)
 
 
 class Pi05Model(nn.Module):
@@ -101,6 +67,7 @@ class Pi05Model(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ---------------------------------------------------------------- embeddings
+    @torch.no_grad()
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """
         Encode camera images into VLM-width image tokens (SigLIP + linear projector).
@@ -121,8 +88,8 @@ class Pi05Model(nn.Module):
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """Return ``E[tokens] * sqrt(W)`` with sqrt(W) cast to the model dtype (spec §1.3)."""
-        scale = torch.tensor(math.sqrt(self.cfg.vlm.width), dtype=self.dtype)
-        return F.embedding(tokens, self.embedding) * scale.to(self.device)
+        scale = torch.tensor(math.sqrt(self.cfg.vlm.width), dtype=self.dtype).item()
+        return F.embedding(tokens, self.embedding) * scale
 
     def time_condition(self, t: torch.Tensor) -> torch.Tensor:
         """
@@ -135,6 +102,7 @@ class Pi05Model(nn.Module):
                                     self.cfg.max_period).to(self.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
 
+    @torch.no_grad()
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """
         Return LM logits: final RMSNorm then the tied embedding (spec §1.3).
@@ -177,6 +145,8 @@ class Pi05Model(nn.Module):
         :returns: the prefix over context + new tokens, ``last_hidden`` at its last token.
         :raises ValueError: on bad shapes, slots, or a context that cannot be extended.
         """
+        if reserve < 0:
+            raise ValueError(f'reserve must be >= 0, got {reserve}')
         packed = pack_prefix(self, tokens, token_mask, image_embeds, image_mask)
         b, p = packed.valid.shape
         if context is not None:
@@ -187,6 +157,8 @@ class Pi05Model(nn.Module):
                 raise ValueError('context must live in the cache being written')
         base = (context.num_tokens if context is not None
                 else torch.zeros(b, dtype=torch.int64, device=self.device))
+        if slots is not None and cache is None:
+            raise ValueError('slots given without a cache or context to write into')
         if p == 0:
             if context is None:
                 raise ValueError('prefill got no valid token (all cameras and prompt masked)')
@@ -199,10 +171,10 @@ class Pi05Model(nn.Module):
         else:
             slots = _check_slots(slots, cache, packed, context)
         last_hidden = self._run_prefill(packed, cache, slots, base, context)
+        last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
+                                  0.0 if context is None else context.last_hidden)
         if context is None:
             return PrefixKV(cache, slots, packed.valid, base + packed.counts, last_hidden)
-        last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
-                                  context.last_hidden)
         return PrefixKV(cache, torch.cat([context.slots, slots], 1),
                         torch.cat([context.mask, packed.valid], 1),
                         base + packed.counts, last_hidden)
@@ -399,4 +371,4 @@ def _check_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPrefi
     return slots
 
 
-__all__ = ['Pi05Model', 'build_model', 'euler_times', 'sincos_time_embedding']
+__all__ = ['Pi05Model', 'build_model']

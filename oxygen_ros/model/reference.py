@@ -43,7 +43,6 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return torch.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, s, h * d)
 
 
-@torch.no_grad()
 def joint_forward(model: Pi05Model, prefix_embeds: torch.Tensor, prefix_valid: torch.Tensor,
                   prefix_ar: torch.Tensor, suffix_embeds: torch.Tensor | None = None,
                   suffix_valid: torch.Tensor | None = None,

@@ -3,10 +3,11 @@
 import math
 
 from oxygen_ros.config import get_preset
+from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.layers import (AdaRMSNorm, apply_rope, attention, AttentionMask,
                                      QueryLayout, RMSNorm, rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask, suffix_ar
-from oxygen_ros.model.pi05 import euler_times, Pi05Model, sincos_time_embedding
+from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.reference import eager_attention
 import pytest
 import torch

@@ -167,6 +167,10 @@ def test_input_errors(bidirectional):
         model.prefill(tokens, token_mask, image_mask=image_mask)
     with pytest.raises(ValueError, match='tokens and token_mask must both be'):
         model.prefill(tokens, token_mask[:, :3])
+    with pytest.raises(ValueError, match='slots given without a cache'):
+        model.prefill(tokens, token_mask, slots=torch.zeros(2, 10, dtype=torch.int64))
+    with pytest.raises(ValueError, match='reserve must be >= 0, got -1'):
+        model.prefill(tokens, token_mask, reserve=-1)
     with pytest.raises(ValueError, match='no valid token'):
         model.prefill(tokens, torch.zeros_like(token_mask))
     with pytest.raises(ValueError, match=r'images must be \[B, N, 3, 224, 224\]'):
