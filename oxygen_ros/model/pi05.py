@@ -213,9 +213,9 @@ class Pi05Model(nn.Module):
             write_slots = slots[write_rows]
         last = (packed.counts - 1).clamp(min=0)
         rows = torch.arange(b, device=dev)
-        full_mask = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads)
+        full_mask = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, self.dtype)
         last_mask = AttentionMask.build(mask[rows, last][:, None], vlm.num_heads,
-                                        vlm.num_kv_heads)
+                                        vlm.num_kv_heads, self.dtype)
         h = packed.embeds
         num_layers = len(self.vlm.layers)
         for i, layer in enumerate(self.vlm.layers):
@@ -276,7 +276,7 @@ class Pi05Model(nn.Module):
             buf[:, :, :, :p] = gathered.transpose(2, 3)
         mask = torch.cat([prefix.mask[:, None, :].expand(b, horizon, p),
                           torch.ones(b, horizon, horizon, dtype=torch.bool, device=dev)], 2)
-        amask = AttentionMask.build(mask, ex.num_heads, ex.num_kv_heads)
+        amask = AttentionMask.build(mask, ex.num_heads, ex.num_kv_heads, self.dtype)
         positions = prefix.num_tokens[:, None] + torch.arange(horizon, device=dev)
         cos, sin = rope_cos_sin(positions, ex.head_dim, self.cfg.rope_base)
         cond = self.time_condition(euler_times(n).to(dev))
@@ -324,7 +324,8 @@ class Pi05Model(nn.Module):
         cos, sin = rope_cos_sin(positions[:, None], vlm.head_dim, self.cfg.rope_base)
         key_slots = torch.cat([ctx_slots, write_slots[:, None]], dim=1).reshape(-1)
         mask = torch.cat([ctx_mask, torch.ones(b, 1, dtype=torch.bool, device=h.device)], 1)
-        amask = AttentionMask.build(mask[:, None, :], vlm.num_heads, vlm.num_kv_heads)
+        amask = AttentionMask.build(mask[:, None, :], vlm.num_heads, vlm.num_kv_heads,
+                                    self.dtype)
         for i, layer in enumerate(self.vlm.layers):
             q, k, v, _ = layer.project_qkv(h, cos, sin)
             cache.k[i].index_copy_(0, write_slots, k[:, 0].to(cache.dtype))

@@ -127,7 +127,7 @@ def test_attention_layouts_match_eager(heads, kv_heads, queries):
     k, v = torch.randn(b, p, kv_heads, d), torch.randn(b, p, kv_heads, d)
     mask = torch.rand(b, queries, p) > 0.3
     mask[..., 0] = True
-    prepared = AttentionMask.build(mask, heads, kv_heads)
+    prepared = AttentionMask.build(mask, heads, kv_heads, torch.float32)
     want_layout = (QueryLayout.HEADS if queries > 64 or heads == kv_heads
                    else QueryLayout.FOLDED)
     assert prepared.layout is want_layout
