@@ -50,6 +50,10 @@ class Pi05Model(nn.Module):
             self.action_out_proj = nn.Linear(exp_w, cfg.action_dim)
             self.time_mlp_in = nn.Linear(exp_w, exp_w)
             self.time_mlp_out = nn.Linear(exp_w, exp_w)
+        # sqrt(W) rounded to each activation dtype, as plain floats (no tensor per call).
+        root = math.sqrt(cfg.vlm.width)
+        self._embed_scale = {dt: torch.tensor(root, dtype=dt, device='cpu').item()
+                             for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64)}
         if target.type != 'meta':
             self.to_empty(device=target)
             init_parameters(self)
@@ -88,8 +92,7 @@ class Pi05Model(nn.Module):
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
         """Return ``E[tokens] * sqrt(W)`` with sqrt(W) cast to the model dtype (spec §1.3)."""
-        scale = torch.tensor(math.sqrt(self.cfg.vlm.width), dtype=self.dtype).item()
-        return F.embedding(tokens, self.embedding) * scale
+        return F.embedding(tokens, self.embedding) * self._embed_scale[self.dtype]
 
     def time_condition(self, t: torch.Tensor) -> torch.Tensor:
         """
@@ -281,7 +284,7 @@ class Pi05Model(nn.Module):
         cos, sin = rope_cos_sin(positions, ex.head_dim, self.cfg.rope_base)
         cond = self.time_condition(euler_times(n).to(dev))
         mod_in, mod_post, mod_final = self.expert.modulations(cond)
-        dt = torch.tensor(-1.0 / n, dtype=torch.float32, device=dev)
+        dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()  # the float32 value
         w_out = self.action_out_proj.weight.float()
         b_out = self.action_out_proj.bias.float()
         x = noise.to(torch.float32)
