@@ -53,7 +53,8 @@ class Pi05Model(nn.Module):
         # sqrt(W) rounded to each activation dtype, as plain floats (no tensor per call).
         root = math.sqrt(cfg.vlm.width)
         self._embed_scale = {dt: torch.tensor(root, dtype=dt, device='cpu').item()
-                             for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64)}
+                             for dt in (torch.float32, torch.bfloat16, torch.float16,
+                                        torch.float64)}
         if target.type != 'meta':
             self.to_empty(device=target)
             init_parameters(self)
