@@ -18,8 +18,11 @@ Topics (the node's defaults, architecture.md §4), all stamps increasing, bag ti
   velocities, at ``--joint-rate`` Hz.
 - ``/oxygen/instruction`` (``std_msgs/String``): the instruction, once, at the start.
 
-Messages are serialized with rclpy (the bytes DDS carries); metadata (message counts, QoS, type
-hashes) is written by rosbags the way rosbag2 writes it.
+Messages are serialized to CDR by rosbags' ``ROS2_JAZZY`` typestore: deterministic bytes (zero
+padding) that both rclpy and rosbags decode. (rclpy's ``serialize_message`` would do for rclpy,
+but Fast CDR pads the end of e.g. a ``JointState`` with 4 uninitialised bytes, which rosbags
+0.11 rejects as "CDR message size mismatch".) Metadata (message counts, QoS, type hashes) is
+written by rosbags the way rosbag2 writes it.
 """
 
 from __future__ import annotations
@@ -35,14 +38,11 @@ import time
 from typing import Iterator, Sequence
 
 import numpy as np
-from oxygen_ros.ros.convert import NS_PER_S, ns_to_stamp, rgb_to_image
+from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.tools.bag_topics import (
     bag_qos, CAMERA_TOPICS, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
     JOINT_STATES_TOPIC, qos_profile, qos_role, Storage, STRING_TYPE, typestore)
-from rclpy.serialization import serialize_message
 from rosbags.rosbag2 import Writer
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Header, String
 from tqdm import tqdm
 
 JOINT_NAMES: tuple[str, ...] = tuple(f'joint_{i}' for i in range(1, 8)) + ('gripper',)
@@ -149,16 +149,30 @@ def _events(cfg: DemoBagConfig, start_ns: int) -> Iterator[tuple[int, int, str, 
     yield from heapq.merge(joints, cams)
 
 
-def _message(cfg: DemoBagConfig, start_ns: int, stamp_ns: int, topic: str,
-             index: int) -> object:
+def _serialized(cfg: DemoBagConfig, start_ns: int, stamp_ns: int, topic: str,
+                index: int) -> bytes:
+    """Return the CDR bytes of one message (rosbags types of the Jazzy typestore)."""
+    store = typestore()
+    types = store.types
     if topic == INSTRUCTION_TOPIC:
-        return String(data=cfg.instruction)
+        return bytes(store.serialize_cdr(types[STRING_TYPE](data=cfg.instruction), STRING_TYPE))
+    stamp = types['builtin_interfaces/msg/Time'](sec=stamp_ns // NS_PER_S,
+                                                 nanosec=stamp_ns % NS_PER_S)
     if topic == JOINT_STATES_TOPIC:
         position, velocity = joint_positions((stamp_ns - start_ns) / NS_PER_S)
-        return JointState(header=Header(stamp=ns_to_stamp(stamp_ns)), name=list(JOINT_NAMES),
-                          position=position, velocity=velocity)
+        msg = types[JOINT_STATE_TYPE](
+            header=types['std_msgs/msg/Header'](stamp=stamp, frame_id=''),
+            name=list(JOINT_NAMES), position=position, velocity=velocity,
+            effort=np.zeros(0, dtype=np.float64))
+        return bytes(store.serialize_cdr(msg, JOINT_STATE_TYPE))
     slot = next(s for s, t in CAMERA_TOPICS.items() if t == topic)
-    return rgb_to_image(camera_frame(slot, index), stamp_ns, FRAME_IDS[slot])
+    frame = np.ascontiguousarray(camera_frame(slot, index))
+    height, width = frame.shape[:2]
+    msg = types[IMAGE_TYPE](
+        header=types['std_msgs/msg/Header'](stamp=stamp, frame_id=FRAME_IDS[slot]),
+        height=height, width=width, encoding='rgb8', is_bigendian=0, step=width * 3,
+        data=frame.reshape(-1))
+    return bytes(store.serialize_cdr(msg, IMAGE_TYPE))
 
 
 def write_demo_bag(path: Path, cfg: DemoBagConfig, *, progress: bool = False) -> dict[str, int]:
@@ -192,8 +206,8 @@ def write_demo_bag(path: Path, cfg: DemoBagConfig, *, progress: bool = False) ->
         events = tqdm(_events(cfg, start_ns), total=total, unit='msg', disable=not progress,
                       desc=path.name)
         for stamp_ns, _, topic, index in events:
-            msg = _message(cfg, start_ns, stamp_ns, topic, index)
-            writer.write(connections[topic], stamp_ns, serialize_message(msg))
+            writer.write(connections[topic], stamp_ns,
+                         _serialized(cfg, start_ns, stamp_ns, topic, index))
             counts[topic] += 1
     except BaseException:
         writer.close()
