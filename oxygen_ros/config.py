@@ -227,7 +227,7 @@ _register(ModelConfig(
     vlm=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
     expert=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
     action_horizon=4, state_dim=8, robot_action_dim=7,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='tiny', max_token_len=48,
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='tiny', max_token_len=64,
     decode_budget=8))
 
 

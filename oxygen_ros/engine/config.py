@@ -1,0 +1,168 @@
+"""
+Engine configuration and the values it hands back per cycle (no torch).
+
+``EngineConfig`` is what the node's parameters and the benchmark's flags map onto.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+
+import numpy as np
+
+from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.sched.scheduler import Policy
+
+
+class BackendKind(enum.Enum):
+    TORCH = 'torch'
+    TENSORRT = 'tensorrt'
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """
+    Everything needed to build an ``Engine``.
+
+    :param preset: model preset (``oxygen_ros.config.preset_names()``).
+    :param checkpoint: directory with ``model.safetensors`` (openpi-PyTorch or LeRobot
+        layout) and ``assets/<asset_id>/norm_stats.json``; None: random weights (logged).
+    :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
+    :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's.
+    :param dtype: ``float32`` or ``bfloat16``.
+    :param prefix_attention: override of the preset's prefix attention mode.
+    :param cameras: override of the preset's camera slots (``CAMERA_SLOTS`` names).
+    :param tokens_per_cycle: k, decode tokens per text request per control cycle.
+    :param decode_budget: default max tokens of a text request (None: the preset's).
+    :param kv_cache_mb: KV pool size in MiB; None sizes it for ``max_running_requests``
+        requests with unshared prefixes plus the action reserve.
+    :param control_period_s: action deadline per cycle (k adapts to it); None: fixed k.
+    :param stop_on_eos: False decodes every request to its budget (OxyGen's benchmarks).
+    :param max_pending_requests: text requests waiting for admission before submit refuses.
+    :param max_wait_cycles: cycles a request may wait for KV space before it is rejected.
+    :param seed: random weights and the flow-matching noise of frame i (seeded by seed, i).
+    """
+
+    preset: str = 'small'
+    checkpoint: str | None = None
+    tokenizer: str | None = None
+    norm_stats: str | None = None
+    dtype: str = 'float32'
+    device: str = 'cpu'
+    backend: BackendKind = BackendKind.TORCH
+    policy: Policy = Policy.OXYGEN
+    prefix_attention: PrefixAttention | None = None
+    cameras: tuple[str, ...] | None = None
+    tokens_per_cycle: int = 5
+    min_tokens_per_cycle: int = 1
+    decode_budget: int | None = None
+    block_size: int = 16
+    kv_cache_mb: float | None = None
+    max_running_requests: int = 32
+    control_period_s: float | None = None
+    stop_on_eos: bool = True
+    max_pending_requests: int = 64
+    max_wait_cycles: int = 50
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)  # raises with a suggestion
+        if self.dtype not in ('float32', 'bfloat16'):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',
+                     'max_pending_requests', 'max_wait_cycles'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        if self.decode_budget is not None and self.decode_budget < 1:
+            raise ValueError(f'decode_budget must be >= 1, got {self.decode_budget}')
+        if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
+            raise ValueError(f'kv_cache_mb must be > 0, got {self.kv_cache_mb}')
+        if self.control_period_s is not None and self.control_period_s <= 0:
+            raise ValueError(f'control_period_s must be > 0, got {self.control_period_s}')
+
+    def model_config(self) -> ModelConfig:
+        """Return the preset with this config's overrides applied."""
+        cfg = get_preset(self.preset)
+        changes: dict[str, object] = {}
+        if self.prefix_attention is not None:
+            changes['prefix_attention'] = self.prefix_attention
+        if self.decode_budget is not None:
+            changes['decode_budget'] = self.decode_budget
+        if self.cameras is not None:
+            changes['cameras'] = tuple(self.cameras)
+        return cfg.with_overrides(**changes) if changes else cfg
+
+
+@dataclass(frozen=True, slots=True)
+class ActionChunk:
+    """
+    One action chunk in robot units.
+
+    :ivar actions: ``float32 [H, robot_action_dim]``, unnormalized (openpi ``Unnormalize``).
+    :ivar stamp_ns: stamp of the observation it was computed from.
+    """
+
+    actions: np.ndarray
+    stamp_ns: int
+    frame_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextOutput:
+    """
+    A finished (or rejected) text request.
+
+    :ivar finish_reason: STOP (EOS), LENGTH (budget), ABORT; None when it was rejected
+        before it ever ran (``error`` says why).
+    :ivar frame_stamp_ns: stamp of the observation whose prefix it read.
+    :ivar num_cycles: control cycles from seeding to finish.
+    """
+
+    req_id: str
+    task: TextTask
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None
+    frame_stamp_ns: int
+    num_cycles: int = 0
+    error: str = ''
+
+
+@dataclass(frozen=True, slots=True)
+class CycleStats:
+    """
+    Measurements of one control cycle.
+
+    :ivar total_s: wall time of ``Engine.step``.
+    :ivar forward_s: time inside model forward passes (the rest is bookkeeping overhead).
+    :ivar seconds_by_job: forward time per job kind (``JobKind.value``).
+    """
+
+    cycle_id: int
+    total_s: float
+    forward_s: float
+    seconds_by_job: dict[str, float]
+    tokens_per_cycle: int
+    decode_batch: int
+    tokens_generated: int
+    num_running: int
+    num_pending: int
+    kv_used_blocks: int
+    kv_capacity_blocks: int
+    kv_used_bytes: int
+
+    @property
+    def overhead_s(self) -> float:
+        return max(self.total_s - self.forward_s, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one ``Engine.step`` produced."""
+
+    action: ActionChunk | None
+    texts: tuple[TextOutput, ...]
+    stats: CycleStats

@@ -1,0 +1,336 @@
+"""
+The engine loop: observations and text requests in, action chunks and finished texts out.
+
+One ``step`` is one control cycle: prepare the newest observation, offer waiting text
+requests, let the scheduler plan the cycle (OxyGen or isolated), run the plan on the backend,
+and turn the results into robot-unit actions and strings. The engine knows nothing of ROS;
+the node calls ``step`` from its control timer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+import itertools
+import logging
+import time
+from typing import Mapping
+
+import numpy as np
+from oxygen_ros.engine.config import (
+    ActionChunk, CycleStats, EngineConfig, StepOutput, TextOutput)
+from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
+from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
+from oxygen_ros.engine.torch_backend import FrameInputs, TorchBackend
+from oxygen_ros.model.normalize import NormStats, unnormalize_quantile
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+from oxygen_ros.model.tokenizer import PaligemmaTokenizer
+from oxygen_ros.observation import Observation
+from oxygen_ros.sched.output import JobKind
+from oxygen_ros.sched.request import Request, RequestKind
+from oxygen_ros.sched.scheduler import FrameSpec, Scheduler, SchedulerConfig
+import torch
+
+_LOG = logging.getLogger(__name__)
+
+
+class EngineClosedError(RuntimeError):
+    """The engine was shut down; it takes no more observations or requests."""
+
+
+class EngineBusyError(RuntimeError):
+    """Too many text requests are waiting for admission; try again later."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    req_id: str
+    task: TextTask
+    question: str | None
+    max_tokens: int
+    waited_cycles: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    task: TextTask
+    frame_stamp_ns: int
+    first_cycle: int
+
+
+class Engine:
+    """
+    π0.5 with unified KV cache management behind a step-per-control-cycle interface.
+
+    :param model: an already built model to share (the benchmark runs two policies on one
+        set of weights); its config must equal ``config.model_config()``.
+    :raises ValueError: inconsistent configuration, checkpoint or norm stats.
+    :raises FileNotFoundError: missing checkpoint, tokenizer or norm stats file.
+    """
+
+    def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
+                 tokenizer: PaligemmaTokenizer | None = None,
+                 norm_stats: Mapping[str, NormStats] | None = None) -> None:
+        self.config = config
+        self.model_cfg = config.model_config()
+        if model is None:
+            model = build_model(config, self.model_cfg)
+        elif model.cfg != self.model_cfg:
+            raise ValueError(f'shared model was built for preset {model.cfg.name} with '
+                             f'{model.cfg.prefix_attention.value} prefix attention; this engine '
+                             f'needs {self.model_cfg.name} / '
+                             f'{self.model_cfg.prefix_attention.value}')
+        self.model = model.eval()
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
+        stats = norm_stats if norm_stats is not None else load_norm_stats_for(
+            config, self.model_cfg)
+        self.state_stats, self.action_stats = stats['state'], stats['actions']
+        cfg = self.model_cfg
+        self.max_prefix_tokens = len(cfg.cameras) * cfg.image_tokens_per_camera + \
+            cfg.max_token_len
+        sched_cfg = SchedulerConfig(
+            num_blocks=self._num_blocks(), max_prefix_tokens=self.max_prefix_tokens,
+            policy=config.policy, prefix_attention=cfg.prefix_attention,
+            block_size=config.block_size, tokens_per_cycle=config.tokens_per_cycle,
+            min_tokens_per_cycle=min(config.min_tokens_per_cycle, config.tokens_per_cycle),
+            adapt_tokens_per_cycle=config.control_period_s is not None,
+            max_running_requests=config.max_running_requests,
+            eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
+        self.scheduler = Scheduler(sched_cfg)
+        self.backend = TorchBackend(self.model, sched_cfg.num_blocks, config.block_size)
+        self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
+            config.block_size
+        self._pending: deque[_Pending] = deque()
+        self._offered: dict[str, _Pending] = {}
+        self._live: dict[str, _Live] = {}
+        self._req_ids = itertools.count()
+        self._frame_index = 0
+        self._cycle = 0
+        self._closed = False
+        _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
+                  '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
+                  config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
+                  self.backend.cache.nbytes / 2**20)
+
+    def _num_blocks(self) -> int:
+        cfg, ecfg = self.model_cfg, self.config
+        bytes_per_token = cfg.vlm.depth * 2 * cfg.vlm.num_kv_heads * cfg.vlm.head_dim * \
+            torch.empty((), dtype=getattr(torch, ecfg.dtype)).element_size()
+        if ecfg.kv_cache_mb is not None:
+            return int(ecfg.kv_cache_mb * 2**20 // (bytes_per_token * ecfg.block_size))
+        per_prefix = -(-self.max_prefix_tokens // ecfg.block_size) + 1
+        per_request = per_prefix + -(-cfg.decode_budget // ecfg.block_size)
+        return 1 + 2 * per_prefix + ecfg.max_running_requests * per_request
+
+    # -- requests ------------------------------------------------------------------------
+    def submit_text(self, task: TextTask, *, question: str | None = None,
+                    max_tokens: int | None = None, req_id: str | None = None) -> str:
+        """
+        Queue a text request; it reads the prefix of the next valid observation.
+
+        :returns: the request id.
+        :raises EngineClosedError: after ``shutdown``.
+        :raises EngineBusyError: ``max_pending_requests`` requests are already waiting.
+        :raises ValueError: ANSWER without a question, a question for another task, or a
+            budget < 1.
+        """
+        self._check_open()
+        task = TextTask(task)
+        if task is TextTask.ANSWER and not (question and question.strip()):
+            raise ValueError('an ANSWER request needs a non-empty question')
+        if task is not TextTask.ANSWER and question is not None:
+            raise ValueError(f'a question is only used by ANSWER requests, not {task.name}')
+        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
+        if budget < 1:
+            raise ValueError(f'max_tokens must be >= 1, got {budget}')
+        if len(self._pending) >= self.config.max_pending_requests:
+            raise EngineBusyError(f'{len(self._pending)} text requests already wait for KV '
+                                  f'space (max_pending_requests)')
+        req_id = req_id or f'{task.value}-{next(self._req_ids)}'
+        self._pending.append(_Pending(req_id, task, question, budget))
+        return req_id
+
+    def abort(self, req_id: str) -> bool:
+        """Cancel a waiting or running text request; return whether it existed."""
+        for p in self._pending:
+            if p.req_id == req_id:
+                self._pending.remove(p)
+                return True
+        self._live.pop(req_id, None)
+        return self.scheduler.abort_request(req_id) is not None
+
+    @property
+    def num_running(self) -> int:
+        return self.scheduler.num_running
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    # -- the control cycle ---------------------------------------------------------------
+    def prepare(self, obs: Observation) -> PreparedObservation:
+        """
+        Check and transform an observation without changing any engine state.
+
+        :raises ObservationError: see ``engine.inputs.prepare_observation``.
+        """
+        return prepare_observation(obs, self.model_cfg, self.tokenizer, self.state_stats)
+
+    def step(self, obs: Observation | PreparedObservation | None,
+             now: float | None = None) -> StepOutput:
+        """
+        Run one control cycle.
+
+        :param obs: the newest observation; None when there is no valid one (no action is
+            produced, no text request is seeded, running text keeps decoding).
+        :param now: monotonic seconds at the start of the cycle (default: now).
+        :raises ObservationError: ``obs`` is invalid (nothing has changed then).
+        :raises EngineClosedError: after ``shutdown``.
+        """
+        self._check_open()
+        t0 = time.perf_counter()
+        now = time.monotonic() if now is None else now
+        prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
+        self._cycle += 1
+        frame, inputs, rejected = None, None, []
+        if prepared is not None:
+            frame, inputs = self._new_frame(prepared, now)
+            rejected = self._offer_pending(prepared)
+        plan = self.scheduler.schedule(frame, now)
+        result = self.backend.execute(plan, inputs)
+        finished = self.scheduler.update_from_output(plan, result.runner)
+        rejected += self._requeue(plan.deferred_req_ids, offered=prepared is not None)
+        action = self._action_chunk(result.actions, prepared, frame)
+        texts = [self._text_output(r) for r in finished] + rejected
+        stats = self._stats(plan, result, time.perf_counter() - t0)
+        return StepOutput(action, tuple(texts), stats)
+
+    def _new_frame(self, prepared: PreparedObservation,
+                   now: float) -> tuple[FrameSpec, FrameInputs]:
+        fid = self._frame_index
+        self._frame_index += 1
+        period = self.config.control_period_s
+        action = Request(f'action-{fid}', RequestKind.ACTION, prepared.action_prompt_ids,
+                         arrival_time=now, deadline=now + period if period else None)
+        num_cams = prepared.num_cameras
+        frame = FrameSpec(fid, num_cams * self.model_cfg.image_tokens_per_camera, num_cams,
+                          action)
+        dev = self.backend.device
+        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
+        noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
+                            generator=gen, dtype=torch.float32)
+        images = torch.from_numpy(prepared.images)[None].to(dev)
+        return frame, FrameInputs(fid, images, noise.to(dev))
+
+    def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
+        rejected = []
+        while self._pending:
+            p = self._pending.popleft()
+            try:
+                tp = tokenize_text_prompt(self.tokenizer, prepared.instruction, p.task,
+                                          question=p.question,
+                                          max_len=self.model_cfg.max_token_len)
+            except ValueError as exc:
+                rejected.append(self._rejected(p, f'bad text prompt: {exc}'))
+                continue
+            kind = RequestKind.MEMORY if p.task is TextTask.MEMORY else RequestKind.TEXT
+            self.scheduler.add_request(Request(p.req_id, kind, tuple(tp.ids),
+                                               max_tokens=p.max_tokens))
+            self._live[p.req_id] = _Live(p.task, prepared.stamp_ns, self._cycle)
+            self._offered[p.req_id] = p
+        return rejected
+
+    def _requeue(self, deferred: tuple[str, ...], offered: bool) -> list[TextOutput]:
+        """Put requests the scheduler did not admit back in line; reject the long waiters."""
+        rejected = []
+        back = [self._offered[req_id] for req_id in deferred]
+        self._offered.clear()
+        for req_id in deferred:
+            self._live.pop(req_id, None)
+        if not offered:  # no valid frame: nothing was offered, everybody waited a cycle
+            back = list(self._pending)
+            self._pending.clear()
+        for p in back:
+            p.waited_cycles += 1
+            if p.waited_cycles > self.config.max_wait_cycles:
+                rejected.append(self._rejected(
+                    p, f'not admitted for {p.waited_cycles} cycles (KV pool or decode batch '
+                       f'full, or no valid observation)'))
+            else:
+                self._pending.append(p)
+        return rejected
+
+    def _rejected(self, p: _Pending, why: str) -> TextOutput:
+        _LOG.warning('text request %s rejected: %s', p.req_id, why)
+        return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
+
+    def _action_chunk(self, actions: torch.Tensor | None, prepared: PreparedObservation | None,
+                      frame: FrameSpec | None) -> ActionChunk | None:
+        if actions is None or prepared is None or frame is None:
+            return None
+        x = actions[0].float().cpu().numpy()
+        if not np.all(np.isfinite(x)):
+            _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
+                       frame.frame_id)
+            return None
+        robot = unnormalize_quantile(x, self.action_stats)[:, :self.model_cfg.robot_action_dim]
+        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
+                           frame.frame_id)
+
+    def _text_output(self, req: Request) -> TextOutput:
+        live = self._live.pop(req.req_id)
+        ids = tuple(req.output_token_ids)
+        return TextOutput(req.req_id, live.task, self.tokenizer.decode(ids), ids,
+                          req.finish_reason, live.frame_stamp_ns,
+                          self._cycle - live.first_cycle + 1)
+
+    def _stats(self, plan, result, total_s: float) -> CycleStats:
+        by_job: dict[str, float] = {}
+        generated = 0
+        decode_batch = 0
+        for t in result.runner.timings:
+            by_job[t.kind.value] = by_job.get(t.kind.value, 0.0) + t.seconds
+            if t.kind is JobKind.DECODE:
+                decode_batch = max(decode_batch, t.batch_size)
+        for tokens in result.runner.sampled_token_ids.values():
+            generated += len(tokens)
+        kv = self.scheduler.kv
+        return CycleStats(
+            cycle_id=plan.cycle_id, total_s=total_s, forward_s=result.forward_seconds,
+            seconds_by_job=by_job, tokens_per_cycle=plan.tokens_per_cycle,
+            decode_batch=decode_batch, tokens_generated=generated,
+            num_running=self.scheduler.num_running, num_pending=len(self._pending),
+            kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
+            kv_used_bytes=kv.num_used_blocks * self.bytes_per_block)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def warmup(self, observation: Observation) -> None:
+        """Run one full cycle with one text request (fills caches and the cost model)."""
+        req_id = self.submit_text(TextTask.SUBTASK, max_tokens=2)
+        for _ in range(3):
+            out = self.step(observation)
+            if any(t.req_id == req_id for t in out.texts):
+                break
+        self.abort(req_id)
+        self._frame_index = 0
+
+    def shutdown(self) -> list[TextOutput]:
+        """Abort every request, release the KV pool; later calls raise EngineClosedError."""
+        if self._closed:
+            return []
+        out = [self._rejected(p, 'engine shut down') for p in self._pending]
+        self._pending.clear()
+        for req in self.scheduler.abort_all():
+            live = self._live.pop(req.req_id, None)
+            if live is not None:
+                out.append(TextOutput(req.req_id, live.task, '', tuple(req.output_token_ids),
+                                      req.finish_reason, live.frame_stamp_ns, 0,
+                                      'engine shut down'))
+        self._closed = True
+        del self.backend
+        return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosedError('the engine was shut down')

@@ -1,0 +1,102 @@
+"""
+Observation checks and the openpi input transforms, before anything reaches the scheduler.
+
+Order as openpi at inference (spec §1.9): Normalize (state, quantile) → resize with pad →
+tokenize (the state goes into the prompt as 256-bin codes for ``PI05_STATE``). A bad
+observation raises ``ObservationError`` with a ``cause`` the node counts in diagnostics; the
+engine's state is untouched by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+
+import numpy as np
+
+from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
+from oxygen_ros.model.normalize import normalize_quantile, NormStats
+from oxygen_ros.model.preprocess import prepare_images
+from oxygen_ros.model.prompt import tokenize_action_prompt
+from oxygen_ros.model.tokenizer import PaligemmaTokenizer
+from oxygen_ros.observation import Observation
+
+
+class InputFault(enum.Enum):
+    """Why an observation was refused (one diagnostics counter each)."""
+
+    MISSING_CAMERA = 'missing_camera'
+    BAD_IMAGE = 'bad_image'
+    BAD_STATE = 'bad_state'
+    BAD_PROMPT = 'bad_prompt'
+
+
+class ObservationError(ValueError):
+    """An observation the engine refuses to act on; ``cause`` says which kind of fault."""
+
+    def __init__(self, cause: InputFault, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedObservation:
+    """
+    An observation in model space.
+
+    :ivar images: ``float32 [N, 3, S, S]`` the preset's cameras in ``CAMERA_SLOTS`` order.
+    :ivar action_prompt_ids: BOS + action prompt ids (no padding).
+    """
+
+    images: np.ndarray
+    action_prompt_ids: tuple[int, ...]
+    prompt_truncated: bool
+    instruction: str
+    stamp_ns: int
+
+    @property
+    def num_cameras(self) -> int:
+        return self.images.shape[0]
+
+
+def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: PaligemmaTokenizer,
+                        state_stats: NormStats) -> PreparedObservation:
+    """
+    Check an observation and turn it into model inputs.
+
+    :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
+        the state has the wrong length or NaN/Inf; the prompt is empty.
+    """
+    missing = [slot for slot in cfg.cameras if slot not in obs.images]
+    if missing:
+        raise ObservationError(InputFault.MISSING_CAMERA,
+                               f'missing camera(s) {missing}; preset {cfg.name} needs '
+                               f'{list(cfg.cameras)}')
+    try:
+        images, mask = prepare_images(obs.images, cfg)
+    except ValueError as exc:
+        raise ObservationError(InputFault.BAD_IMAGE, str(exc)) from None
+    assert mask.sum() == len(cfg.cameras)
+    images = images[[CAMERA_SLOTS.index(s) for s in CAMERA_SLOTS if s in cfg.cameras]]
+
+    state = np.asarray(obs.state)
+    if state.ndim != 1 or state.shape[0] != cfg.state_dim:
+        raise ObservationError(InputFault.BAD_STATE,
+                               f'state must have shape ({cfg.state_dim},), got {state.shape}')
+    if not np.all(np.isfinite(state)):
+        bad = np.flatnonzero(~np.isfinite(state)).tolist()
+        raise ObservationError(InputFault.BAD_STATE, f'state has NaN/Inf at dims {bad}')
+    state_n = normalize_quantile(state.astype(np.float32), state_stats)
+
+    if not obs.prompt or not obs.prompt.strip():
+        raise ObservationError(InputFault.BAD_PROMPT, 'empty task prompt (no instruction)')
+    try:
+        tp = tokenize_action_prompt(
+            tokenizer, obs.prompt,
+            state_n if cfg.prompt_format is PromptFormat.PI05_STATE else None,
+            cfg.prompt_format, cfg.max_token_len)
+    except ValueError as exc:
+        raise ObservationError(InputFault.BAD_PROMPT, str(exc)) from None
+    return PreparedObservation(images=images, action_prompt_ids=tuple(tp.ids),
+                               prompt_truncated=tp.truncated, instruction=obs.prompt,
+                               stamp_ns=int(obs.stamp_ns))

@@ -1,0 +1,51 @@
+"""Per-cycle timeline of both policies (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from oxygen_ros.engine.config import CycleStats
+
+_PHASES = (('prefill', ('vision', 'prefill'), '#4c72b0'), ('denoise', ('denoise',), '#dd8452'),
+           ('decode', ('seed', 'decode'), '#55a868'), ('idle / bookkeeping', (), '#c7c7c7'))
+
+
+def plot_timeline(path: Path, cycles: Mapping[str, Sequence[CycleStats]],
+                  result: Mapping[str, object]) -> None:
+    """
+    Draw each policy's measured cycles end to end on one time axis, split into phases.
+
+    Each cycle is drawn as prefill (vision + prefill), denoise, decode (seed + decode) and the
+    rest of its wall time (bookkeeping outside forward passes).
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(cycles)))
+    for row, (name, stats) in enumerate(cycles.items()):
+        t = 0.0
+        spans: dict[str, list[tuple[float, float]]] = {p[0]: [] for p in _PHASES}
+        for c in stats:
+            used = 0.0
+            for label, kinds, _ in _PHASES[:-1]:
+                dt = sum(c.seconds_by_job.get(k, 0.0) for k in kinds)
+                if dt > 0:
+                    spans[label].append((t + used, dt))
+                used += dt
+            spans[_PHASES[-1][0]].append((t + used, max(c.total_s - used, 0.0)))
+            t += c.total_s
+        for label, _, color in _PHASES:
+            ax.broken_barh(spans[label], (row - 0.4, 0.8), facecolors=color,
+                           label=label if row == 0 else None, linewidth=0)
+    ax.set_yticks(range(len(cycles)), list(cycles))
+    ax.set_xlabel('time (s): measured frames, one after another')
+    ax.set_title(f"{result['preset']}, {result['cameras']} cam, budget "
+                 f"{result['decode_budget']}, k={result['tokens_per_cycle']}: speedup "
+                 f"{result['speedup']:.2f} (ideal {result['ideal_speedup']:.2f})")
+    ax.legend(loc='upper right', ncol=4, fontsize='small')
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

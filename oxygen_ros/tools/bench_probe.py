@@ -1,0 +1,147 @@
+"""
+Component times of the model, measured standalone, and the speedup they predict.
+
+``ideal_speedup`` is the isolated / OxyGen frame-time ratio that these forward passes alone
+would give, with no bookkeeping at all. Per frame, with n text requests per frame (n = 1/
+``text_every`` + 1/``memory_every``), decode budget M, k tokens per cycle, decode batch B:
+
+    isolated = V + P_a + D + n (V + P_t + S + (M - 1) d(1))
+    oxygen   = V + P_share + D + n S + k d(B)
+
+V vision tower, P_a / P_t prefill of the images with the action / text prompt, D denoise
+(10 Euler steps), S seed (LM head of the last prefix token), d(b) one decode step of b rows.
+P_share is what OxyGen prefills: P_a + n P_t' in causal-prompt mode, where the image part is
+computed once (P_img) and each prompt alone on top of it (P_t'), i.e. P_img + P_ta' + n P_t';
+in bidirectional mode P_a + n P_t (jobs with different prompts cannot share K/V, only V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import statistics
+import time
+from typing import Callable
+
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.pi05 import Pi05Model
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """Median seconds of each component (see module docstring)."""
+
+    vision: float
+    prefill_action: float
+    prefill_text: float
+    prefill_image: float
+    prefill_action_text: float
+    prefill_text_only: float
+    denoise: float
+    seed: float
+    decode_1: float
+    decode_b: float
+    batch: int
+
+    def isolated_frame(self, n_text: float, budget: int) -> float:
+        return self.vision + self.prefill_action + self.denoise + n_text * (
+            self.vision + self.prefill_text + self.seed + (budget - 1) * self.decode_1)
+
+    def oxygen_frame(self, n_text: float, k: int, mode: PrefixAttention) -> float:
+        if mode is PrefixAttention.CAUSAL_TEXT:
+            prefill = self.prefill_image + self.prefill_action_text + \
+                n_text * self.prefill_text_only
+        else:
+            prefill = self.prefill_action + n_text * self.prefill_text
+        return self.vision + prefill + self.denoise + n_text * self.seed + k * self.decode_b
+
+
+class ComponentProbe:
+    """
+    Times the model's entry points on one frame's shapes with a private KV cache.
+
+    :param images: ``[1, N, 3, S, S]`` a frame's valid cameras.
+    :param action_ids, text_ids: the frame's action prompt and a text request's prompt.
+    :param context_tokens: decode rows attend to this many tokens (prefix + half the budget).
+    """
+
+    def __init__(self, model: Pi05Model, images: torch.Tensor, action_ids: tuple[int, ...],
+                 text_ids: tuple[int, ...], context_tokens: int, batch: int) -> None:
+        self.model = model
+        self.mode = model.cfg.prefix_attention
+        dev, dtype = model.device, model.dtype
+        self.images = images.to(device=dev, dtype=dtype)
+        self.action = torch.tensor([action_ids], device=dev)
+        self.text = torch.tensor([text_ids], device=dev)
+        self.batch = max(batch, 1)
+        self.context = context_tokens
+        slots = max(self.batch * (context_tokens + 1), 4 * (images.shape[1] *
+                    model.cfg.image_tokens_per_camera + len(action_ids) + len(text_ids)))
+        self.cache = KVCache(model.cfg.vlm, slots, dtype=dtype, device=dev)
+        self.noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim,
+                                 generator=torch.Generator().manual_seed(0)).to(dev)
+        self._samples: dict[str, list[float]] = {}
+
+    def _time(self, name: str, fn: Callable[[], object]) -> object:
+        if self.model.device.type == 'cuda':
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if self.model.device.type == 'cuda':
+            torch.cuda.synchronize()
+        self._samples.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
+
+    def _prefill(self, name: str, tokens: torch.Tensor, **kw: object):
+        num = tokens.shape[1] + (kw['image_embeds'].shape[1] *
+                                 kw['image_embeds'].shape[2] if 'image_embeds' in kw else 0)
+        slots = torch.arange(num, device=tokens.device)[None] + kw.pop('offset', 0)
+        mask = torch.ones_like(tokens, dtype=torch.bool)
+        return self._time(name, lambda: self.model.prefill(tokens, mask, cache=self.cache,
+                                                           slots=slots, **kw))
+
+    @torch.inference_mode()
+    def measure_once(self) -> None:
+        """Time every component once (call it repeatedly, interleaved with the runs)."""
+        m = self.model
+        embeds = self._time('vision', lambda: m.encode_images(self.images))
+        img_mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
+        full = self._prefill('prefill_action', self.action, image_embeds=embeds,
+                             image_mask=img_mask)
+        self._prefill('prefill_text', self.text, image_embeds=embeds, image_mask=img_mask)
+        if self.mode is PrefixAttention.CAUSAL_TEXT:
+            empty = self.action[:, :0]
+            image = self._prefill('prefill_image', empty, image_embeds=embeds,
+                                  image_mask=img_mask)
+            base = int(image.num_tokens[0])
+            self._prefill('prefill_action_text', self.action, context=image, offset=base)
+            self._prefill('prefill_text_only', self.text, context=image,
+                          offset=base + self.action.shape[1])
+        self._time('denoise', lambda: m.denoise(full, self.noise))
+        self._time('seed', lambda: m.lm_logits(full.last_hidden).argmax(-1))
+        for name, b in (('decode_1', 1), ('decode_b', self.batch)):
+            self._decode(name, b)
+
+    def _decode(self, name: str, batch: int) -> None:
+        dev = self.cache.device
+        ctx = self.context
+        base = torch.arange(batch, device=dev)[:, None] * (ctx + 1)
+        ctx_slots = base + torch.arange(ctx, device=dev)[None]
+        ctx_mask = torch.ones(batch, ctx, dtype=torch.bool, device=dev)
+        write = (base[:, 0] + ctx)
+        tokens = torch.full((batch,), 2, dtype=torch.int64, device=dev)
+        pos = torch.full((batch,), ctx, dtype=torch.int64, device=dev)
+        self._time(name, lambda: self.model.decode_step(tokens, pos, self.cache, write,
+                                                        ctx_slots, ctx_mask).argmax(-1))
+
+    def result(self) -> Components:
+        """Return the median of every component measured so far."""
+        med = {k: statistics.median(v) for k, v in self._samples.items()}
+        return Components(
+            vision=med['vision'], prefill_action=med['prefill_action'],
+            prefill_text=med['prefill_text'], prefill_image=med.get('prefill_image', 0.0),
+            prefill_action_text=med.get('prefill_action_text', 0.0),
+            prefill_text_only=med.get('prefill_text_only', 0.0), denoise=med['denoise'],
+            seed=med['seed'], decode_1=med['decode_1'], decode_b=med['decode_b'],
+            batch=self.batch)
