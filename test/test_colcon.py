@@ -1,0 +1,149 @@
+"""
+The package builds, tests and installs with colcon as an ament_python package.
+
+Copies the tracked (and untracked, not ignored) files into ``<tmp>/ws/src/oxygen_ros``, then
+runs ``colcon build``, ``colcon test`` on the lint tests only (the full suite already runs
+outside colcon; running it twice would double CI time) and ``colcon test-result --verbose``.
+Checks that every console script lands in ``install/oxygen_ros/lib/oxygen_ros/`` and runs, and
+that after sourcing ``install/setup.bash`` the ament index finds the package share with its
+``package.xml``, ``config/*.yaml`` and ``launch/*.launch.py``. The copy gets one probe file in
+``config/`` and ``launch/`` (never in the repository) so that the ``data_files`` globs of
+setup.py are exercised even while those folders are empty.
+"""
+
+import configparser
+import json
+import os
+from pathlib import Path
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = 'oxygen_ros'
+LINT_TESTS = ['test/test_flake8.py', 'test/test_pep257.py', 'test/test_xmllint.py']
+PROBES = {
+    'config/_colcon_probe.yaml': '# Written by test_colcon into its temporary copy only.\n',
+    'launch/_colcon_probe.launch.py':
+        '"""Probe written by test_colcon into its temporary copy only."""\n',
+}
+# What to leave out when the source is not a git checkout (mirrors .gitignore).
+_NOT_SOURCE = {'.git', '.venv', 'build', 'install', 'log', '__pycache__', '.pytest_cache',
+               '.hypothesis', 'out'}
+_TIMEOUT_S = 300
+
+
+def _source_files():
+    try:
+        listed = subprocess.run(
+            ['git', '-C', str(ROOT), 'ls-files', '-z', '--cached', '--others',
+             '--exclude-standard'], check=True, capture_output=True).stdout
+        return [Path(p) for p in listed.decode().split('\0') if p]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for dirpath, dirnames, filenames in os.walk(ROOT):
+            dirnames[:] = [d for d in dirnames
+                           if d not in _NOT_SOURCE and not d.endswith('.egg-info')]
+            files += [Path(dirpath, f).relative_to(ROOT) for f in filenames]
+        return files
+
+
+def _copy_package(dest):
+    for rel in _source_files():
+        src = ROOT / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    for rel, text in PROBES.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+
+
+def _colcon():
+    venv_colcon = Path(sys.executable).parent / 'colcon'
+    if venv_colcon.is_file():
+        return str(venv_colcon)
+    found = shutil.which('colcon')
+    assert found, 'colcon is not installed (requirements/test.txt: colcon-common-extensions)'
+    return found
+
+
+def _run(args, cwd, env):
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _log(ws, verb):
+    log = ws / 'log' / f'latest_{verb}' / PACKAGE / 'stdout_stderr.log'
+    return log.read_text(errors='replace')[-4000:] if log.is_file() else '(no log)'
+
+
+@pytest.mark.slow
+def test_colcon_build_test_install(tmp_path):
+    ws = tmp_path / 'ws'
+    src = ws / 'src' / PACKAGE
+    _copy_package(src)
+    env = dict(os.environ)
+    env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+    env['COLCON_HOME'] = str(tmp_path / 'colcon_home')  # no user defaults or mixins
+    env['PYTHONDONTWRITEBYTECODE'] = '1'
+    colcon = _colcon()
+
+    rc, out = _run([colcon, 'build'], ws, env)
+    assert rc == 0, f'colcon build failed:\n{out}\n{_log(ws, "build")}'
+
+    rc, out = _run([colcon, 'test', '--pytest-args', *LINT_TESTS, '-m', 'linter'], ws, env)
+    assert rc == 0, f'colcon test failed:\n{out}\n{_log(ws, "test")}'
+    rc, out = _run([colcon, 'test-result', '--verbose'], ws, env)
+    summary = re.search(r'Summary: (\d+) tests, (\d+) errors, (\d+) failures', out)
+    assert summary, out
+    assert int(summary.group(1)) > 0, (
+        'colcon test ran no pytest tests: colcon picks pytest only when setup.py declares it '
+        "as extras_require={'test': ['pytest']} (current setuptools drops tests_require), "
+        f'and otherwise runs unittest, which finds nothing here.\n{_log(ws, "test")}')
+    assert rc == 0 and summary.group(2, 3) == ('0', '0'), out
+
+    # Console scripts: every entry point of setup.py, in lib/<pkg> (setup.cfg install_scripts).
+    install = ws / 'install' / PACKAGE
+    [entry_points] = install.glob(f'lib/python*/site-packages/{PACKAGE}-*/entry_points.txt')
+    parser = configparser.ConfigParser()
+    parser.read(entry_points)
+    scripts = list(parser['console_scripts'])
+    assert {'oxygen_replay', 'oxygen_record', 'oxygen_make_demo_bag'} <= set(scripts)
+    for name in scripts:
+        script = install / 'lib' / PACKAGE / name
+        assert script.is_file() and os.access(script, os.X_OK), script
+
+    # After sourcing the workspace: the ament index, data files, and the scripts run.
+    probe = (
+        'import json, os, oxygen_ros\n'
+        'from ament_index_python.packages import get_package_share_directory\n'
+        'from oxygen_ros import resources\n'
+        f'share = get_package_share_directory({PACKAGE!r})\n'
+        'print(json.dumps({"share": share, "module": oxygen_ros.__file__,\n'
+        '                  "resources": str(resources.share_dir())}))\n')
+    lib = install / 'lib' / PACKAGE
+    script = (
+        '. install/setup.bash && "$PROBE_PY" -c "$PROBE" && '
+        f'{lib}/oxygen_make_demo_bag --help && {lib}/oxygen_replay --help && '
+        f'{lib}/oxygen_record --help')
+    rc, out = _run(['bash', '-c', script], ws,
+                   {**env, 'PROBE_PY': sys.executable, 'PROBE': probe})
+    assert rc == 0, out
+    found = json.loads(out.splitlines()[0])
+    share = install / 'share' / PACKAGE
+    assert Path(found['share']).resolve() == share.resolve()
+    assert Path(found['resources']).resolve() == share.resolve()
+    assert Path(found['module']).resolve().is_relative_to(install.resolve()), found
+    assert (share / 'package.xml').read_bytes() == (ROOT / 'package.xml').read_bytes()
+    assert (install / 'share' / 'ament_index' / 'resource_index' / 'packages' / PACKAGE).is_file()
+    expected = [*PROBES, *(str(p.relative_to(ROOT)) for p in ROOT.glob('config/*.yaml')),
+                *(str(p.relative_to(ROOT)) for p in ROOT.glob('launch/*.launch.py'))]
+    missing = [rel for rel in expected if not (share / rel).is_file()]
+    assert not missing, f'not installed into {share}: {missing}'
+    for name in ('oxygen_make_demo_bag', 'oxygen_replay', 'oxygen_record'):
+        assert f'usage: {name}' in out
