@@ -245,6 +245,21 @@ def test_replay_keep_stamps_rate_and_topic_selection(ros_node, ros_processes, de
 
 
 @pytest.mark.ros
+def test_replay_loops_with_increasing_stamps_until_interrupted(
+        ros_node, ros_processes, demo_bag):
+    states = ros_node.collect(JOINT_STATES_TOPIC, JointState, qos_profile(QosRole.RELIABLE))
+    proc = ros_processes.start(REPLAY, str(demo_bag.path), '--loop', '--rate', '4',
+                               '--topics', JOINT_STATES_TOPIC, '--wait-for-subscribers', '20')
+    assert ros_node.spin_until(lambda: len(states) >= 250, timeout_s=40), proc.output()
+    assert proc.popen.poll() is None, 'replay --loop ended by itself'
+    assert proc.stop(signal.SIGINT) == 0, proc.output()
+    stamps = [stamp_to_ns(m.header.stamp) for m in states.msgs]
+    assert all(a < b for a, b in zip(stamps, stamps[1:])), 'stamps must grow across loops'
+    positions = [list(m.position) for m in states.msgs]
+    assert positions[100:200] == positions[:100]  # the second loop repeats the bag
+
+
+@pytest.mark.ros
 def test_replay_errors(ros_processes, demo_bag, tmp_path):
     proc = ros_processes.start(REPLAY, str(demo_bag.path), '--topics', '/nope')
     assert proc.wait(timeout_s=30) == 1
