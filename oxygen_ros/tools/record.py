@@ -207,13 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f'{args.out_bag} exists; rosbag2 bags are never overwritten')
     topics = list(dict.fromkeys(t if t.startswith('/') else f'/{t}' for t in args.topics))
     stop = _stop_on_signals()
-    writer = Writer(args.out_bag, version=Writer.VERSION_LATEST,
-                    storage_plugin=Storage(args.storage).plugin)
-    writer.open()
     rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
     node = Node(NODE_NAME)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
+    writer = Writer(args.out_bag, version=Writer.VERSION_LATEST,
+                    storage_plugin=Storage(args.storage).plugin)
+    writer.open()  # after ROS is up, so a failed start leaves no half-made bag
     recorder = BagRecorder(node, writer, topics)
     log = node.get_logger()
     try:
