@@ -23,7 +23,7 @@ setup(
     maintainer_email='maintainers@users.noreply.a-seed-0a1f5226.example',
     description='pi0.5 VLA on ROS 2 with OxyGen unified KV cache management',
     license='Apache-2.0',
-    tests_require=['pytest'],
+    extras_require={'test': ['pytest']},
     entry_points={
         'console_scripts': [
             'oxygen_node = oxygen_ros.ros.node:main',

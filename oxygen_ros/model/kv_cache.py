@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from oxygen_ros.config import GemmaConfig
+import torch
 
 
 class KVCache:
