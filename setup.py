@@ -31,6 +31,7 @@ setup(
             'oxygen_record = oxygen_ros.tools.record:main',
             'oxygen_make_demo_bag = oxygen_ros.tools.make_demo_bag:main',
             'oxygen-bench = oxygen_ros.tools.bench:main',
+            'oxygen-model-bench = oxygen_ros.tools.model_bench:main',
             'oxygen-export = oxygen_ros.tools.export:main',
             'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
             'oxygen-run-model = oxygen_ros.tools.run_model:main',

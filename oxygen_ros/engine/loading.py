@@ -13,7 +13,7 @@ from pathlib import Path
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.model.normalize import identity_norm_stats, load_norm_stats, NormStats
-from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 import torch
 
@@ -46,7 +46,7 @@ def build_model(config: EngineConfig, model_cfg: ModelConfig) -> Pi05Model:
         _LOG.info('loaded %s weights from %s', model_cfg.name, config.checkpoint)
         return model
     torch.manual_seed(config.seed)
-    model = Pi05Model(model_cfg).to(device=config.device, dtype=dtype)
+    model = build_random_model(model_cfg, dtype=dtype, device=config.device)
     _LOG.warning('preset %s: RANDOM weights (seed %d), no checkpoint given: actions and text '
                  'are meaningless; pass a checkpoint for a real policy', model_cfg.name,
                  config.seed)

@@ -32,9 +32,14 @@ def init_parameters(model: nn.Module) -> None:
     Deterministic under ``torch.manual_seed`` (modules are visited in registration order).
     Meta tensors are left alone. Rules: ``Linear``/``Conv2d`` weights ``N(0, 1/fan_in)``,
     biases ``N(0, 0.02²)``; adaRMS Dense ``N(0, 0.25/fan_in)``; RMSNorm offsets and LayerNorm
-    shifts ``N(0, 0.1²)``, LayerNorm scales ``N(1, 0.1²)``; the token embedding
-    ``N(0, 1/W)`` (so ``E[id] * sqrt(W)`` is O(1)); the vision position embedding
-    ``N(0, 0.5²)``.
+    shifts ``N(0, 0.1²)``, LayerNorm scales ``N(1, 0.1²)``; the token embedding rows
+    normal, then scaled to norm 1 (so ``E[id] * sqrt(W)`` is O(1)); the vision position
+    embedding ``N(0, 0.5²)``.
+
+    Equal-norm embedding rows matter for greedy decoding with the tied LM head: with 257152
+    random rows in a narrow width, the few rows of largest norm ("hubs") would win the argmax
+    for almost any hidden state, and a random model would emit the same token whatever its
+    prefix, hiding KV-cache bugs from tests that compare texts.
 
     :param model: any module built from this package's layers.
     """
@@ -56,6 +61,9 @@ def _init_one(module: nn.Module, name: str, param: torch.Tensor, ada_dense: bool
         param.normal_(0.0, gain / math.sqrt(fan_in))
     elif isinstance(module, (nn.Linear, nn.Conv2d)) and name == 'bias':
         param.normal_(0.0, BIAS_STD)
+    elif param.dim() == 2 and name == 'embedding':
+        param.normal_(0.0, 1.0)
+        param.div_(param.norm(dim=1, keepdim=True))
     elif param.dim() == 2 and name == 'pos_embed':
         param.normal_(0.0, 0.5)
     elif param.dim() == 2:

@@ -1,0 +1,25 @@
+"""Shared fixtures: one random tiny model per prefix attention mode (built once per session)."""
+
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.loading import build_model, load_tokenizer
+import pytest
+
+
+@pytest.fixture(scope='session')
+def tokenizer():
+    return load_tokenizer(EngineConfig(preset='tiny'))
+
+
+@pytest.fixture(scope='session')
+def tiny_models():
+    """Random tiny models, keyed by (prefix attention mode, camera slots)."""
+    cache = {}
+
+    def get(mode: PrefixAttention, cameras: tuple[str, ...]):
+        key = (mode, cameras)
+        if key not in cache:
+            cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=cameras, seed=3)
+            cache[key] = build_model(cfg, cfg.model_config())
+        return cache[key]
+    return get

@@ -1,0 +1,137 @@
+"""Bad input, shutdown, full pool: clear errors, nothing lost, the engine keeps serving."""
+
+from dataclasses import replace
+
+import numpy as np
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine, EngineBusyError, EngineClosedError
+from oxygen_ros.engine.inputs import InputFault, ObservationError
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.tools.workload import make_observation
+import pytest
+
+CAMS = CAMERA_SLOTS[:2]
+
+
+@pytest.fixture
+def engine(tiny_models, tokenizer):
+    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False)
+    return Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
+                  tokenizer=tokenizer)
+
+
+def obs(frame=0, **changes):
+    return replace(make_observation(frame, CAMS, 8), **changes)
+
+
+BAD = [
+    ('missing camera', {'images': {'base_0_rgb': make_observation(0, CAMS, 8).images[
+        'base_0_rgb']}}, InputFault.MISSING_CAMERA, r"missing camera\(s\) \['left_wrist_0_rgb'\]"),
+    ('NaN state', {'state': np.array([0, 1, np.nan, 0, 0, 0, np.inf, 0], np.float32)},
+     InputFault.BAD_STATE, r'NaN/Inf at dims \[2, 6\]'),
+    ('short state', {'state': np.zeros(5, np.float32)}, InputFault.BAD_STATE,
+     r'state must have shape \(8,\), got \(5,\)'),
+    ('gray image', {'images': {s: np.zeros((30, 40), np.uint8) for s in CAMS}},
+     InputFault.BAD_IMAGE, 'camera base_0_rgb'),
+    ('RGBA image', {'images': {s: np.zeros((30, 40, 4), np.uint8) for s in CAMS}},
+     InputFault.BAD_IMAGE, '4'),
+    ('empty prompt', {'prompt': '   '}, InputFault.BAD_PROMPT, 'empty task prompt'),
+]
+
+
+@pytest.mark.parametrize('name,changes,cause,match', BAD, ids=[b[0] for b in BAD])
+def test_bad_observation_is_refused_and_nothing_is_lost(engine, name, changes, cause, match):
+    engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id='running')
+    first = engine.step(obs(0))
+    assert first.action is not None
+    used = engine.scheduler.kv.num_used_blocks
+    with pytest.raises(ObservationError, match=match) as err:
+        engine.step(obs(1, **changes))
+    assert err.value.cause is cause
+    assert engine.scheduler.kv.num_used_blocks == used       # nothing changed
+    # no valid observation: no action, but running text keeps decoding
+    out = engine.step(None)
+    assert out.action is None and out.stats.decode_batch == 1
+    out = engine.step(obs(2))                                 # valid input: actions resume
+    assert out.action is not None and out.action.stamp_ns == obs(2).stamp_ns
+    done = list(out.texts) + [t for _ in range(3) for t in engine.step(obs(3)).texts]
+    assert [t.req_id for t in done] == ['running'] and len(done[0].token_ids) == 6
+
+
+def test_over_long_prompt_is_truncated_with_a_warning(engine, caplog):
+    long = ' '.join(['grasp the blue mug carefully'] * 20)
+    prepared = engine.prepare(obs(prompt=long))
+    assert prepared.prompt_truncated
+    assert len(prepared.action_prompt_ids) == engine.model_cfg.max_token_len
+    assert engine.step(prepared).action is not None
+    assert 'truncated' in caplog.text
+
+
+def test_requests_after_shutdown_are_refused(engine):
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='live')
+    engine.submit_text(TextTask.MEMORY, max_tokens=8, req_id='queued')
+    engine.step(obs(0))
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='late')
+    aborted = engine.shutdown()
+    assert {t.req_id for t in aborted} == {'live', 'queued', 'late'}
+    assert all(t.error == 'engine shut down' for t in aborted)
+    assert next(t for t in aborted if t.req_id == 'live').finish_reason is FinishReason.ABORT
+    with pytest.raises(EngineClosedError, match='shut down'):
+        engine.submit_text(TextTask.SUBTASK)
+    with pytest.raises(EngineClosedError, match='shut down'):
+        engine.step(obs(1))
+    assert engine.shutdown() == []
+
+
+def test_submit_errors(tiny_models, tokenizer):
+    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                       cameras=CAMS, max_pending_requests=2)
+    engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
+                    tokenizer=tokenizer)
+    with pytest.raises(ValueError, match='needs a non-empty question'):
+        engine.submit_text(TextTask.ANSWER, question='  ')
+    with pytest.raises(ValueError, match='only used by ANSWER'):
+        engine.submit_text(TextTask.SUBTASK, question='why?')
+    with pytest.raises(ValueError, match='max_tokens must be >= 1'):
+        engine.submit_text(TextTask.SUBTASK, max_tokens=0)
+    engine.submit_text(TextTask.SUBTASK)
+    engine.submit_text(TextTask.SUBTASK)
+    with pytest.raises(EngineBusyError, match='2 text requests already wait'):
+        engine.submit_text(TextTask.SUBTASK)
+
+
+def test_full_pool_rejects_text_after_waiting_while_actions_flow(tiny_models, tokenizer):
+    # room for two action prefixes and little more: long requests never fit
+    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                       cameras=CAMS, kv_cache_mb=0.06, max_wait_cycles=3, block_size=16)
+    engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
+                    tokenizer=tokenizer)
+    engine.submit_text(TextTask.SUBTASK, max_tokens=400, req_id='huge')
+    rejected = []
+    for f in range(6):
+        out = engine.step(obs(f))
+        assert out.action is not None
+        rejected += out.texts
+    huge, = rejected
+    assert huge.req_id == 'huge' and huge.finish_reason is None
+    assert 'not admitted for 4 cycles' in huge.error
+    assert engine.num_pending == 0 and engine.num_running == 0
+
+
+def test_kv_use_grows_with_live_requests_not_steps(engine):
+    k_ptr = engine.backend.cache.k.data_ptr()
+    used = []
+    for f in range(4):
+        engine.submit_text(TextTask.SUBTASK, max_tokens=30, req_id=f't{f}')
+        out = engine.step(obs(f))
+        used.append((out.stats.num_running, out.stats.kv_used_bytes))
+    assert [n for n, _ in used] == [1, 2, 3, 4]
+    assert all(b2 > b1 for (_, b1), (_, b2) in zip(used, used[1:]))
+    # decoding more steps adds no memory: each request got its budget at admission
+    before = engine.scheduler.kv.num_used_blocks
+    engine.step(None)
+    assert engine.scheduler.kv.num_used_blocks == before
+    assert engine.backend.cache.k.data_ptr() == k_ptr        # the pool is never reallocated
