@@ -34,7 +34,7 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
-	$(VENV)/bin/oxygen-run-model --preset small --image coffee
+	$(PY) -m oxygen_ros.tools.demo
 
 bench: setup
 	$(VENV)/bin/oxygen-bench --preset small --frames 40 --json out/bench.json --plot out/bench.png
