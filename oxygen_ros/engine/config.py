@@ -22,6 +22,17 @@ class BackendKind(enum.Enum):
     TENSORRT = 'tensorrt'
 
 
+class CompileMode(enum.Enum):
+    """``torch.compile`` of the torch backend's denoise and decode steps (GPU)."""
+
+    NONE = 'none'
+    """Eager PyTorch."""
+    DEFAULT = 'default'
+    """Inductor kernels, no CUDA graphs."""
+    REDUCE_OVERHEAD = 'reduce-overhead'
+    """Inductor kernels captured in CUDA graphs (static shapes)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """
@@ -33,6 +44,8 @@ class EngineConfig:
     :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
     :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's.
     :param dtype: ``float32`` or ``bfloat16``.
+    :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
+    :param compile_mode: ``torch.compile`` of the torch backend's steps (GPU; eager fallback).
     :param prefix_attention: override of the preset's prefix attention mode.
     :param cameras: override of the preset's camera slots (``CAMERA_SLOTS`` names).
     :param tokens_per_cycle: k, decode tokens per text request per control cycle.
@@ -53,6 +66,7 @@ class EngineConfig:
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
+    compile_mode: CompileMode = CompileMode.NONE
     policy: Policy = Policy.OXYGEN
     prefix_attention: PrefixAttention | None = None
     cameras: tuple[str, ...] | None = None

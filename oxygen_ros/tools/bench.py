@@ -45,6 +45,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    default=None, help="default: the preset's")
     p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
     p.add_argument('--device', default='cpu')
+    p.add_argument('--backend', default='torch', choices=('torch', 'tensorrt'))
+    p.add_argument('--compile', default='none', choices=('none', 'default', 'reduce-overhead'),
+                   help='torch.compile mode of the torch backend (GPU)')
     p.add_argument('--threads', type=int, default=0, help='torch threads (0: default)')
     p.add_argument('--max-running', type=int, default=64, help='largest decode batch')
     p.add_argument('--stop-on-eos', action='store_true')
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
-    from oxygen_ros.engine.config import EngineConfig
+    from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
     from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     base = EngineConfig(
         preset=args.preset, dtype=args.dtype, device=args.device,
+        backend=BackendKind(args.backend), compile_mode=CompileMode(args.compile),
         prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
         else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
         decode_budget=args.decode_budget, max_running_requests=args.max_running,
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         'warmup_frames': warm, 'decode_budget': budget, 'tokens_per_cycle': k,
         'text_every': args.text_every, 'memory_every': args.memory_every,
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
-        'device': args.device, 'stop_on_eos': args.stop_on_eos,
+        'device': args.device, 'backend': args.backend, 'compile': args.compile,
+        'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
         'speedup_mean': summary['isolated']['frame_ms_mean'] / summary['oxygen']['frame_ms_mean'],
