@@ -1,0 +1,59 @@
+"""oxygen-bench and oxygen-run-model end to end on the tiny preset (a smoke run, not timing)."""
+
+import json
+
+from oxygen_ros.tools import bench, run_model
+import pytest
+
+FIELDS = ['preset', 'cameras', 'frames', 'decode_budget', 'tokens_per_cycle',
+          'isolated.frame_ms_p50', 'isolated.frame_ms_p99', 'oxygen.frame_ms_p50',
+          'oxygen.frame_ms_p99', 'speedup', 'oxygen.action_hz', 'oxygen.tokens_per_s',
+          'action_max_abs_diff', 'text_equal', 'ideal_speedup', 'manager_overhead_frac',
+          'kv_bytes_peak']
+
+
+@pytest.mark.parametrize('mode', ['causal_text', 'bidirectional'])
+def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys):
+    out = tmp_path / 'bench.json'
+    plot = tmp_path / 'timeline.png'
+    code = bench.main(['--preset', 'tiny', '--cameras', '2', '--frames', '3',
+                       '--decode-budget', '6', '--tokens-per-cycle', '2', '--memory-every', '2',
+                       '--prefix-attention', mode, '--json', str(out), '--plot', str(plot),
+                       '--no-progress'])
+    assert code == 0
+    result = json.loads(out.read_text())
+    for field in FIELDS:
+        node = result
+        for part in field.split('.'):
+            assert part in node, field
+            node = node[part]
+    assert result['action_max_abs_diff'] <= 1e-5
+    assert result['text_equal'] is True
+    assert result['num_texts'] == 3 + 3 + 3            # text every frame, memory every 2nd
+    assert result['prefix_attention'] == mode
+    assert result['oxygen']['decode_batch_p50'] > 1     # requests of several frames batched
+    assert result['isolated']['decode_batch_p50'] <= 1
+    assert result['ideal_speedup'] > 0 and result['speedup'] > 0
+    assert 0 <= result['manager_overhead_frac'] < 1
+    assert plot.stat().st_size > 10_000
+    assert 'speedup' in capsys.readouterr().out
+
+
+def test_bench_rejects_bad_flags(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(['--preset', 'tiny', '--frames', '0'])
+    assert exc.value.code == 2
+    assert '--frames must be >= 1' in capsys.readouterr().err
+
+
+def test_run_model_prints_chunk_and_texts(capsys):
+    assert run_model.main(['--preset', 'tiny', '--ask', 'what is on the table?',
+                           '--max-tokens', '3']) == 0
+    out = capsys.readouterr().out
+    assert 'action chunk (4 x 7, robot units)' in out
+    assert 'subtask ' in out and 'answer ' in out and 'random weights' in out
+
+
+def test_run_model_rejects_unknown_images(capsys):
+    assert run_model.main(['--preset', 'tiny', '--image', 'base_0_rgb=nope.png']) == 2
+    assert "neither a bundled photograph" in capsys.readouterr().err
