@@ -1,4 +1,4 @@
-"""
+r"""
 ``oxygen-run-model``: one observation through the engine, no ROS: action chunk and texts.
 
 Images are the photographs bundled in scikit-image (``coffee``, ``motorcycle_left``,

@@ -56,4 +56,4 @@ def test_run_model_prints_chunk_and_texts(capsys):
 
 def test_run_model_rejects_unknown_images(capsys):
     assert run_model.main(['--preset', 'tiny', '--image', 'base_0_rgb=nope.png']) == 2
-    assert "neither a bundled photograph" in capsys.readouterr().err
+    assert 'neither a bundled photograph' in capsys.readouterr().err
