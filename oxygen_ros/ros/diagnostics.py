@@ -1,0 +1,241 @@
+"""
+Rolling statistics of the control loop and the ``/diagnostics`` status built from them.
+
+One ``diagnostic_msgs/DiagnosticStatus`` named ``oxygen: engine`` (``hardware_id`` = preset).
+Levels, worst first:
+
+- ERROR: the engine failed (an exception in a control cycle, or configure failed), or the node
+  is active and no action chunk was published for more than ``max_observation_age`` seconds.
+- WARN: inputs were rejected since the previous status, text requests were rejected since
+  then, the achieved control rate is below 90 % of the target, or the KV pool is over 90 %
+  full.
+- OK: acting at rate (or inactive / unconfigured with nothing wrong).
+
+Thread-safe: the control cycle records, the diagnostics timer reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+import enum
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from oxygen_ros.engine.config import CycleStats
+from oxygen_ros.ros.observation_cache import InputIssue
+from std_msgs.msg import Header
+
+STATUS_NAME = 'oxygen: engine'
+RATE_WINDOW_S = 3.0
+"""Seconds over which control rate, chunk rate and tokens/s are measured."""
+MIN_RATE_FRACTION = 0.9
+MAX_KV_FRACTION = 0.9
+_MIB = float(1 << 20)
+
+
+class Level(enum.IntEnum):
+    """``DiagnosticStatus`` levels we use."""
+
+    OK = 0
+    WARN = 1
+    ERROR = 2
+
+    @property
+    def octet(self) -> bytes:
+        return bytes([self.value])
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    time_s: float
+    published: bool
+    tokens: int
+
+
+class EngineDiagnostics:
+    """
+    Counters and rolling windows of the node's control loop.
+
+    :param preset: the model preset (``hardware_id``).
+    :param random_weights: the engine runs without a checkpoint.
+    :param num_cycles: control cycles kept for the cycle-time percentiles.
+    """
+
+    def __init__(self, preset: str = '', random_weights: bool = False,
+                 num_cycles: int = 200) -> None:
+        self._lock = threading.Lock()
+        self._cycle_s: deque[float] = deque(maxlen=num_cycles)
+        self._ticks: deque[_Tick] = deque()
+        self.reset(preset, random_weights)
+
+    def reset(self, preset: str, random_weights: bool) -> None:
+        """Forget everything (at configure)."""
+        with self._lock:
+            self.preset = preset
+            self.random_weights = random_weights
+            self._cycle_s.clear()
+            self._ticks.clear()
+            self._state = 'unconfigured'
+            self._active_since: float | None = None
+            self._last_chunk_s: float | None = None
+            self._chunks = 0
+            self._stats: CycleStats | None = None
+            self._rejections: Counter[InputIssue] = Counter()
+            self._period_rejections: Counter[InputIssue] = Counter()
+            self._last_rejection = ''
+            self._texts_rejected = 0
+            self._period_texts_rejected = 0
+            self._failure = ''
+
+    def set_state(self, label: str, now_s: float) -> None:
+        """Record the lifecycle state (``active`` starts the no-action clock)."""
+        with self._lock:
+            self._state = label
+            self._active_since = now_s if label == 'active' else None
+            self._ticks.clear()
+
+    def record_cycle(self, now_s: float, stats: CycleStats, published: bool) -> None:
+        """Record one control cycle and whether it published an action chunk."""
+        with self._lock:
+            self._cycle_s.append(stats.total_s)
+            self._ticks.append(_Tick(now_s, published, stats.tokens_generated))
+            self._stats = stats
+            if published:
+                self._chunks += 1
+                self._last_chunk_s = now_s
+            self._trim(now_s)
+
+    def record_rejection(self, issue: InputIssue, reason: str) -> None:
+        """Count a cycle whose inputs were refused."""
+        with self._lock:
+            self._rejections[issue] += 1
+            self._period_rejections[issue] += 1
+            self._last_rejection = f'{issue.value}: {reason}'
+
+    def record_text_rejected(self) -> None:
+        """Count a text request the engine refused or dropped."""
+        with self._lock:
+            self._texts_rejected += 1
+            self._period_texts_rejected += 1
+
+    def record_failure(self, message: str) -> None:
+        """Mark the engine as failed (ERROR until the next ``reset``)."""
+        with self._lock:
+            self._failure = message
+
+    @property
+    def chunks_published(self) -> int:
+        with self._lock:
+            return self._chunks
+
+    def _trim(self, now_s: float) -> None:
+        while self._ticks and self._ticks[0].time_s <= now_s - RATE_WINDOW_S:
+            self._ticks.popleft()
+
+    def _rates(self, now_s: float) -> tuple[float, float, float]:
+        """Return control ticks/s, chunks/s and tokens/s over the rate window."""
+        self._trim(now_s)
+        if self._active_since is None:
+            return 0.0, 0.0, 0.0
+        span = min(RATE_WINDOW_S, now_s - self._active_since)
+        if span <= 0:
+            return 0.0, 0.0, 0.0
+        ticks = list(self._ticks)
+        return (len(ticks) / span, sum(t.published for t in ticks) / span,
+                sum(t.tokens for t in ticks) / span)
+
+    def status(self, now_s: float, target_hz: float, max_age_s: float) -> DiagnosticStatus:
+        """
+        Return the current status and start a new period (per-period counters reset).
+
+        :param now_s: monotonic seconds (the clock ``record_cycle`` got).
+        :param target_hz: ``control_rate_hz``.
+        :param max_age_s: ``max_observation_age``.
+        """
+        with self._lock:
+            rate, chunk_rate, tokens_s = self._rates(now_s)
+            level, summary = self._level(now_s, rate, target_hz, max_age_s)
+            values = self._values(rate, chunk_rate, tokens_s, target_hz)
+            self._period_rejections.clear()
+            self._period_texts_rejected = 0
+        return DiagnosticStatus(level=level.octet, name=STATUS_NAME, message=summary,
+                                hardware_id=self.preset,
+                                values=[KeyValue(key=k, value=v) for k, v in values])
+
+    def array(self, stamp: object, now_s: float, target_hz: float,
+              max_age_s: float) -> DiagnosticArray:
+        """Return a ``DiagnosticArray`` holding ``status`` (``stamp``: builtin Time)."""
+        return DiagnosticArray(header=Header(stamp=stamp),
+                               status=[self.status(now_s, target_hz, max_age_s)])
+
+    def _kv_fraction(self) -> float:
+        s = self._stats
+        return s.kv_used_blocks / s.kv_capacity_blocks if s and s.kv_capacity_blocks else 0.0
+
+    def _level(self, now_s: float, rate: float, target_hz: float,
+               max_age_s: float) -> tuple[Level, str]:
+        if self._failure:
+            return Level.ERROR, f'engine failed: {self._failure}'
+        if self._active_since is None:
+            return Level.OK, self._state
+        since = max(self._last_chunk_s or self._active_since, self._active_since)
+        if now_s - since > max_age_s:
+            why = f'; last rejection {self._last_rejection}' if self._last_rejection else ''
+            return Level.ERROR, f'no action chunk for {now_s - since:.1f} s{why}'
+        warnings = []
+        if self._period_rejections:
+            counts = ', '.join(f'{k.value} x{n}' for k, n in self._period_rejections.items())
+            warnings.append(f'inputs rejected ({counts})')
+        if now_s - self._active_since >= RATE_WINDOW_S and \
+                rate < MIN_RATE_FRACTION * target_hz:
+            warnings.append(f'control rate {rate:.1f} Hz < 90 % of {target_hz:g} Hz')
+        if self._kv_fraction() > MAX_KV_FRACTION:
+            warnings.append(f'KV pool {100 * self._kv_fraction():.0f} % full')
+        if self._period_texts_rejected:
+            warnings.append(f'{self._period_texts_rejected} text request(s) rejected')
+        if warnings:
+            return Level.WARN, '; '.join(warnings)
+        return Level.OK, f'acting at {rate:.1f} Hz'
+
+    def _values(self, rate: float, chunk_rate: float, tokens_s: float,
+                target_hz: float) -> list[tuple[str, str]]:
+        cycles = np.asarray(self._cycle_s, dtype=np.float64)
+        p50, p99 = (np.percentile(cycles, [50, 99]) * 1e3) if cycles.size else (0.0, 0.0)
+        s = self._stats
+        values = [
+            ('state', self._state),
+            ('control rate target (Hz)', f'{target_hz:g}'),
+            ('control rate achieved (Hz)', f'{rate:.2f}'),
+            ('action chunk rate (Hz)', f'{chunk_rate:.2f}'),
+            ('cycle time p50 (ms)', f'{p50:.1f}'),
+            ('cycle time p99 (ms)', f'{p99:.1f}'),
+            ('action chunks published', str(self._chunks)),
+            ('tokens/s', f'{tokens_s:.1f}'),
+            ('text requests running', str(s.num_running if s else 0)),
+            ('text requests pending', str(s.num_pending if s else 0)),
+            ('text requests rejected', str(self._texts_rejected)),
+            ('decode batch', str(s.decode_batch if s else 0)),
+            ('tokens per cycle (k)', str(s.tokens_per_cycle if s else 0)),
+            ('KV blocks used', str(s.kv_used_blocks if s else 0)),
+            ('KV blocks capacity', str(s.kv_capacity_blocks if s else 0)),
+            ('KV use (%)', f'{100 * self._kv_fraction():.1f}'),
+            ('KV used (MiB)', f'{(s.kv_used_bytes if s else 0) / _MIB:.2f}'),
+        ]
+        values += [(f'rejected: {issue.value}', str(self._rejections[issue]))
+                   for issue in InputIssue]
+        values += [('last rejection', self._last_rejection),
+                   ('random weights', 'yes' if self.random_weights else 'no')]
+        if self._failure:
+            values.append(('engine error', self._failure))
+        return values
+
+
+def status_values(status: DiagnosticStatus) -> dict[str, str]:
+    """Return the key/values of a status as a dict (for tools and tests)."""
+    return {kv.key: kv.value for kv in status.values}
+
+
+__all__ = ['EngineDiagnostics', 'Level', 'MAX_KV_FRACTION', 'MIN_RATE_FRACTION',
+           'RATE_WINDOW_S', 'STATUS_NAME', 'status_values']

@@ -1,0 +1,494 @@
+"""
+The ROS 2 lifecycle node ``oxygen`` (architecture.md §4): observations in, action chunks out.
+
+Threads (one ``MultiThreadedExecutor``): subscriptions only store the newest message in an
+``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
+own MutuallyExclusive group runs the control cycle, the only code touching the engine; finished
+texts go through a queue to a guard condition in the text group, which publishes them and
+``/diagnostics``, so publishing never delays the action timer. Lifecycle services and the
+autostart timer use the default group.
+
+Every ``~/ask`` message gets exactly one ``~/answer``: the decoded text, or
+``no answer: <reason>`` when the request was refused (engine busy, empty question, not admitted
+in time) or aborted. Questions still open at cleanup/shutdown are logged, not answered
+(publishers are inactive then).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+import functools
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Sequence
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+from oxygen_ros.engine.config import TextOutput
+from oxygen_ros.engine.engine import Engine, EngineBusyError
+from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.observation import Observation
+from oxygen_ros.ros.convert import actions_to_trajectory, NS_PER_S
+from oxygen_ros.ros.diagnostics import EngineDiagnostics
+from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
+from oxygen_ros.ros.params import (
+    build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
+    ParameterError, SPECS)
+from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.tools.bag_topics import JOINT_STATES_TOPIC, qos_profile, QosRole
+from rcl_interfaces.msg import SetParametersResult
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+NODE_NAME = 'oxygen'
+_LOG_EVERY_S = 5.0
+"""A rejection cause is logged when it starts and then at most this often."""
+_JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+"""Best effort matches reliable and best-effort publishers alike."""
+_SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+def warmup_observation(engine: Engine, instruction: str) -> Observation:
+    """Return a synthetic observation of the engine's shapes (black images, zero state)."""
+    cfg = engine.model_cfg
+    size = cfg.vision.image_size
+    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in cfg.cameras}
+    return Observation(images, np.zeros(cfg.state_dim, np.float32), instruction or 'warm up')
+
+
+class OxygenNode(LifecycleNode):
+    """
+    π0.5 with OxyGen on ROS 2: action chunks on a timer, text from the same KV cache.
+
+    :param kwargs: passed to ``LifecycleNode`` (``context``, ``parameter_overrides``, ...).
+    :raises rclpy.exceptions.InvalidParameterTypeException: a parameter override of the
+        wrong type; ``InvalidParameterValueException``: one out of range.
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        declare_parameters(self)
+        self.finished = threading.Event()
+        """Set once the node reached the finalized state (main exits then)."""
+        self._control_group = MutuallyExclusiveCallbackGroup()
+        self._text_group = MutuallyExclusiveCallbackGroup()
+        self._input_group = MutuallyExclusiveCallbackGroup()
+        self._engine_lock = threading.Lock()
+        self._pub_lock = threading.Lock()
+        self._engine: Engine | None = None
+        self._cache: ObservationCache | None = None
+        self._cfg: NodeConfig | None = None
+        self._failed = False
+        self._timer = None
+        self._pubs: dict[str, object] = {}
+        self._subs: list[object] = []
+        self._inbox: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[TextTask, str]] = queue.SimpleQueue()
+        self._live: dict[str, TextTask] = {}
+        self._next_due: dict[TextTask, float] = {}
+        self._logged: dict[InputIssue | None, float] = {}
+        self._last_issue: InputIssue | None = None
+        self._diag = EngineDiagnostics(self.get_parameter('preset').value)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
+                                             self._publish_diagnostics, self._text_group)
+        self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
+        self._autostart = None
+        if self.get_parameter('autostart').value:
+            self._autostart = self.create_timer(0.0, self._on_autostart)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _on_autostart(self) -> None:
+        self.destroy_timer(self._autostart)
+        if self.trigger_configure() is _SUCCESS:
+            self.trigger_activate()
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Read parameters, build the engine (weights, tokenizer, norm stats, KV pool), warm it up.
+
+        Then create the lifecycle publishers and the subscriptions.
+
+        :returns: SUCCESS → inactive. FAILURE → unconfigured, nothing kept: a bad parameter,
+            a missing or bad checkpoint / tokenizer / norm stats, or a warm-up error (logged
+            with the reason; ``/diagnostics`` ERROR). An escaped exception would be ERROR →
+            ``on_error`` → unconfigured.
+        """
+        try:
+            engine_cfg, cfg = build_configs(parameter_values(self))
+        except ParameterError as exc:
+            return self._configure_failed(f'bad parameter: {exc}')
+        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None)
+        t0 = time.monotonic()
+        try:
+            if cfg.torch_threads:
+                import torch  # loaded by the engine anyway
+                torch.set_num_threads(cfg.torch_threads)
+            engine = Engine(engine_cfg)
+            engine.warmup(warmup_observation(engine, cfg.instruction))
+        except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
+            self.get_logger().error(traceback.format_exc())
+            return self._configure_failed(f'cannot build the {cfg.preset} engine: '
+                                          f'{type(exc).__name__}: {exc}')
+        weights = engine_cfg.checkpoint or 'RANDOM weights'
+        self.get_logger().info(
+            f'engine {cfg.preset} ready in {time.monotonic() - t0:.1f} s ({weights}); '
+            f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}')
+        self._engine, self._cfg, self._failed = engine, cfg, False
+        self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
+        self._pubs = {'action': self.create_lifecycle_publisher(
+            JointTrajectory, '~/action_chunk', 10)}
+        for task in TextTask:
+            self._pubs[task.value] = self.create_lifecycle_publisher(
+                String, f'~/{task.value}', 10)
+        sensor = qos_profile(QosRole.SENSOR_DATA)
+        self._subs = [self.create_subscription(
+            Image, topic, functools.partial(self._on_image, slot), sensor,
+            callback_group=self._input_group)
+            for slot, topic in zip(cfg.cameras, cfg.camera_topics)]
+        self._subs += [
+            self.create_subscription(JointState, JOINT_STATES_TOPIC, self._on_joint_state,
+                                     _JOINT_QOS, callback_group=self._input_group),
+            self.create_subscription(String, '~/instruction', self._on_instruction,
+                                     qos_profile(QosRole.LATCHED),
+                                     callback_group=self._input_group),
+            self.create_subscription(String, '~/ask', self._on_ask,
+                                     qos_profile(QosRole.RELIABLE),
+                                     callback_group=self._input_group)]
+        self._diag.set_state('inactive', time.monotonic())
+        return super().on_configure(state)
+
+    def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
+        self.get_logger().error(f'configure failed: {reason}')
+        self._diag.record_failure(f'configure failed: {reason}')
+        return _FAILURE
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Start the control timer; lifecycle publishers go live.
+
+        :returns: SUCCESS → active. FAILURE → inactive: the engine failed in an earlier
+            cycle (cleanup and configure again).
+        """
+        if self._failed:
+            self.get_logger().error('not activating: the engine failed; cleanup and configure')
+            return _FAILURE
+        now = time.monotonic()
+        self._next_due = {TextTask.SUBTASK: now, TextTask.MEMORY: now}
+        self._timer = self.create_timer(self._cfg.control_period_s, self._control_tick,
+                                        self._control_group)
+        self._diag.set_state('active', now)
+        self.get_logger().info(f'active: {self._cfg.control_rate_hz:g} Hz')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Stop the control timer (after a running cycle); publishers go silent.
+
+        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox).
+        """
+        self._stop_timer()
+        self._diag.set_state('inactive', time.monotonic())
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Shut the engine down, destroy publishers, subscriptions, and free the model.
+
+        :returns: SUCCESS → unconfigured.
+        """
+        self._release()
+        self._diag.set_state('unconfigured', time.monotonic())
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Release everything from any state; ``main`` then exits with status 0.
+
+        :returns: SUCCESS → finalized.
+        """
+        self._stop_timer()
+        self._release()
+        self._diag.set_state('finalized', time.monotonic())
+        self.finished.set()
+        return super().on_shutdown(state)
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """
+        Release everything after a transition raised.
+
+        :returns: SUCCESS → unconfigured.
+        """
+        self.get_logger().error(f'error processing from {state.label}; releasing the engine')
+        self._stop_timer()
+        self._release()
+        return super().on_error(state)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with self._engine_lock:  # let a running cycle finish
+                self.destroy_timer(self._timer)
+                self._timer = None
+
+    def _release(self) -> None:
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+            for sub in self._subs:
+                self.destroy_subscription(sub)
+            self._subs, self._cache = [], None
+            if engine is not None:
+                for out in engine.shutdown():
+                    self.get_logger().warning(
+                        f'{out.task.value} {out.req_id} dropped at cleanup: {out.error}')
+                device = engine.config.device
+                del engine
+                if device.startswith('cuda'):
+                    import torch
+                    torch.cuda.empty_cache()
+        with self._pub_lock:
+            for pub in self._pubs.values():
+                self.destroy_lifecycle_publisher(pub)
+            self._pubs = {}
+        self._live.clear()
+
+    # -- subscriptions: store only, never raise ---------------------------------------------
+    def _now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def _on_image(self, slot: str, msg: Image) -> None:
+        cache = self._cache
+        if cache is not None:
+            cache.put_image(slot, msg, self._now_ns())
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        cache = self._cache
+        if cache is not None:
+            cache.put_joint_state(msg, self._now_ns())
+
+    def _on_instruction(self, msg: String) -> None:
+        cache = self._cache
+        if cache is not None:
+            cache.set_instruction(msg.data)
+            self.get_logger().info(f'instruction: {msg.data!r}')
+
+    def _on_ask(self, msg: String) -> None:
+        self._inbox.put(msg.data)
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _on_set_parameters(self, params: Sequence[Parameter]
+                           ) -> SetParametersResult:
+        cfg = self._cfg
+        for p in params:
+            reason = check_update(cfg, p.name, p.value) if cfg is not None else None
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    def _after_set_parameters(self, params: Sequence[Parameter]) -> None:
+        for p in params:
+            if p.name == 'instruction' and self._cache is not None:
+                self._cache.set_instruction(p.value)
+            elif p.name == 'diagnostics_period':
+                self._diag_timer.timer_period_ns = round(p.value * NS_PER_S)
+            if self._cfg is not None and p.name in SPECS:
+                self._cfg = self._cfg.updated(p.name, p.value)
+        timer = self._timer
+        if timer is not None and any(p.name == 'control_rate_hz' for p in params):
+            timer.timer_period_ns = round(self._cfg.control_period_s * NS_PER_S)
+            self.get_logger().info(f'control rate {self._cfg.control_rate_hz:g} Hz')
+
+    # -- the control cycle ----------------------------------------------------------------------
+    def _control_tick(self) -> None:
+        cfg, now = self._cfg, time.monotonic()
+        with self._engine_lock:
+            engine = self._engine
+            if engine is None or cfg is None:
+                return
+            try:
+                if engine.config.control_period_s != cfg.control_period_s:
+                    # k adapts to the new deadline (the engine reads it every frame)
+                    engine.config = replace(engine.config, control_period_s=cfg.control_period_s)
+                self._submit_questions(engine)
+                prepared = self._prepare(engine, cfg)
+                if prepared is not None:
+                    self._submit_periodic(engine, cfg, now)
+                out = engine.step(prepared)
+                published = False
+                if out.action is not None:
+                    msg = actions_to_trajectory(out.action.actions, cfg.action_joint_names,
+                                                out.action.stamp_ns, cfg.action_dt,
+                                                cfg.frame_id)
+                    with self._pub_lock:
+                        if 'action' in self._pubs:
+                            self._pubs['action'].publish(msg)
+                            published = True
+                self._diag.record_cycle(now, out.stats, published)
+                for text in out.texts:
+                    self._finish_text(text)
+            except Exception:  # noqa: B902 (reported, then the node stops acting)
+                failure = traceback.format_exc()
+            else:
+                failure = None
+        if not self._outbox.empty():
+            self._text_gc.trigger()
+        if failure is not None:
+            self._engine_failed(failure)
+
+    def _prepare(self, engine: Engine, cfg: NodeConfig) -> PreparedObservation | None:
+        try:
+            prepared = engine.prepare(
+                self._cache.assemble(self._now_ns(), cfg.max_observation_age))
+            if self._last_issue is not None:
+                self.get_logger().info('inputs valid again: acting')
+                self._last_issue = None
+            return prepared
+        except RejectedInput as exc:
+            issue, reason = exc.cause, str(exc)
+        except ObservationError as exc:
+            issue, reason = InputIssue.from_fault(exc.cause), str(exc)
+        self._diag.record_rejection(issue, reason)
+        now = time.monotonic()
+        if issue is not self._last_issue or now - self._logged.get(issue, -1e9) > _LOG_EVERY_S:
+            self.get_logger().warning(f'not acting ({issue.value}): {reason}')
+            self._logged[issue] = now
+        self._last_issue = issue
+        return None
+
+    def _submit_questions(self, engine: Engine) -> None:
+        while True:
+            try:
+                question = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                req_id = engine.submit_text(TextTask.ANSWER, question=question)
+            except (EngineBusyError, ValueError) as exc:
+                self._diag.record_text_rejected()
+                self.get_logger().warning(f'question {question!r} refused: {exc}')
+                self._outbox.put((TextTask.ANSWER, f'no answer: {exc}'))
+                continue
+            self._live[req_id] = TextTask.ANSWER
+            self.get_logger().info(f'question {req_id}: {question!r}')
+
+    def _submit_periodic(self, engine: Engine, cfg: NodeConfig, now: float) -> None:
+        for task, period in ((TextTask.SUBTASK, cfg.subtask_period),
+                             (TextTask.MEMORY, cfg.memory_period)):
+            if period <= 0 or now < self._next_due.get(task, now) or task in \
+                    self._live.values():
+                continue
+            try:
+                self._live[engine.submit_text(task)] = task
+            except EngineBusyError as exc:
+                self._diag.record_text_rejected()
+                self.get_logger().warning(f'{task.value} request refused: {exc}')
+            self._next_due[task] = now + period
+
+    def _finish_text(self, out: TextOutput) -> None:
+        self._live.pop(out.req_id, None)
+        ok = out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) and not out.error
+        stamp = f'{out.frame_stamp_ns / NS_PER_S:.3f}'
+        if not ok:
+            self._diag.record_text_rejected()
+            reason = out.error or f'request {out.finish_reason.value if out.finish_reason else ""}'
+            self.get_logger().warning(f'{out.task.value} {out.req_id}: no text: {reason}')
+            if out.task is TextTask.ANSWER:
+                self._outbox.put((out.task, f'no answer: {reason}'))
+            return
+        self.get_logger().info(
+            f'{out.task.value} {out.req_id} (frame stamp {stamp}, {out.num_cycles} cycles, '
+            f'{out.finish_reason.value}): {out.text!r}')
+        self._outbox.put((out.task, out.text))
+
+    def _engine_failed(self, failure: str) -> None:
+        self.get_logger().error(f'engine failed in a control cycle; deactivating:\n{failure}')
+        self._failed = True
+        self._diag.record_failure(failure.strip().splitlines()[-1])
+        self.trigger_deactivate()
+
+    # -- text group ----------------------------------------------------------------------------
+    def _publish_texts(self) -> None:
+        while True:
+            try:
+                task, text = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            with self._pub_lock:
+                pub = self._pubs.get(task.value)
+                if pub is not None:
+                    pub.publish(String(data=text))
+
+    def _publish_diagnostics(self) -> None:
+        cfg = self._cfg
+        rate = cfg.control_rate_hz if cfg else self.get_parameter('control_rate_hz').value
+        age = cfg.max_observation_age if cfg else \
+            self.get_parameter('max_observation_age').value
+        self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(),
+                                                time.monotonic(), rate, age))
+
+
+def _spin(executor: MultiThreadedExecutor) -> None:
+    try:
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run ``oxygen_node``; return 0 after SIGINT, SIGTERM or the shutdown transition.
+
+    :returns: 1 if the node cannot start (a parameter override of the wrong type or range).
+    """
+    args = [NODE_NAME, *(sys.argv[1:] if argv is None else argv)]
+    logging.basicConfig(level=logging.INFO, format='[%(levelname)s] [%(name)s]: %(message)s')
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        node = OxygenNode()
+    except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+        rclpy.logging.get_logger(NODE_NAME).fatal(f'bad parameter: {exc}')
+        rclpy.try_shutdown()
+        return 1
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    spinner = threading.Thread(target=_spin, args=(executor,), name='executor')
+    spinner.start()
+    while not stop.wait(0.1) and not node.finished.is_set():
+        pass
+    if node.finished.is_set():
+        time.sleep(0.3)  # let the change_state response leave before the context goes
+    else:
+        try:
+            node.trigger_shutdown()
+        except Exception as exc:  # noqa: B902 (e.g. mid-transition: release directly)
+            node.get_logger().warning(f'shutdown transition failed ({exc}); releasing')
+            node.on_shutdown(LifecycleState('active', 0))
+    rclpy.try_shutdown()
+    executor.shutdown(timeout_sec=5.0)
+    spinner.join(timeout=5.0)
+    node.destroy_node()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

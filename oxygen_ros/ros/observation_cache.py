@@ -1,0 +1,186 @@
+"""
+The newest camera images, joint state and instruction, and the observation built from them.
+
+Subscription callbacks only store the newest message (with its receive time) under a lock;
+the control cycle calls ``assemble`` once per tick, which checks ages and contents and decodes
+only the newest image of each camera. There is no time synchronisation across topics beyond
+the age limit (no ``message_filters`` on PyPI; ros2-from-pypi.md): every input must be younger
+than ``max_observation_age`` at the tick.
+
+Ages are ``now - header.stamp`` on the node clock. A joint state stamped 0 (some drivers do
+not stamp) is aged by its receive time instead; an image stamped 0 is stale, since the action
+chunk carries the image stamp. A stamp more than ``max_observation_age`` in the future (clock
+skew between machines) is refused as stale too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+import threading
+from typing import Sequence
+
+from oxygen_ros.config import CAMERA_SLOTS
+from oxygen_ros.engine.inputs import InputFault
+from oxygen_ros.observation import Observation
+from oxygen_ros.ros.convert import (
+    image_to_rgb, ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S,
+    stamp_to_ns)
+from sensor_msgs.msg import Image, JointState
+
+
+class InputIssue(enum.Enum):
+    """Why the node refused to act in a cycle (one diagnostics counter each)."""
+
+    STALE = 'stale'
+    MISSING_CAMERA = 'missing camera'
+    BAD_IMAGE = 'bad image'
+    BAD_JOINTS = 'bad joints'
+    NO_INSTRUCTION = 'no instruction'
+    BAD_PROMPT = 'bad prompt'
+
+    @classmethod
+    def from_fault(cls, fault: InputFault) -> InputIssue:
+        """Return the issue of an engine ``InputFault`` (BAD_STATE is BAD_JOINTS)."""
+        return _FROM_FAULT[fault]
+
+
+_FROM_FAULT = {InputFault.MISSING_CAMERA: InputIssue.MISSING_CAMERA,
+               InputFault.BAD_IMAGE: InputIssue.BAD_IMAGE,
+               InputFault.BAD_STATE: InputIssue.BAD_JOINTS,
+               InputFault.BAD_PROMPT: InputIssue.BAD_PROMPT}
+
+
+class RejectedInput(ValueError):
+    """The newest inputs are not fit to act on; ``cause`` says why, the message details it."""
+
+    def __init__(self, cause: InputIssue, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True, slots=True)
+class Stamped:
+    """A message as the cache keeps it."""
+
+    msg: object
+    received_ns: int
+    """Node clock time when the callback stored it."""
+
+
+class ObservationCache:
+    """
+    Thread-safe newest-message store that assembles ``Observation`` objects.
+
+    :param cameras: camera slots (``CAMERA_SLOTS`` names) an observation needs.
+    :param joint_names: the robot state's joints, in model order.
+    :param instruction: the initial task prompt ('' = none yet).
+    :raises ValueError: an unknown camera slot.
+    """
+
+    def __init__(self, cameras: Sequence[str], joint_names: Sequence[str],
+                 instruction: str = '') -> None:
+        unknown = sorted(set(cameras) - set(CAMERA_SLOTS))
+        if unknown:
+            raise ValueError(f'unknown camera slots {unknown}; known: {list(CAMERA_SLOTS)}')
+        self.cameras = tuple(s for s in CAMERA_SLOTS if s in cameras)
+        self.joint_names = tuple(joint_names)
+        self._lock = threading.Lock()
+        self._images: dict[str, Stamped] = {}
+        self._joints: Stamped | None = None
+        self._instruction = instruction
+
+    def put_image(self, slot: str, msg: Image, received_ns: int) -> None:
+        """Keep ``msg`` as the newest image of ``slot`` (no decoding here)."""
+        with self._lock:
+            self._images[slot] = Stamped(msg, received_ns)
+
+    def put_joint_state(self, msg: JointState, received_ns: int) -> None:
+        """Keep ``msg`` as the newest joint state."""
+        with self._lock:
+            self._joints = Stamped(msg, received_ns)
+
+    def set_instruction(self, text: str) -> None:
+        """Replace the task prompt."""
+        with self._lock:
+            self._instruction = text
+
+    @property
+    def instruction(self) -> str:
+        with self._lock:
+            return self._instruction
+
+    def assemble(self, now_ns: int, max_age_s: float) -> Observation:
+        """
+        Build an observation from the newest inputs.
+
+        Checks, in order: every camera has a message; image stamps are within
+        ``max_age_s`` of ``now_ns``; images decode (``convert.image_to_rgb``); a joint state
+        exists, is recent, and holds finite positions for every joint name; the instruction
+        is not empty.
+
+        :param now_ns: node clock time of the control tick.
+        :param max_age_s: ``max_observation_age`` in seconds.
+        :returns: images ``uint8 [h, w, 3]`` RGB per slot, ``float32 [len(joint_names)]``
+            state, the instruction; ``stamp_ns`` = the stamp of the first camera in
+            ``CAMERA_SLOTS`` order (the base camera when used); ``metadata`` holds
+            ``camera_stamps_ns`` and ``joint_state_stamp_ns``.
+        :raises RejectedInput: with the cause and a message naming the topic/camera.
+        """
+        with self._lock:
+            images = dict(self._images)
+            joints = self._joints
+            instruction = self._instruction
+        max_age_ns = round(max_age_s * NS_PER_S)
+        missing = [slot for slot in self.cameras if slot not in images]
+        if missing:
+            raise RejectedInput(InputIssue.MISSING_CAMERA,
+                                f'no image received yet from camera(s) {missing}')
+        stamps = {}
+        for slot in self.cameras:
+            stamps[slot] = _checked_age(slot, images[slot].msg, None, now_ns, max_age_ns)
+        rgb = {}
+        for slot in self.cameras:
+            try:
+                rgb[slot] = image_to_rgb(images[slot].msg)
+            except ImageConversionError as exc:
+                raise RejectedInput(InputIssue.BAD_IMAGE, f'camera {slot}: {exc}') from None
+        if joints is None:
+            raise RejectedInput(InputIssue.BAD_JOINTS, 'no joint state received yet')
+        joint_stamp = _checked_age('joint state', joints.msg, joints.received_ns, now_ns,
+                                   max_age_ns)
+        try:
+            state = joint_state_to_vector(joints.msg, self.joint_names)
+        except JointStateError as exc:
+            raise RejectedInput(InputIssue.BAD_JOINTS, str(exc)) from None
+        if not instruction.strip():
+            raise RejectedInput(InputIssue.NO_INSTRUCTION,
+                                'no instruction yet (publish ~/instruction or set the '
+                                'instruction parameter)')
+        return Observation(images=rgb, state=state, prompt=instruction,
+                           stamp_ns=stamps[self.cameras[0]],
+                           metadata={'camera_stamps_ns': stamps,
+                                     'joint_state_stamp_ns': joint_stamp})
+
+
+def _checked_age(what: str, msg: Image | JointState, received_ns: int | None, now_ns: int,
+                 max_age_ns: int) -> int:
+    """Return the stamp of ``msg`` (or ``received_ns`` if 0 and given) if it is recent."""
+    try:
+        stamp = stamp_to_ns(msg.header.stamp)
+    except ValueError as exc:
+        cause = InputIssue.BAD_JOINTS if received_ns is not None else InputIssue.BAD_IMAGE
+        raise RejectedInput(cause, f'{what}: {exc}') from None
+    if stamp == 0 and received_ns is not None:
+        stamp = received_ns
+    age_ns = now_ns - stamp
+    if abs(age_ns) > max_age_ns:
+        label = f'{age_ns / NS_PER_S:.3f} s old' if age_ns > 0 else \
+            f'{-age_ns / NS_PER_S:.3f} s in the future'
+        raise RejectedInput(InputIssue.STALE,
+                            f'{what} is {label} (max_observation_age '
+                            f'{max_age_ns / NS_PER_S:g} s); stamp {stamp} ns')
+    return stamp
+
+
+__all__ = ['InputIssue', 'ObservationCache', 'RejectedInput', 'Stamped']

@@ -1,0 +1,347 @@
+"""
+Parameters of the ``oxygen`` node: names, types, defaults, ranges, and the configs they build.
+
+Every parameter is declared with a ``ParameterDescriptor`` (description, range, ``read_only``).
+Read-only parameters shape the engine (weights, KV pool, cameras, joint order) and are fixed
+once the node exists: set them in ``config/<preset>.yaml`` or with ``-p``. The others are
+dynamic and are checked again by the node's ``add_on_set_parameters_callback``
+(``check_update``), which rejects bad values with a reason.
+
+Defaults that depend on the model (``cameras``, ``joint_names``, ``action_joint_names``) are
+taken from the ``preset`` parameter, which is declared first.
+"""
+
+from __future__ import annotations
+
+import array
+from dataclasses import dataclass, fields, replace
+import math
+import re
+from typing import Mapping, Sequence
+
+from oxygen_ros.config import CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention
+from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.tools.bag_topics import CAMERA_TOPICS
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+
+DEFAULT_PRESET = 'demo'
+"""Preset of a node started without a params file (random weights, fast on a CPU)."""
+
+
+class ParameterError(ValueError):
+    """A parameter value the node cannot use (the message names it and the value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    """
+    One node parameter.
+
+    :ivar default: the default; None for the model-dependent ones (see ``model_defaults``).
+    :ivar limits: ``(from, to)`` inclusive range of a number parameter.
+    :ivar read_only: fixed after the node starts (shapes the engine).
+    """
+
+    name: str
+    default: object
+    description: str
+    limits: tuple[float, float] | None = None
+    read_only: bool = False
+
+    def descriptor(self) -> ParameterDescriptor:
+        """Return the ``ParameterDescriptor`` (type is inferred from the default)."""
+        desc = ParameterDescriptor(description=self.description, read_only=self.read_only)
+        if self.limits is not None:
+            lo, hi = self.limits
+            if isinstance(self.default, float):
+                desc.floating_point_range = [
+                    FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+            else:
+                desc.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
+        return desc
+
+
+def _choices(enum_values: Sequence[str]) -> str:
+    return ', '.join(repr(v) for v in enum_values)
+
+
+PARAMETERS: tuple[ParamSpec, ...] = (
+    ParamSpec('preset', DEFAULT_PRESET, 'model preset (sizes, cameras, action horizon): '
+              'pi05_droid, pi05_libero, pi05_base, small, demo, tiny', read_only=True),
+    ParamSpec('checkpoint', '', 'directory with model.safetensors and assets/<asset_id>/'
+              "norm_stats.json; '' = seeded random weights (logged, meaningless actions)",
+              read_only=True),
+    ParamSpec('tokenizer', '', "paligemma_tokenizer.model path; '' = the one fetched by "
+              'oxygen-fetch-tokenizer', read_only=True),
+    ParamSpec('norm_stats', '', "norm_stats.json overriding the checkpoint's; '' = the "
+              "checkpoint's (identity stats for random weights)", read_only=True),
+    ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",
+              read_only=True),
+    ParamSpec('device', 'cpu', "torch device: 'cpu', 'cuda', 'cuda:N'", read_only=True),
+    ParamSpec('backend', BackendKind.TORCH.value,
+              f'execution backend: {_choices([b.value for b in BackendKind])}', read_only=True),
+    ParamSpec('policy', Policy.OXYGEN.value, "'oxygen' (one shared prefill per cycle) or "
+              "'isolated' (the baseline: one prefill per job)", read_only=True),
+    ParamSpec('prefix_attention', '', "'' = the preset's; "
+              f'{_choices([p.value for p in PrefixAttention])}', read_only=True),
+    ParamSpec('cameras', None, 'camera slots to subscribe (base_0_rgb, left_wrist_0_rgb, '
+              "right_wrist_0_rgb); default: the preset's", read_only=True),
+    ParamSpec('joint_names', None, 'joint names of the robot state in model order, looked up '
+              'by name in /joint_states; default joint_1..joint_<state_dim>', read_only=True),
+    ParamSpec('action_joint_names', None, 'joint_names of ~/action_chunk (robot_action_dim '
+              'of them); default: the first robot_action_dim joint_names', read_only=True),
+    ParamSpec('frame_id', '', 'header.frame_id of ~/action_chunk'),
+    ParamSpec('control_rate_hz', 10.0, 'control cycles (action chunks) per second; the engine '
+              'adapts decode tokens per cycle to 1/control_rate_hz', (0.1, 1000.0)),
+    ParamSpec('action_dt', 0.1, 'seconds between consecutive points of an action chunk '
+              '(time_from_start = i * action_dt)', (0.001, 10.0)),
+    ParamSpec('max_observation_age', 0.5, 'never act on an image or joint state older than '
+              'this (seconds, node clock now - header.stamp)', (0.01, 60.0)),
+    ParamSpec('tokens_per_cycle', 5, 'k: max decode tokens per text request per control cycle',
+              (1, 1024), read_only=True),
+    ParamSpec('decode_budget', 0, "max tokens of a text request; 0 = the preset's",
+              (0, 100_000), read_only=True),
+    ParamSpec('subtask_period', 0.0, 'seconds between SUBTASK requests (~/subtask); 0 = never',
+              (0.0, 86_400.0)),
+    ParamSpec('memory_period', 0.0, 'seconds between MEMORY requests (~/memory); 0 = never',
+              (0.0, 86_400.0)),
+    ParamSpec('kv_cache_mb', 0.0, 'KV pool size in MiB; 0 = sized for max_running_requests',
+              (0.0, 1_000_000.0), read_only=True),
+    ParamSpec('max_running_requests', 32, 'text requests decoding at once', (1, 4096),
+              read_only=True),
+    ParamSpec('stop_on_eos', True, 'stop a text at EOS (False decodes every text to its '
+              'budget)', read_only=True),
+    ParamSpec('seed', 0, 'random weights and flow-matching noise seed', (0, 2**31 - 1),
+              read_only=True),
+    ParamSpec('torch_threads', 0, 'torch intra-op CPU threads (torch.set_num_threads); 0 = '
+              "torch's default. 1 avoids OpenMP spin-waits on small, shared CPUs",
+              (0, 1024), read_only=True),
+    ParamSpec('instruction', '', "task prompt until a ~/instruction message arrives; '' = "
+              'wait for one'),
+    ParamSpec('autostart', True, 'configure and activate right after start', read_only=True),
+    ParamSpec('diagnostics_period', 1.0, 'seconds between /diagnostics messages', (0.05, 60.0)),
+)
+"""Every parameter of the node, in declaration order (``preset`` first)."""
+
+SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
+_ENUMS = {'backend': BackendKind, 'policy': Policy}
+
+
+def model_defaults(model: ModelConfig) -> dict[str, list[str]]:
+    """Return the model-dependent defaults (``cameras``, ``joint_names``, ...) of a preset."""
+    joints = [f'joint_{i}' for i in range(1, model.state_dim + 1)]
+    return {'cameras': list(model.cameras), 'joint_names': joints,
+            'action_joint_names': joints[:model.robot_action_dim]}
+
+
+def declare_parameters(node: Node) -> None:
+    """
+    Declare every parameter of ``PARAMETERS`` on ``node`` (overrides apply).
+
+    An unknown preset is not an error here (configure reports it): the model-dependent
+    defaults then come from ``DEFAULT_PRESET``.
+
+    :raises rclpy.exceptions.InvalidParameterTypeException: an override of the wrong type,
+        e.g. ``10`` for a double (write ``10.0``).
+    :raises rclpy.exceptions.InvalidParameterValueException: an override out of range.
+    """
+    preset = node.declare_parameter('preset', DEFAULT_PRESET, SPECS['preset'].descriptor()).value
+    try:
+        model = get_preset(preset)
+    except ValueError:
+        model = get_preset(DEFAULT_PRESET)
+    defaults = model_defaults(model)
+    for spec in PARAMETERS[1:]:
+        default = spec.default
+        if spec.name == 'action_joint_names':
+            joints = list(node.get_parameter('joint_names').value)
+            default = joints[:model.robot_action_dim] or defaults[spec.name]
+        elif default is None:
+            default = defaults[spec.name]
+        node.declare_parameter(spec.name, default, spec.descriptor())
+
+
+def parameter_values(node: Node) -> dict[str, object]:
+    """Return ``{name: value}`` of every declared ``PARAMETERS`` entry (arrays as lists)."""
+    out = {}
+    for spec in PARAMETERS:
+        value = node.get_parameter(spec.name).value
+        out[spec.name] = list(value) if isinstance(value, (list, tuple, array.array)) else value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """
+    What the node itself needs besides the engine (read at configure; dynamic fields change).
+
+    :ivar cameras: camera slots in ``CAMERA_SLOTS`` order.
+    :ivar camera_topics: default topic per camera (``bag_topics.CAMERA_TOPICS``; remap them).
+    :ivar control_rate_hz: timer rate; ``1 / control_rate_hz`` is the engine's deadline.
+    :ivar max_observation_age: seconds.
+    :ivar subtask_period: seconds, 0 = never.
+    """
+
+    preset: str
+    cameras: tuple[str, ...]
+    joint_names: tuple[str, ...]
+    action_joint_names: tuple[str, ...]
+    frame_id: str = ''
+    control_rate_hz: float = 10.0
+    action_dt: float = 0.1
+    max_observation_age: float = 0.5
+    subtask_period: float = 0.0
+    memory_period: float = 0.0
+    instruction: str = ''
+    autostart: bool = True
+    torch_threads: int = 0
+    diagnostics_period: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ('control_rate_hz', 'action_dt', 'max_observation_age', 'subtask_period',
+                     'memory_period', 'diagnostics_period'):
+            _check_range(name, getattr(self, name))
+        if not self.cameras or set(self.cameras) - set(CAMERA_SLOTS) or \
+                len(set(self.cameras)) != len(self.cameras):
+            raise ParameterError(f'cameras must be distinct names of {list(CAMERA_SLOTS)}, '
+                                 f'got {list(self.cameras)}')
+        for name in ('joint_names', 'action_joint_names'):
+            names = getattr(self, name)
+            if not all(names) or len(set(names)) != len(names):
+                raise ParameterError(f'{name} must be distinct non-empty names, got '
+                                     f'{list(names)}')
+
+    @property
+    def camera_topics(self) -> tuple[str, ...]:
+        """Return the default image topic of each camera."""
+        return tuple(CAMERA_TOPICS[slot] for slot in self.cameras)
+
+    @property
+    def control_period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    def updated(self, name: str, value: object) -> NodeConfig:
+        """
+        Return a copy with one dynamic parameter changed.
+
+        :raises ParameterError: read-only or unknown parameter, or a bad value.
+        """
+        spec = SPECS.get(name)
+        if spec is None or spec.read_only or name not in _NODE_FIELDS:
+            raise ParameterError(f'parameter {name!r} cannot change while the node runs')
+        return replace(self, **{name: value})
+
+
+_NODE_FIELDS = frozenset(f.name for f in fields(NodeConfig))
+
+
+def _check_range(name: str, value: object) -> None:
+    spec = SPECS[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value):
+        raise ParameterError(f'{name} must be a finite number, got {value!r}')
+    lo, hi = spec.limits
+    if not lo <= value <= hi:
+        raise ParameterError(f'{name} must be in [{lo}, {hi}], got {value!r}')
+
+
+def _enum(name: str, value: str) -> object:
+    cls = _ENUMS[name]
+    try:
+        return cls(value)
+    except ValueError:
+        raise ParameterError(f'{name} must be one of {_choices([e.value for e in cls])}, '
+                             f'got {value!r}') from None
+
+
+def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfig]:
+    """
+    Build the engine and node configs from parameter values (``parameter_values``).
+
+    :param values: ``{name: value}``; missing names take their defaults.
+    :raises ParameterError: an unknown preset, a bad choice (dtype, backend, policy,
+        prefix_attention, cameras), joint names that do not fit the preset's state/action
+        dims, or a value out of range; the message names the parameter and the value.
+    """
+    try:
+        model = get_preset(str(values.get('preset', DEFAULT_PRESET)))
+    except ValueError as exc:
+        raise ParameterError(f'preset: {exc}') from None
+    defaults = model_defaults(model)
+    v = {spec.name: spec.default for spec in PARAMETERS}
+    v.update(defaults)
+    v.update(values)
+    if 'action_joint_names' not in values and 'joint_names' in values:
+        v['action_joint_names'] = list(v['joint_names'])[:model.robot_action_dim]
+    prefix = str(v['prefix_attention'])
+    try:
+        prefix_attention = PrefixAttention(prefix) if prefix else None
+    except ValueError:
+        raise ParameterError(f"prefix_attention must be '' or one of "
+                             f'{_choices([p.value for p in PrefixAttention])}, '
+                             f'got {prefix!r}') from None
+    cameras = tuple(s for s in CAMERA_SLOTS if s in v['cameras'])
+    node = NodeConfig(
+        preset=model.name,
+        cameras=cameras if len(cameras) == len(v['cameras']) else tuple(v['cameras']),
+        joint_names=tuple(v['joint_names']), action_joint_names=tuple(v['action_joint_names']),
+        **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
+                                      'max_observation_age', 'subtask_period',
+                                      'memory_period', 'instruction', 'autostart',
+                                      'diagnostics_period', 'torch_threads')})
+    if len(node.joint_names) != model.state_dim:
+        raise ParameterError(f'joint_names: preset {model.name} has a {model.state_dim}-dim '
+                             f'state, got {len(node.joint_names)} names {list(node.joint_names)}')
+    if len(node.action_joint_names) != model.robot_action_dim:
+        raise ParameterError(
+            f'action_joint_names: preset {model.name} has {model.robot_action_dim} action '
+            f'dims, got {len(node.action_joint_names)} names {list(node.action_joint_names)}')
+    if not re.fullmatch(r'cpu|cuda(:\d+)?', str(v['device'])):
+        raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {v['device']!r}")
+    for name in ('tokens_per_cycle', 'decode_budget', 'kv_cache_mb', 'max_running_requests',
+                 'seed', 'torch_threads'):
+        _check_range(name, v[name])
+    try:
+        engine = EngineConfig(
+            preset=model.name, checkpoint=v['checkpoint'] or None,
+            tokenizer=v['tokenizer'] or None, norm_stats=v['norm_stats'] or None,
+            dtype=str(v['dtype']), device=str(v['device']),
+            backend=_enum('backend', v['backend']), policy=_enum('policy', v['policy']),
+            prefix_attention=prefix_attention, cameras=node.cameras,
+            tokens_per_cycle=int(v['tokens_per_cycle']),
+            decode_budget=int(v['decode_budget']) or None,
+            kv_cache_mb=float(v['kv_cache_mb']) or None,
+            max_running_requests=int(v['max_running_requests']),
+            control_period_s=node.control_period_s, stop_on_eos=bool(v['stop_on_eos']),
+            seed=int(v['seed']))
+    except ParameterError:
+        raise
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
+    return engine, node
+
+
+def check_update(current: NodeConfig, name: str, value: object) -> str | None:
+    """
+    Check a parameter change requested while the node runs.
+
+    Types and ranges are enforced by rclpy from the descriptors; this adds what they cannot
+    express (and a clear reason).
+
+    :returns: None if the change is acceptable, else the reason to reject it.
+    """
+    if name not in SPECS:
+        return None  # not ours (e.g. use_sim_time)
+    try:
+        current.updated(name, value)
+    except (ParameterError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+__all__ = [
+    'DEFAULT_PRESET', 'NodeConfig', 'PARAMETERS', 'ParamSpec', 'ParameterError', 'SPECS',
+    'build_configs', 'check_update', 'declare_parameters', 'model_defaults', 'parameter_values',
+]
