@@ -153,6 +153,8 @@ class CycleStats:
     :ivar total_s: wall time of ``Engine.step``.
     :ivar forward_s: time inside model forward passes (the rest is bookkeeping overhead).
     :ivar seconds_by_job: forward time per job kind (``JobKind.value``).
+    :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
+        (handed to ``on_action``); NaN in a cycle without one.
     """
 
     cycle_id: int
@@ -167,6 +169,7 @@ class CycleStats:
     kv_used_blocks: int
     kv_capacity_blocks: int
     kv_used_bytes: int
+    action_latency_s: float = float('nan')
 
     @property
     def overhead_s(self) -> float:

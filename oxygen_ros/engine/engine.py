@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import itertools
 import logging
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.engine.backends import make_backend
@@ -178,14 +178,18 @@ class Engine:
         """
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.state_stats)
 
-    def step(self, obs: Observation | PreparedObservation | None,
-             now: float | None = None) -> StepOutput:
+    def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
+             on_action: Callable[[ActionChunk], None] | None = None) -> StepOutput:
         """
         Run one control cycle.
 
         :param obs: the newest observation; None when there is no valid one (no action is
             produced, no text request is seeded, running text keeps decoding).
         :param now: monotonic seconds at the start of the cycle (default: now).
+        :param on_action: called (in this thread) with the action chunk as soon as it is
+            denoised, before the cycle's text decoding: publish it from here for the lowest
+            latency. Not called for a cycle without a valid observation or with non-finite
+            actions. The chunk is also in the returned ``StepOutput``.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         """
@@ -199,13 +203,20 @@ class Engine:
             frame, inputs = self._new_frame(prepared, now)
             rejected = self._offer_pending(prepared)
         plan = self.scheduler.schedule(frame, now)
-        result = self.backend.execute(plan, inputs)
+        ready: list[ActionChunk | None] = []
+        latency = [float('nan')]
+
+        def actions_ready(actions: torch.Tensor) -> None:
+            ready.append(self._action_chunk(actions, prepared, frame))
+            latency[0] = time.perf_counter() - t0
+            if on_action is not None and ready[0] is not None:
+                on_action(ready[0])
+        result = self.backend.execute(plan, inputs, on_actions=actions_ready)
         finished = self.scheduler.update_from_output(plan, result.runner)
         rejected += self._requeue(plan.deferred_req_ids, offered=prepared is not None)
-        action = self._action_chunk(result.actions, prepared, frame)
         texts = [self._text_output(r) for r in finished] + rejected
-        stats = self._stats(plan, result, time.perf_counter() - t0)
-        return StepOutput(action, tuple(texts), stats)
+        stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
+        return StepOutput(ready[0] if ready else None, tuple(texts), stats)
 
     def _new_frame(self, prepared: PreparedObservation,
                    now: float) -> tuple[FrameSpec, FrameInputs]:
@@ -286,7 +297,7 @@ class Engine:
                           req.finish_reason, live.frame_stamp_ns,
                           self._cycle - live.first_cycle + 1)
 
-    def _stats(self, plan, result, total_s: float) -> CycleStats:
+    def _stats(self, plan, result, total_s: float, action_latency_s: float) -> CycleStats:
         by_job: dict[str, float] = {}
         generated = 0
         decode_batch = 0
@@ -303,7 +314,8 @@ class Engine:
             decode_batch=decode_batch, tokens_generated=generated,
             num_running=self.scheduler.num_running, num_pending=len(self._pending),
             kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
-            kv_used_bytes=kv.num_used_blocks * self.bytes_per_block)
+            kv_used_bytes=kv.num_used_blocks * self.bytes_per_block,
+            action_latency_s=action_latency_s)
 
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:

@@ -109,11 +109,14 @@ class TorchBackend:
         return time.perf_counter()
 
     @torch.inference_mode()
-    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None) -> BackendOutput:
+    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
+                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
         """
         Run every job of ``plan`` in order.
 
         :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
+        :param on_actions: called with the action chunk as soon as it is denoised, before
+            the text jobs that follow it in the plan (so it can be published at once).
         :raises ValueError: the plan needs a frame it was not given.
         """
         for req_id in plan.finished_req_ids:
@@ -148,6 +151,8 @@ class TorchBackend:
                 dt = self._timer() - t0
                 timings.append(JobTiming(JobKind.DENOISE, dt,
                                          num_tokens=self.model.cfg.num_denoise_steps))
+                if on_actions is not None:
+                    on_actions(actions)
             elif isinstance(job, SeedJob):
                 dt = self._seed(job, sampled)
                 timings.append(JobTiming(JobKind.SEED, dt, batch_size=len(job.req_ids)))

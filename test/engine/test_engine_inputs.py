@@ -135,3 +135,17 @@ def test_kv_use_grows_with_live_requests_not_steps(engine):
     engine.step(None)
     assert engine.scheduler.kv.num_used_blocks == before
     assert engine.backend.cache.k.data_ptr() == k_ptr        # the pool is never reallocated
+
+
+def test_action_is_handed_out_before_the_cycle_decodes_text(engine):
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='t')
+    seen = []
+
+    def on_action(chunk):
+        seen.append((chunk, engine.backend.num_live_rows))
+    out = engine.step(obs(0), on_action=on_action)
+    chunk, rows_at_publish = seen[0]
+    assert chunk is out.action and rows_at_publish == 0    # text not even seeded yet
+    assert 0 < out.stats.action_latency_s < out.stats.total_s
+    out = engine.step(None, on_action=on_action)
+    assert len(seen) == 1 and out.action is None
