@@ -75,6 +75,8 @@ def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
     return {
         'frame_ms_p50': 1e3 * _pct(totals, 50), 'frame_ms_p99': 1e3 * _pct(totals, 99),
         'frame_ms_mean': 1e3 * statistics.fmean(totals),
+        'action_latency_ms_p50': 1e3 * _pct([c.action_latency_s for c in cycles], 50),
+        'action_latency_ms_p99': 1e3 * _pct([c.action_latency_s for c in cycles], 99),
         'action_hz': len(cycles) / sum(totals), 'tokens_per_s': tokens / seconds,
         'forward_ms_mean': 1e3 * forward / len(cycles),
         'manager_overhead_frac': 1.0 - forward / sum(totals),
@@ -237,11 +239,12 @@ def _print(r: dict) -> None:
           f"{r['cameras']} camera(s), {r['prefix_attention']} prefix, budget "
           f"{r['decode_budget']}, k={r['tokens_per_cycle']}, text every {r['text_every']}, "
           f"{r['frames']} frames")
-    print(f"{'':10} {'p50 ms':>9} {'p99 ms':>9} {'actions/s':>10} {'tokens/s':>9} "
-          f"{'batch':>6} {'overhead':>9}")
+    print(f"{'':10} {'p50 ms':>9} {'p99 ms':>9} {'act. lat.':>9} {'actions/s':>10} "
+          f"{'tokens/s':>9} {'batch':>6} {'overhead':>9}")
     for name, s in (('isolated', iso), ('oxygen', oxy)):
         print(f"{name:10} {s['frame_ms_p50']:9.1f} {s['frame_ms_p99']:9.1f} "
-              f"{s['action_hz']:10.2f} {s['tokens_per_s']:9.1f} {s['decode_batch_p50']:6.0f} "
+              f"{s['action_latency_ms_p50']:9.1f} {s['action_hz']:10.2f} "
+              f"{s['tokens_per_s']:9.1f} {s['decode_batch_p50']:6.0f} "
               f"{100 * s['manager_overhead_frac']:8.2f}%")
     print(f"speedup {r['speedup']:.2f} (ideal {r['ideal_speedup']:.2f}, "
           f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
