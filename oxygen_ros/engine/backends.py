@@ -1,13 +1,15 @@
 """
-Choosing the backend that executes plans: PyTorch (CPU/CUDA) or TensorRT.
+Choosing the backend that executes plans: PyTorch (CPU/CUDA, optionally compiled) or TensorRT.
 
 Every backend has the ``TorchBackend`` interface: ``execute(plan, frame) -> BackendOutput``,
-``cache`` (the KV pool), ``device``. TensorRT is imported only when it is selected.
+``cache`` (the KV pool), ``device``; compiled and TensorRT backends also report
+``compile_seconds`` (warm-up: compilation, CUDA-graph capture, engine build or load).
+TensorRT and the compiler are imported only when selected.
 """
 
 from __future__ import annotations
 
-from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
 
@@ -20,10 +22,17 @@ def make_backend(config: EngineConfig, model: Pi05Model, num_blocks: int) -> Tor
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
+    ``config.compile_mode`` other than NONE compiles the torch backend's denoise and decode
+    steps (``compiled.py``, warm-up included, eager fallback); TensorRT ignores it (its
+    engines are compiled already).
+
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
     """
     if config.backend is BackendKind.TORCH:
-        return TorchBackend(model, num_blocks, config.block_size)
+        if config.compile_mode is CompileMode.NONE:
+            return TorchBackend(model, num_blocks, config.block_size)
+        from oxygen_ros.engine.compiled import CompiledTorchBackend
+        return CompiledTorchBackend.create(config, model, num_blocks)
     if config.backend is BackendKind.TENSORRT:
         from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
         return TensorRTBackend.create(config, model, num_blocks)
