@@ -24,6 +24,7 @@ import platform
 import shutil
 import time
 from typing import Any, Callable
+import weakref
 
 from oxygen_ros.engine.backends import BackendUnavailableError
 from oxygen_ros.engine.config import EngineConfig
@@ -38,6 +39,11 @@ import torch
 _LOG = logging.getLogger(__name__)
 
 CACHE_ENV = 'OXYGEN_ROS_CACHE'
+
+_EXECUTORS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+"""Live executors by (export, precision, limits, device): two engines on one model (the
+benchmark's isolated and OxyGen policies) share one set of TensorRT engines; each keeps its
+own KV pool (the denoise CUDA graph is keyed by the pool's address)."""
 
 TENSORRT_MISSING = (
     "backend 'tensorrt' needs NVIDIA TensorRT 10.x and its Python package 'tensorrt', "
@@ -160,9 +166,13 @@ class TensorRTBackend(TorchBackend):
             max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
         profiles = limits.profiles(cfg)
-        engines = load_engines(trt, export_dir, manifest, profiles, precision,
-                               cache / 'tensorrt', device)
-        executor = TrtExecutor(engines, manifest, profiles, device, cuda_graphs=cuda_graphs)
+        key = (str(export_dir), precision, limits, str(device), cuda_graphs)
+        executor = _EXECUTORS.get(key)
+        if executor is None:  # engines of the same export and shapes are loaded once
+            engines = load_engines(trt, export_dir, manifest, profiles, precision,
+                                   cache / 'tensorrt', device)
+            executor = TrtExecutor(engines, manifest, profiles, device, cuda_graphs=cuda_graphs)
+            _EXECUTORS[key] = executor
         runner = GraphRunner(cfg, model.dtype, device, executor,
                              denoise_ctx_len=limits.denoise_ctx_len)
         seconds = time.perf_counter() - t0

@@ -186,7 +186,9 @@ class TrtExecutor:
                 contexts.append(ctx)
             self._contexts[name] = contexts
         stream.synchronize()
-        self._graph_ctx = (self.engines[GraphName.DENOISE].create_execution_context()
+        # the denoise engine has one profile; its context also runs the captured loop (one
+        # stream, so replays and plain runs never overlap on its activation memory)
+        self._graph_ctx = (self._contexts[GraphName.DENOISE][0]
                            if cuda_graphs and GraphName.DENOISE in self.engines else None)
         self._denoise_graphs: dict[tuple, _DenoiseGraph] = {}
 
