@@ -6,12 +6,10 @@ Threads (one ``MultiThreadedExecutor``): subscriptions only store the newest mes
 own MutuallyExclusive group runs the control cycle, the only code touching the engine; finished
 texts go through a queue to a guard condition in the text group, which publishes them and
 ``/diagnostics``, so publishing never delays the action timer. Lifecycle services and the
-autostart timer use the default group.
+autostart timer use the default group. The executor is ``executor.NodeExecutor``.
 
-Every ``~/ask`` message gets exactly one ``~/answer``: the decoded text, or
-``no answer: <reason>`` when the request was refused (engine busy, empty question, not admitted
-in time) or aborted. Questions still open at cleanup/shutdown are logged, not answered
-(publishers are inactive then).
+Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``). Questions still open
+at cleanup/shutdown are logged, not answered (publishers are inactive then).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 from dataclasses import replace
 import functools
 import logging
-import queue
 import signal
 import sys
 import threading
@@ -28,25 +25,23 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
-import numpy as np
-from oxygen_ros.engine.config import TextOutput
-from oxygen_ros.engine.engine import Engine, EngineBusyError
+from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.observation import Observation
 from oxygen_ros.ros.convert import actions_to_trajectory, NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
-from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
+from oxygen_ros.ros.executor import NodeExecutor, spin
+from oxygen_ros.ros.observation_cache import (
+    InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
     ParameterError, SPECS)
-from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.tools.bag_topics import JOINT_STATES_TOPIC, qos_profile, QosRole
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -61,14 +56,6 @@ _LOG_EVERY_S = 5.0
 _JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 """Best effort matches reliable and best-effort publishers alike."""
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
-
-
-def warmup_observation(engine: Engine, instruction: str) -> Observation:
-    """Return a synthetic observation of the engine's shapes (black images, zero state)."""
-    cfg = engine.model_cfg
-    size = cfg.vision.image_size
-    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in cfg.cameras}
-    return Observation(images, np.zeros(cfg.state_dim, np.float32), instruction or 'warm up')
 
 
 class OxygenNode(LifecycleNode):
@@ -87,7 +74,7 @@ class OxygenNode(LifecycleNode):
         """Set once the node reached the finalized state (main exits then)."""
         self._control_group = MutuallyExclusiveCallbackGroup()
         self._text_group = MutuallyExclusiveCallbackGroup()
-        self._input_group = MutuallyExclusiveCallbackGroup()
+        self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
         self._pub_lock = threading.Lock()
         self._engine: Engine | None = None
@@ -97,13 +84,10 @@ class OxygenNode(LifecycleNode):
         self._timer = None
         self._pubs: dict[str, object] = {}
         self._subs: list[object] = []
-        self._inbox: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[tuple[TextTask, str]] = queue.SimpleQueue()
-        self._live: dict[str, TextTask] = {}
-        self._next_due: dict[TextTask, float] = {}
         self._logged: dict[InputIssue | None, float] = {}
         self._last_issue: InputIssue | None = None
         self._diag = EngineDiagnostics(self.get_parameter('preset').value)
+        self._texts = TextRequests(self.get_logger(), self._diag)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
@@ -142,7 +126,7 @@ class OxygenNode(LifecycleNode):
                 import torch  # loaded by the engine anyway
                 torch.set_num_threads(cfg.torch_threads)
             engine = Engine(engine_cfg)
-            engine.warmup(warmup_observation(engine, cfg.instruction))
+            engine.warmup(synthetic_observation(engine.model_cfg, cfg.instruction))
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
             self.get_logger().error(traceback.format_exc())
             return self._configure_failed(f'cannot build the {cfg.preset} engine: '
@@ -191,7 +175,7 @@ class OxygenNode(LifecycleNode):
             self.get_logger().error('not activating: the engine failed; cleanup and configure')
             return _FAILURE
         now = time.monotonic()
-        self._next_due = {TextTask.SUBTASK: now, TextTask.MEMORY: now}
+        self._texts.start(now)
         self._timer = self.create_timer(self._cfg.control_period_s, self._control_tick,
                                         self._control_group)
         self._diag.set_state('active', now)
@@ -267,7 +251,7 @@ class OxygenNode(LifecycleNode):
             for pub in self._pubs.values():
                 self.destroy_lifecycle_publisher(pub)
             self._pubs = {}
-        self._live.clear()
+        self._texts.clear()
 
     # -- subscriptions: store only, never raise ---------------------------------------------
     def _now_ns(self) -> int:
@@ -290,11 +274,10 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info(f'instruction: {msg.data!r}')
 
     def _on_ask(self, msg: String) -> None:
-        self._inbox.put(msg.data)
+        self._texts.ask(msg.data)
 
     # -- parameters ---------------------------------------------------------------------------
-    def _on_set_parameters(self, params: Sequence[Parameter]
-                           ) -> SetParametersResult:
+    def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
         cfg = self._cfg
         for p in params:
             reason = check_update(cfg, p.name, p.value) if cfg is not None else None
@@ -326,10 +309,9 @@ class OxygenNode(LifecycleNode):
                 if engine.config.control_period_s != cfg.control_period_s:
                     # k adapts to the new deadline (the engine reads it every frame)
                     engine.config = replace(engine.config, control_period_s=cfg.control_period_s)
-                self._submit_questions(engine)
                 prepared = self._prepare(engine, cfg)
-                if prepared is not None:
-                    self._submit_periodic(engine, cfg, now)
+                self._texts.submit(engine, now, cfg.subtask_period, cfg.memory_period,
+                                   prepared is not None)
                 out = engine.step(prepared)
                 published = False
                 if out.action is not None:
@@ -341,14 +323,12 @@ class OxygenNode(LifecycleNode):
                             self._pubs['action'].publish(msg)
                             published = True
                 self._diag.record_cycle(now, out.stats, published)
-                for text in out.texts:
-                    self._finish_text(text)
+                if self._texts.finish(out.texts):
+                    self._text_gc.trigger()
             except Exception:  # noqa: B902 (reported, then the node stops acting)
                 failure = traceback.format_exc()
             else:
                 failure = None
-        if not self._outbox.empty():
-            self._text_gc.trigger()
         if failure is not None:
             self._engine_failed(failure)
 
@@ -372,51 +352,6 @@ class OxygenNode(LifecycleNode):
         self._last_issue = issue
         return None
 
-    def _submit_questions(self, engine: Engine) -> None:
-        while True:
-            try:
-                question = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                req_id = engine.submit_text(TextTask.ANSWER, question=question)
-            except (EngineBusyError, ValueError) as exc:
-                self._diag.record_text_rejected()
-                self.get_logger().warning(f'question {question!r} refused: {exc}')
-                self._outbox.put((TextTask.ANSWER, f'no answer: {exc}'))
-                continue
-            self._live[req_id] = TextTask.ANSWER
-            self.get_logger().info(f'question {req_id}: {question!r}')
-
-    def _submit_periodic(self, engine: Engine, cfg: NodeConfig, now: float) -> None:
-        for task, period in ((TextTask.SUBTASK, cfg.subtask_period),
-                             (TextTask.MEMORY, cfg.memory_period)):
-            if period <= 0 or now < self._next_due.get(task, now) or task in \
-                    self._live.values():
-                continue
-            try:
-                self._live[engine.submit_text(task)] = task
-            except EngineBusyError as exc:
-                self._diag.record_text_rejected()
-                self.get_logger().warning(f'{task.value} request refused: {exc}')
-            self._next_due[task] = now + period
-
-    def _finish_text(self, out: TextOutput) -> None:
-        self._live.pop(out.req_id, None)
-        ok = out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) and not out.error
-        stamp = f'{out.frame_stamp_ns / NS_PER_S:.3f}'
-        if not ok:
-            self._diag.record_text_rejected()
-            reason = out.error or f'request {out.finish_reason.value if out.finish_reason else ""}'
-            self.get_logger().warning(f'{out.task.value} {out.req_id}: no text: {reason}')
-            if out.task is TextTask.ANSWER:
-                self._outbox.put((out.task, f'no answer: {reason}'))
-            return
-        self.get_logger().info(
-            f'{out.task.value} {out.req_id} (frame stamp {stamp}, {out.num_cycles} cycles, '
-            f'{out.finish_reason.value}): {out.text!r}')
-        self._outbox.put((out.task, out.text))
-
     def _engine_failed(self, failure: str) -> None:
         self.get_logger().error(f'engine failed in a control cycle; deactivating:\n{failure}')
         self._failed = True
@@ -425,11 +360,7 @@ class OxygenNode(LifecycleNode):
 
     # -- text group ----------------------------------------------------------------------------
     def _publish_texts(self) -> None:
-        while True:
-            try:
-                task, text = self._outbox.get_nowait()
-            except queue.Empty:
-                return
+        for task, text in self._texts.take():
             with self._pub_lock:
                 pub = self._pubs.get(task.value)
                 if pub is not None:
@@ -442,13 +373,6 @@ class OxygenNode(LifecycleNode):
             self.get_parameter('max_observation_age').value
         self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(),
                                                 time.monotonic(), rate, age))
-
-
-def _spin(executor: MultiThreadedExecutor) -> None:
-    try:
-        executor.spin()
-    except ExternalShutdownException:
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -469,9 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rclpy.logging.get_logger(NODE_NAME).fatal(f'bad parameter: {exc}')
         rclpy.try_shutdown()
         return 1
-    executor = MultiThreadedExecutor(num_threads=4)
+    executor = NodeExecutor(num_threads=4)
     executor.add_node(node)
-    spinner = threading.Thread(target=_spin, args=(executor,), name='executor')
+    spinner = threading.Thread(target=spin, args=(executor,), name='executor')
     spinner.start()
     while not stop.wait(0.1) and not node.finished.is_set():
         pass

@@ -20,7 +20,8 @@ import enum
 import threading
 from typing import Sequence
 
-from oxygen_ros.config import CAMERA_SLOTS
+import numpy as np
+from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.observation import Observation
 from oxygen_ros.ros.convert import (
@@ -163,6 +164,13 @@ class ObservationCache:
                                      'joint_state_stamp_ns': joint_stamp})
 
 
+def synthetic_observation(model: ModelConfig, instruction: str = '') -> Observation:
+    """Return an observation of the model's shapes (black images, zero state) for warm-up."""
+    size = model.vision.image_size
+    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in model.cameras}
+    return Observation(images, np.zeros(model.state_dim, np.float32), instruction or 'warm up')
+
+
 def _checked_age(what: str, msg: Image | JointState, received_ns: int | None, now_ns: int,
                  max_age_ns: int) -> int:
     """Return the stamp of ``msg`` (or ``received_ns`` if 0 and given) if it is recent."""
@@ -183,4 +191,5 @@ def _checked_age(what: str, msg: Image | JointState, received_ns: int | None, no
     return stamp
 
 
-__all__ = ['InputIssue', 'ObservationCache', 'RejectedInput', 'Stamped']
+__all__ = ['InputIssue', 'ObservationCache', 'RejectedInput', 'Stamped',
+           'synthetic_observation']

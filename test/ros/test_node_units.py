@@ -1,30 +1,40 @@
 """
-The node's parts without DDS traffic: parameters, the observation cache, diagnostics, and the
-node's control cycle driven by hand (one rclpy context per test, nothing spun).
+The node's parts without DDS traffic: parameters, observation cache, diagnostics.
+
+The node's control cycle is also driven by hand (one rclpy context per test, nothing spun).
 """
 
+import logging
 import math
+import threading
+import time
 
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
-from oxygen_ros.config import CAMERA_SLOTS
-from oxygen_ros.engine.config import CycleStats
+from oxygen_ros.config import CAMERA_SLOTS, get_preset
+from oxygen_ros.engine.config import CycleStats, TextOutput
+from oxygen_ros.engine.engine import EngineBusyError
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.ros.convert import NS_PER_S, rgb_to_image, trajectory_to_actions
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
+from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
+from oxygen_ros.ros.observation_cache import (
+    InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, ParameterError, PARAMETERS, SPECS)
+from oxygen_ros.ros.text_requests import TextRequests
+from oxygen_ros.sched.request import FinishReason
 import pytest
 import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 import yaml
 
 JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']
@@ -286,8 +296,8 @@ def test_diagnostics_ok_when_acting_at_rate():
     end = run(diag, 100.0, 4.0, total_s=0.02)
     status = diag.status(end, 10.0, 0.5)
     values = status_values(status)
-    assert (status.level, status.name, status.hardware_id) == (Level.OK.octet, STATUS_NAME,
-                                                                'tiny')
+    assert (status.level, status.name, status.hardware_id) == \
+        (Level.OK.octet, STATUS_NAME, 'tiny')
     assert status.message == 'acting at 10.0 Hz'
     assert values['control rate achieved (Hz)'] == values['action chunk rate (Hz)'] == '10.00'
     assert (values['cycle time p50 (ms)'], values['cycle time p99 (ms)']) == ('20.0', '20.0')
@@ -379,8 +389,8 @@ def test_node_cycle_by_hand(tiny_node):
     node._pubs['answer'].publish = texts.append
     node._cache.set_instruction('pick up the cup')
     feed(node, node._now_ns())
-    node._inbox.put('what is on the table?')
-    node._inbox.put('   ')  # refused by the engine: answered at once
+    node._texts.ask('what is on the table?')
+    node._texts.ask('   ')  # refused by the engine: answered at once
     node._control_tick()
     [chunk] = published
     actions = trajectory_to_actions(chunk)
@@ -388,7 +398,7 @@ def test_node_cycle_by_hand(tiny_node):
     assert list(chunk.joint_names) == JOINTS[:7] and chunk.header.frame_id == 'base_link'
     assert [p.time_from_start.nanosec for p in chunk.points] == [0, 50_000_000, 100_000_000,
                                                                  150_000_000]
-    assert list(node._live.values()) == [TextTask.ANSWER, TextTask.MEMORY]
+    assert list(node._texts.live.values()) == [TextTask.ANSWER, TextTask.MEMORY]
     feed(node, node._now_ns(), positions=[math.nan] * 8)
     node._control_tick()  # refused: no chunk, the answer keeps decoding
     assert len(published) == 1
@@ -438,3 +448,94 @@ def test_configure_fails_on_missing_checkpoint(context, tmp_path):
         assert node._engine is None and not node._pubs
     finally:
         node.destroy_node()
+
+
+def test_synthetic_observation_has_the_model_shapes():
+    obs = synthetic_observation(get_preset('pi05_base'))
+    assert sorted(obs.images) == sorted(CAMERA_SLOTS) and obs.state.shape == (14,)
+    assert obs.images['base_0_rgb'].shape == (224, 224, 3) and obs.prompt == 'warm up'
+
+
+# ---------------------------------------------------------------------------- text requests
+
+class FakeEngine:
+
+    def __init__(self, busy=False):
+        self.busy, self.submitted = busy, []
+
+    def submit_text(self, task, question=None):
+        if self.busy:
+            raise EngineBusyError('64 text requests already wait')
+        if task is TextTask.ANSWER and not question.strip():
+            raise ValueError('an ANSWER request needs a non-empty question')
+        self.submitted.append((task, question))
+        return f'{task.value}-{len(self.submitted)}'
+
+
+def output(req_id, task, text='', reason=FinishReason.STOP, error=''):
+    return TextOutput(req_id, task, text, (), reason, 5, 2, error)
+
+
+def test_text_requests_give_every_question_one_reply():
+    diag = EngineDiagnostics('tiny')
+    texts = TextRequests(logging.getLogger('test'), diag)
+    engine = FakeEngine()
+    for q in ('what is this?', ' ', 'and that?', 'why?'):
+        texts.ask(q)
+    texts.submit(engine, 0.0, 0.0, 0.0, valid_observation=False)  # questions need no frame
+    assert engine.submitted == [(TextTask.ANSWER, q) for q in ('what is this?', 'and that?',
+                                                               'why?')]
+    assert texts.finish([output('answer-1', TextTask.ANSWER, 'a cup'),
+                         output('answer-2', TextTask.ANSWER, '', None,
+                                'not admitted for 51 cycles'),
+                         output('answer-3', TextTask.ANSWER, '', FinishReason.ABORT)])
+    assert texts.take() == [
+        (TextTask.ANSWER, 'no answer: an ANSWER request needs a non-empty question'),
+        (TextTask.ANSWER, 'a cup'), (TextTask.ANSWER, 'no answer: not admitted for 51 cycles'),
+        (TextTask.ANSWER, 'no answer: request aborted')]
+    assert texts.take() == [] and texts.live == {}
+    assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == '3'
+    texts.ask('busy?')
+    texts.submit(FakeEngine(busy=True), 0.0, 0.0, 0.0, True)
+    assert texts.take() == [(TextTask.ANSWER, 'no answer: 64 text requests already wait')]
+
+
+def test_periodic_requests_wait_for_valid_input_and_the_previous_one():
+    texts = TextRequests(logging.getLogger('test'), EngineDiagnostics('tiny'))
+    engine = FakeEngine()
+    texts.start(10.0)
+    texts.submit(engine, 10.0, 2.0, 0.0, valid_observation=False)
+    assert engine.submitted == []
+    texts.submit(engine, 10.1, 2.0, 0.0, valid_observation=True)
+    assert engine.submitted == [(TextTask.SUBTASK, None)]  # memory_period 0: never
+    texts.submit(engine, 12.5, 2.0, 0.0, True)  # due, but subtask-1 still decodes
+    assert len(engine.submitted) == 1
+    texts.finish([output('subtask-1', TextTask.SUBTASK, 'grasp the cup')])
+    texts.submit(engine, 12.6, 2.0, 0.0, True)
+    assert engine.submitted[1:] == [(TextTask.SUBTASK, None)]
+    texts.finish([output('subtask-2', TextTask.SUBTASK, '', None, 'bad text prompt')])
+    assert texts.take() == [(TextTask.SUBTASK, 'grasp the cup')]  # failures are not published
+    texts.submit(engine, 13.0, 2.0, 0.0, True)  # next due at 14.6
+    assert len(engine.submitted) == 2
+
+
+# ---------------------------------------------------------------------------------- executor
+
+def test_executor_submits_each_callback_once(context):
+    node = Node('executor_test', context=context)
+    executor = NodeExecutor(num_threads=3, context=context)
+    executor.add_node(node)
+    submits, runs = [], []
+    pool_submit = executor._executor.submit
+    executor._executor.submit = lambda *a: submits.append(1) or pool_submit(*a)
+    slow_group, fast_group = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
+    node.create_timer(0.1, lambda: time.sleep(0.08), slow_group)
+    node.create_timer(0.01, lambda: runs.append(1), fast_group)
+    thread = threading.Thread(target=executor.spin)
+    thread.start()
+    time.sleep(1.0)
+    executor.shutdown()
+    thread.join()
+    node.destroy_node()
+    assert len(runs) >= 50  # the fast timer ran beside the slow one
+    assert len(submits) <= len(runs) + 15  # not thousands (rclpy#1452)

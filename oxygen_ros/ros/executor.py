@@ -1,0 +1,71 @@
+"""
+The executor the ``oxygen`` node spins: rclpy's ``MultiThreadedExecutor`` minus a busy loop.
+
+rclpy 7.1 (Jazzy) yields a callback task again while it still waits in the thread pool, and
+``spin`` submits it again without waiting (ros2/rclpy#1452, fixed upstream by #1547 in 2025,
+not in the Jazzy wheels here). With 15 Hz camera images and 50 Hz joint states the spin thread
+then looped at 100 % CPU holding the GIL, and 20 ms control cycles took over a second. Here a
+task is submitted once; while it waits for a worker, the spin thread sleeps 1 ms.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from rclpy.context import Context
+from rclpy.executors import (
+    ConditionReachedException, ExternalShutdownException, MultiThreadedExecutor,
+    ShutdownException, TimeoutException)
+
+_QUEUED_SLEEP_S = 0.001
+
+
+class NodeExecutor(MultiThreadedExecutor):
+    """
+    A ``MultiThreadedExecutor`` that submits each ready callback to its pool exactly once.
+
+    :param num_threads: worker threads (one per callback group that may run at once).
+    :param context: the rclpy context (default: the global one).
+    """
+
+    def __init__(self, num_threads: int, *, context: Context | None = None) -> None:
+        super().__init__(num_threads=num_threads, context=context)
+        self._queued: set[object] = set()
+        self._queued_lock = threading.Lock()
+
+    def _spin_once_impl(self, timeout_sec: float | None = None,
+                        wait_condition: Callable[[], bool] = lambda: False) -> None:
+        try:
+            task, _, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
+        except (ExternalShutdownException, ShutdownException, TimeoutException,
+                ConditionReachedException):
+            return
+        with self._queued_lock:
+            queued = task in self._queued
+            self._queued.add(task)
+        if queued:
+            time.sleep(_QUEUED_SLEEP_S)  # a worker needs the GIL to start it
+            return
+        self._executor.submit(self._run, task)
+
+    def _run(self, task: object) -> None:
+        try:
+            task()
+        finally:
+            with self._queued_lock:
+                self._queued.discard(task)
+        if task.done() and task.exception() is not None:
+            raise task.exception()
+
+
+def spin(executor: MultiThreadedExecutor) -> None:
+    """Spin until the context shuts down (for a thread; no exception at shutdown)."""
+    try:
+        executor.spin()
+    except (ExternalShutdownException, ShutdownException):
+        pass
+
+
+__all__ = ['NodeExecutor', 'spin']
