@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = ComponentProbe(model, torch.from_numpy(prepared.images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
 
-    records = {pol: {'cycles': [], 'actions': [], 'texts': {}, 'tokens': 0}
+    records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
                for pol in engines}
     bar = tqdm(range(total_frames), desc='frames', disable=args.no_progress, unit='frame')
     for f in bar:
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         'num_texts': len(oxy['texts']),
         'manager_overhead_frac': summary['oxygen']['manager_overhead_frac'],
         'kv_bytes_peak': summary['oxygen']['kv_bytes_peak'],
-        'kv_curve': [[c.num_running, c.kv_used_bytes] for c in oxy['cycles']],
+        'kv_curve': [[c.num_running, c.kv_used_bytes] for c in oxy['all']],
         'parameters': model.count_parameters(),
         'machine': {'platform': platform.platform(), 'processor': platform.processor(),
                     'torch': torch.__version__, 'threads': torch.get_num_threads(),
@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=2))
     if args.plot:
         from oxygen_ros.tools.bench_plot import plot_timeline
-        plot_timeline(args.plot, {p.value: r['cycles'] for p, r in records.items()}, result)
+        plot_timeline(args.plot, {p.value: r['cycles'] for p, r in records.items()},
+                      {p.value: r['all'] for p, r in records.items()}, result)
     return 0
 
 
@@ -228,6 +229,7 @@ def _asdict_ms(comp) -> dict:
 def _collect(rec: dict, out, measured: bool) -> None:
     for t in out.texts:
         rec['texts'][t.req_id] = t.token_ids
+    rec['all'].append(out.stats)
     if measured:
         rec['cycles'].append(out.stats)
         rec['tokens'] += out.stats.tokens_generated

@@ -12,18 +12,22 @@ _PHASES = (('prefill', ('vision', 'prefill'), '#4c72b0'), ('denoise', ('denoise'
 
 
 def plot_timeline(path: Path, cycles: Mapping[str, Sequence[CycleStats]],
+                  all_cycles: Mapping[str, Sequence[CycleStats]],
                   result: Mapping[str, object]) -> None:
     """
     Draw each policy's measured cycles end to end on one time axis, split into phases.
 
     Each cycle is drawn as prefill (vision + prefill), denoise, decode (seed + decode) and the
-    rest of its wall time (bookkeeping outside forward passes).
+    rest of its wall time (bookkeeping outside forward passes). A second panel shows the KV
+    memory in use at the end of every cycle (warm-up and drain included) against the live
+    text requests.
     """
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(cycles)))
+    fig, (ax, kv_ax) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.9 * len(cycles)),
+                                    gridspec_kw={'width_ratios': [4, 1]})
     for row, (name, stats) in enumerate(cycles.items()):
         t = 0.0
         spans: dict[str, list[tuple[float, float]]] = {p[0]: [] for p in _PHASES}
@@ -45,6 +49,13 @@ def plot_timeline(path: Path, cycles: Mapping[str, Sequence[CycleStats]],
                  f"{result['decode_budget']}, k={result['tokens_per_cycle']}: speedup "
                  f"{result['speedup']:.2f} (ideal {result['ideal_speedup']:.2f})")
     ax.legend(loc='upper right', ncol=4, fontsize='small')
+    for name, stats in all_cycles.items():
+        kv_ax.scatter([c.num_running for c in stats], [c.kv_used_bytes / 2**20 for c in stats],
+                      s=12, label=name)
+    kv_ax.set_xlabel('live text requests')
+    kv_ax.set_ylabel('KV in use (MiB)')
+    kv_ax.set_title('KV memory', fontsize='medium')
+    kv_ax.legend(fontsize='small')
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
