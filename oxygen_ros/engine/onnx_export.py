@@ -7,9 +7,9 @@ does not ship; tracing is exact here because the graph modules have no data-depe
 control flow. Opset 17 (IR version 8): inside what TensorRT 10.x's ONNX parser (opset 9 and
 up) and onnxruntime 1.31 take, and the first opset with ``LayerNormalization``.
 
-Weights: the graphs are traced with the weights as inputs and without constant folding, so
-every parameter stays one initializer named as in the state dict (no folded, transposed
-copies). All graphs then point into ONE ``weights.bin`` (ONNX external data: location,
+Weights: the graphs are traced with the weights as inputs (constant folding then folds
+shape arithmetic only, never a transposed copy of a weight), so every parameter stays one
+initializer named as in the state dict. All graphs then point into ONE ``weights.bin`` (ONNX external data: location,
 offset, length; offsets 4 KiB aligned so runtimes can mmap), written once: the full-size
 model is 6.7 GB on disk in bfloat16, not once per graph, and no protobuf hits its 2 GB cap.
 Runtimes fold the weight transposes themselves (onnxruntime at session start, TensorRT at
@@ -197,7 +197,7 @@ def _trace(model: Pi05Model, spec: GraphSpec) -> onnx.ModelProto:
         warnings.simplefilter('ignore')  # tracer and legacy-exporter deprecation notes
         torch.onnx.export(_WeightsAsInputs(module, list(names), len(inputs)),
                           inputs + weights, buffer, dynamo=False, opset_version=ONNX_OPSET,
-                          do_constant_folding=False,
+                          do_constant_folding=True,
                           input_names=[t.name for t in spec.inputs] + list(names),
                           output_names=[t.name for t in spec.outputs],
                           dynamic_axes=dynamic_axes)

@@ -158,7 +158,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     :param allowed: ``bool [B, S, P]``.
     :returns: ``[B, S, H * D]`` in v's dtype.
     """
-    h, d, hkv = q.shape[2], q.shape[3], k.shape[2]
+    h, d, hkv = int(q.shape[2]), int(q.shape[3]), int(k.shape[2])  # static: baked in
     qf = q.unflatten(2, (hkv, h // hkv)).permute(0, 2, 3, 1, 4)     # [B, Hkv, G, S, D]
     kf = k.permute(0, 2, 1, 3).unsqueeze(2)                          # [B, Hkv, 1, P, D]
     vf = v.permute(0, 2, 1, 3).unsqueeze(2)

@@ -169,9 +169,10 @@ class TensorRTBackend(TorchBackend):
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)
         if executor is None:  # engines of the same export and shapes are loaded once
-            engines = load_engines(trt, export_dir, manifest, profiles, precision,
-                                   cache / 'tensorrt', device)
-            executor = TrtExecutor(engines, manifest, profiles, device, cuda_graphs=cuda_graphs)
+            runtime, engines = load_engines(trt, export_dir, manifest, profiles, precision,
+                                            cache / 'tensorrt', device)
+            executor = TrtExecutor(engines, manifest, profiles, device, cuda_graphs=cuda_graphs,
+                                   runtime=runtime)
             _EXECUTORS[key] = executor
         runner = GraphRunner(cfg, model.dtype, device, executor,
                              denoise_ctx_len=limits.denoise_ctx_len)

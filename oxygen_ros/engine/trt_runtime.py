@@ -123,11 +123,12 @@ def build_engine(trt: Any, onnx_path: Path, manifest: ExportManifest, name: Grap
 
 def load_engines(trt: Any, export_dir: Path, manifest: ExportManifest,
                  profiles: dict[GraphName, tuple[Profile, ...]], precision: TrtPrecision,
-                 cache_dir: Path, device: torch.device) -> dict[GraphName, Any]:
+                 cache_dir: Path, device: torch.device) -> tuple[Any, dict[GraphName, Any]]:
     """
     Deserialize the cached engine of every graph, building (and caching) missing ones.
 
-    :returns: ``ICudaEngine`` per graph.
+    :returns: the ``IRuntime`` (keep it alive as long as its engines) and an
+        ``ICudaEngine`` per graph.
     """
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     props = torch.cuda.get_device_properties(device)
@@ -155,7 +156,7 @@ def load_engines(trt: Any, export_dir: Path, manifest: ExportManifest,
         if engine is None:
             raise RuntimeError(f'TensorRT could not load {path} (delete it to rebuild)')
         engines[name] = engine
-    return engines
+    return runtime, engines
 
 
 class TrtExecutor:
@@ -167,11 +168,13 @@ class TrtExecutor:
     :param profiles: the profiles they were built with (to pick a context per call).
     :param device: the CUDA device of every buffer.
     :param cuda_graphs: capture the denoise loop in a CUDA graph.
+    :param runtime: the ``IRuntime`` of the engines (held).
     """
 
     def __init__(self, engines: Mapping[GraphName, Any], manifest: ExportManifest,
                  profiles: Mapping[GraphName, tuple[Profile, ...]], device: torch.device, *,
-                 cuda_graphs: bool = True) -> None:
+                 cuda_graphs: bool = True, runtime: Any = None) -> None:
+        self.runtime = runtime  # outlives the engines it deserialized
         self.engines = dict(engines)
         self.specs = {name: entry.spec for name, entry in manifest.graphs.items()}
         self.profiles = dict(profiles)
