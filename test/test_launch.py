@@ -1,0 +1,167 @@
+"""
+launch/oxygen.launch.py: built with launch_ros where it is installed, else checked without it.
+
+``launch`` / ``launch_ros`` are not on PyPI (ros2-from-pypi.md). Without them the file is
+parsed with ``ast`` (arguments, the Node, the params-file substitution, the remappings) and
+also executed against small stand-ins of the launch classes that record what they are given,
+so the logic of ``generate_launch_description`` runs here too.
+"""
+
+import ast
+import importlib.util
+from pathlib import Path
+import sys
+import types
+
+from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_FILE = ROOT / 'launch' / 'oxygen.launch.py'
+ARGUMENTS = {'preset', 'checkpoint', 'tokenizer', 'bag', 'base_camera', 'left_wrist_camera',
+             'right_wrist_camera', 'joint_states'}
+INPUT_TOPICS = {*CAMERA_TOPICS.values(), JOINT_STATES_TOPIC}
+
+
+def load_launch_module(name='oxygen_launch'):
+    spec = importlib.util.spec_from_file_location(name, LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ----------------------------------------------------------------------- with launch_ros
+
+def test_launch_description_with_launch_ros():
+    pytest.importorskip('launch_ros', reason='launch_ros is not on PyPI; a robot with a ROS 2 '
+                                             'install runs this part')
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, ExecuteProcess
+    from launch_ros.actions import Node
+    module = load_launch_module()
+    description = module.generate_launch_description()
+    declared = {a.name: a for a in description.entities if isinstance(a, DeclareLaunchArgument)}
+    assert set(declared) == ARGUMENTS
+    context = LaunchContext()
+    for name, arg in declared.items():
+        context.launch_configurations[name] = ''.join(
+            s.perform(context) for s in arg.default_value)
+    context.launch_configurations.update(checkpoint='/ckpt', bag='/bags/demo')
+    actions = module._actions(context)
+    [node] = [a for a in actions if isinstance(a, Node)]
+    assert (node.node_package, node.node_executable) == ('oxygen_ros', 'oxygen_node')
+    assert [a for a in actions if isinstance(a, ExecuteProcess) and not isinstance(a, Node)]
+
+
+# -------------------------------------------------------------------- without launch_ros
+
+def call_name(node):
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, 'attr', '')
+
+
+def calls(tree, name):
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and call_name(n) == name]
+
+
+@pytest.fixture(scope='module')
+def tree():
+    return ast.parse(LAUNCH_FILE.read_text(), filename=str(LAUNCH_FILE))
+
+
+def test_launch_file_structure(tree):
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert 'generate_launch_description' in functions
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                for alias in n.names}
+    assert {'Node', 'DeclareLaunchArgument', 'ExecuteProcess', 'FindPackageShare',
+            'LaunchConfiguration', 'PathJoinSubstitution'} <= imported
+    assert not calls(tree, 'eval') and 'PythonExpression' not in imported  # no eval
+    [node] = calls(tree, 'Node')
+    keywords = {k.arg: k.value for k in node.keywords}
+    assert {k: ast.literal_eval(keywords[k]) if isinstance(keywords[k], ast.Constant) else None
+            for k in ('executable', 'name')} == {'executable': 'oxygen_node', 'name': 'oxygen'}
+    assert ast.unparse(keywords['package']) == 'PACKAGE'
+    assert "PACKAGE = 'oxygen_ros'" in ast.unparse(tree)
+    # Params file: <share>/config/<preset>.yaml.
+    [join] = [c for c in calls(tree, 'PathJoinSubstitution')
+              if 'FindPackageShare' in ast.unparse(c)]
+    assert ast.unparse(join) == ("PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', "
+                                 "[LaunchConfiguration('preset'), '.yaml']])")
+    # Remappings: every default input topic, from a launch argument.
+    [remaps] = [n for n in tree.body if isinstance(n, ast.Assign)
+                and ast.unparse(n.targets[0]) == 'REMAPS']
+    remap_table = ast.literal_eval(remaps.value)
+    assert set(remap_table.values()) == INPUT_TOPICS
+    assert ast.unparse(keywords['remappings']) == \
+        '[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()]'
+    declared = {ast.literal_eval(c.args[0]) for c in calls(tree, 'DeclareLaunchArgument')
+                if isinstance(c.args[0], ast.Constant)}
+    assert declared | set(remap_table) == ARGUMENTS
+    [execute] = calls(tree, 'ExecuteProcess')
+    assert ast.unparse(execute).startswith('ExecuteProcess(cmd=[replay, bag, ')
+    assert any("'oxygen_replay'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
+
+
+class Recorded:
+    """Stand-in of a launch class: keeps its arguments."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+class FakeLaunchConfiguration(Recorded):
+
+    def perform(self, context):
+        return context[self.args[0]]
+
+
+def fake_launch_modules(monkeypatch):
+    names = {
+        'launch': ['LaunchContext', 'LaunchDescription'],
+        'launch.actions': ['DeclareLaunchArgument', 'ExecuteProcess', 'OpaqueFunction'],
+        'launch.substitutions': ['LaunchConfiguration', 'PathJoinSubstitution'],
+        'launch_ros.actions': ['Node'],
+        'launch_ros.substitutions': ['FindPackagePrefix', 'FindPackageShare'],
+    }
+    for module_name, classes in names.items():
+        module = types.ModuleType(module_name)
+        for cls in classes:
+            setattr(module, cls, type(cls, (Recorded,), {}))
+        monkeypatch.setitem(sys.modules, module_name, module)
+    sys.modules['launch.substitutions'].LaunchConfiguration = FakeLaunchConfiguration
+    monkeypatch.setitem(sys.modules, 'launch_ros', types.ModuleType('launch_ros'))
+
+
+def test_launch_logic_with_stand_ins(monkeypatch):
+    fake_launch_modules(monkeypatch)
+    module = load_launch_module('oxygen_launch_fake')
+    description = module.generate_launch_description()
+    [entities] = description.args
+    declared = {e.args[0]: e.kwargs['default_value'] for e in entities
+                if type(e).__name__ == 'DeclareLaunchArgument'}
+    assert set(declared) == ARGUMENTS and declared['preset'] == 'demo'
+    assert {declared[arg] for arg in module.REMAPS} == INPUT_TOPICS
+    [opaque] = [e for e in entities if type(e).__name__ == 'OpaqueFunction']
+    context = dict(declared)
+
+    [node] = opaque.kwargs['function'](context)  # defaults: the params file only, no replay
+    assert (node.kwargs['package'], node.kwargs['executable'], node.kwargs['name']) == \
+        ('oxygen_ros', 'oxygen_node', 'oxygen')
+    [params_file] = node.kwargs['parameters']
+    share, config, (preset, suffix) = params_file.args[0]
+    assert (share.args, config, preset.args, suffix) == (('oxygen_ros',), 'config',
+                                                         ('preset',), '.yaml')
+    assert {(topic, arg.args[0]) for topic, arg in node.kwargs['remappings']} == \
+        {(topic, arg) for arg, topic in module.REMAPS.items()}
+
+    context.update(checkpoint='/ckpt/pi05_droid', bag='/bags/demo')
+    node, replay = opaque.kwargs['function'](context)
+    assert node.kwargs['parameters'][1] == {'checkpoint': '/ckpt/pi05_droid'}
+    path, *args = replay.kwargs['cmd']
+    assert path.args[0][1:] == ['lib', 'oxygen_ros', 'oxygen_replay']
+    assert args == ['/bags/demo', '--loop', '--wait-for-subscribers', '20']
+
+
+def test_every_documented_preset_has_a_params_file():
+    for preset in ('pi05_droid', 'pi05_libero', 'pi05_base', 'demo'):
+        assert (ROOT / 'config' / f'{preset}.yaml').is_file(), preset
