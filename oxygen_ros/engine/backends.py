@@ -35,5 +35,8 @@ def make_backend(config: EngineConfig, model: Pi05Model, num_blocks: int) -> Tor
         return CompiledTorchBackend.create(config, model, num_blocks)
     if config.backend is BackendKind.TENSORRT:
         from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
-        return TensorRTBackend.create(config, model, num_blocks)
+        from oxygen_ros.engine.trt_profiles import TrtPrecision
+        return TensorRTBackend.create(config, model, num_blocks,
+                                      precision=TrtPrecision(config.trt_precision),
+                                      cache_dir=config.engine_cache_dir)
     raise ValueError(f'unknown backend {config.backend!r}')

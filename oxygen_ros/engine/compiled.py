@@ -98,6 +98,14 @@ class CompiledModel:
         self._decode: Callable | None = None
         self._warned_ctx = False
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters()
 

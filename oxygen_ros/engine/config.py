@@ -46,6 +46,10 @@ class EngineConfig:
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: ``torch.compile`` of the torch backend's steps (GPU; eager fallback).
+    :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
+        dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
+    :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
+        ``$OXYGEN_ROS_CACHE`` or ``~/.cache/oxygen_ros``).
     :param prefix_attention: override of the preset's prefix attention mode.
     :param cameras: override of the preset's camera slots (``CAMERA_SLOTS`` names).
     :param tokens_per_cycle: k, decode tokens per text request per control cycle.
@@ -67,6 +71,8 @@ class EngineConfig:
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
     compile_mode: CompileMode = CompileMode.NONE
+    trt_precision: str = 'graph'
+    engine_cache_dir: str | None = None
     policy: Policy = Policy.OXYGEN
     prefix_attention: PrefixAttention | None = None
     cameras: tuple[str, ...] | None = None
@@ -84,6 +90,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
+        if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
+            raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
+                             f'{self.trt_precision!r}')
         if self.dtype not in ('float32', 'bfloat16'):
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',

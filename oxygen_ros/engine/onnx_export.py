@@ -9,9 +9,10 @@ up) and onnxruntime 1.31 take, and the first opset with ``LayerNormalization``.
 
 Weights: the graphs are traced with the weights as inputs (constant folding then folds
 shape arithmetic only, never a transposed copy of a weight), so every parameter stays one
-initializer named as in the state dict. All graphs then point into ONE ``weights.bin`` (ONNX external data: location,
-offset, length; offsets 4 KiB aligned so runtimes can mmap), written once: the full-size
-model is 6.7 GB on disk in bfloat16, not once per graph, and no protobuf hits its 2 GB cap.
+initializer named as in the state dict. All graphs then point into ONE ``weights.bin`` (ONNX
+external data: location, offset, length; offsets 4 KiB aligned so runtimes can mmap), written
+once: the full-size model is 6.7 GB on disk in bfloat16, not once per graph, and no protobuf
+hits its 2 GB cap.
 Runtimes fold the weight transposes themselves (onnxruntime at session start, TensorRT at
 build). ``WeightStorage.EMBEDDED`` instead writes self-contained ``.onnx`` files (< 2 GB).
 

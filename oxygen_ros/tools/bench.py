@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
+    from oxygen_ros.engine.backends import BackendUnavailableError
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
@@ -116,8 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         max_pending_requests=10**6)
     model_cfg = base.model_config()
     model = build_model(base, model_cfg)
-    engines = {pol: Engine(_with(base, policy=pol), model=model)
-               for pol in (Policy.ISOLATED, Policy.OXYGEN)}
+    try:
+        engines = {pol: Engine(_with(base, policy=pol), model=model)
+                   for pol in (Policy.ISOLATED, Policy.OXYGEN)}
+    except BackendUnavailableError as exc:
+        print(f'oxygen-bench: {exc}', file=sys.stderr)
+        return 2
+    compile_s = getattr(engines[Policy.OXYGEN].backend, 'compile_seconds', 0.0)
     tok = engines[Policy.OXYGEN].tokenizer
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
@@ -133,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     text_ids = tuple(tokenize_text_prompt(tok, obs[0].prompt, TextTask.SUBTASK,
                                           max_len=model_cfg.max_token_len).ids)
     prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + len(text_ids)
-    probe = ComponentProbe(model, torch.from_numpy(prepared.images)[None],
+    # probe what the engine runs (compiled model or TensorRT runner), not the eager model
+    probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
+                           torch.from_numpy(prepared.images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
 
     records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         'text_every': args.text_every, 'memory_every': args.memory_every,
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
         'device': args.device, 'backend': args.backend, 'compile': args.compile,
+        'compile_seconds': compile_s,
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
@@ -240,7 +249,8 @@ def _print(r: dict) -> None:
     print(f"\n{r['preset']} ({r['parameters'] / 1e6:.1f} M params, {r['dtype']}), "
           f"{r['cameras']} camera(s), {r['prefix_attention']} prefix, budget "
           f"{r['decode_budget']}, k={r['tokens_per_cycle']}, text every {r['text_every']}, "
-          f"{r['frames']} frames")
+          f"{r['frames']} frames, {r['backend']} backend"
+          + (f", compile/build {r['compile_seconds']:.1f} s" if r['compile_seconds'] else ''))
     print(f"{'':10} {'p50 ms':>9} {'p99 ms':>9} {'act. lat.':>9} {'actions/s':>10} "
           f"{'tokens/s':>9} {'batch':>6} {'overhead':>9}")
     for name, s in (('isolated', iso), ('oxygen', oxy)):
