@@ -6,6 +6,7 @@ The node's control cycle is also driven by hand (one rclpy context per test, not
 
 import logging
 import math
+from pathlib import Path
 import threading
 import time
 
@@ -539,3 +540,12 @@ def test_executor_submits_each_callback_once(context):
     node.destroy_node()
     assert len(runs) >= 50  # the fast timer ran beside the slow one
     assert len(submits) <= len(runs) + 15  # not thousands (rclpy#1452)
+
+
+def test_parameters_doc_lists_every_parameter():
+    doc = (Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md').read_text()
+    rows = {line.split('`')[1] for line in doc.splitlines() if line.startswith('| `')}
+    assert rows == {spec.name for spec in PARAMETERS}
+    for spec in PARAMETERS:
+        row = next(line for line in doc.splitlines() if line.startswith(f'| `{spec.name}` |'))
+        assert ('read-only' in row) == spec.read_only, spec.name
