@@ -144,7 +144,7 @@ class ObservationCache:
         for slot in self.cameras:
             try:
                 rgb[slot] = image_to_rgb(images[slot].msg)
-            except ImageConversionError as exc:
+            except (ImageConversionError, ValueError, TypeError) as exc:  # never crash on data
                 raise RejectedInput(InputIssue.BAD_IMAGE, f'camera {slot}: {exc}') from None
         if joints is None:
             raise RejectedInput(InputIssue.BAD_JOINTS, 'no joint state received yet')
@@ -152,7 +152,7 @@ class ObservationCache:
                                    max_age_ns)
         try:
             state = joint_state_to_vector(joints.msg, self.joint_names)
-        except JointStateError as exc:
+        except (JointStateError, ValueError, TypeError) as exc:
             raise RejectedInput(InputIssue.BAD_JOINTS, str(exc)) from None
         if not instruction.strip():
             raise RejectedInput(InputIssue.NO_INSTRUCTION,
