@@ -1,0 +1,226 @@
+"""
+The node's control cycle driven by hand, text requests, and the executor.
+
+Nodes get their own rclpy context each and are never spun by an executor here, except in the
+executor test.
+"""
+
+import logging
+import math
+import threading
+import time
+
+import numpy as np
+from oxygen_ros.engine.config import TextOutput
+from oxygen_ros.engine.engine import EngineBusyError
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.resources import config_file
+from oxygen_ros.ros.convert import NS_PER_S, rgb_to_image, trajectory_to_actions
+from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
+from oxygen_ros.ros.executor import NodeExecutor
+from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.ros.text_requests import TextRequests
+from oxygen_ros.sched.request import FinishReason
+import pytest
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.context import Context
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']
+
+
+@pytest.fixture
+def context(ros_domain_id):
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros_domain_id)
+    yield ctx
+    ctx.try_shutdown()
+
+
+def image(stamp_ns, h=24, w=32, seed=0, encoding='rgb8'):
+    rgb = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return rgb, rgb_to_image(rgb, stamp_ns, 'cam', encoding)
+
+
+def joint_state(stamp_ns, positions=None, names=JOINTS):
+    msg = JointState()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, NS_PER_S)
+    msg.name = list(names)
+    msg.position = [float(x) for x in (np.arange(len(names)) * 0.1
+                                       if positions is None else positions)]
+    return msg
+
+
+# ------------------------------------------------------- the node's cycle, driven by hand
+
+@pytest.fixture
+def tiny_node(context):
+    node = OxygenNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(config_file('test')), '-p', 'autostart:=false'])
+    yield node
+    node.destroy_node()
+
+
+def feed(node, stamp_ns, positions=None):
+    node._cache.put_image('base_0_rgb', image(stamp_ns, seed=1)[1], stamp_ns)
+    node._cache.put_image('left_wrist_0_rgb', image(stamp_ns, seed=2)[1], stamp_ns)
+    node._cache.put_joint_state(joint_state(stamp_ns, positions), stamp_ns)
+
+
+def test_node_cycle_by_hand(tiny_node):
+    node = tiny_node
+    published = []
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    node._pubs['action'].publish = published.append
+    texts = []
+    node._pubs['answer'].publish = texts.append
+    node._cache.set_instruction('pick up the cup')
+    feed(node, node._now_ns())
+    node._texts.ask('what is on the table?')
+    node._texts.ask('   ')  # refused by the engine: answered at once
+    node._control_tick()
+    [chunk] = published
+    actions = trajectory_to_actions(chunk)
+    assert actions.shape == (4, 7) and np.isfinite(actions).all()
+    assert list(chunk.joint_names) == JOINTS[:7] and chunk.header.frame_id == 'base_link'
+    assert [p.time_from_start.nanosec for p in chunk.points] == [0, 50_000_000, 100_000_000,
+                                                                 150_000_000]
+    assert list(node._texts.live.values()) == [TextTask.ANSWER, TextTask.MEMORY]
+    feed(node, node._now_ns(), positions=[math.nan] * 8)
+    node._control_tick()  # refused: no chunk, the answer keeps decoding
+    assert len(published) == 1
+    for _ in range(20):
+        node._control_tick()
+        node._publish_texts()
+    assert [t.data for t in texts][0] == 'no answer: an ANSWER request needs a non-empty ' \
+                                         'question'
+    assert len(texts) == 2 and not texts[1].data.startswith('no answer')  # decoded under NaNs
+    values = status_values(node._diag.status(1e9, 10.0, 0.5))
+    assert values['rejected: bad joints'] == '21' and values['action chunks published'] == '1'
+    assert node.trigger_shutdown() == TransitionCallbackReturn.SUCCESS
+    assert node.finished.is_set() and node._engine is None
+
+
+def test_engine_failure_deactivates(tiny_node):
+    node = tiny_node
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def boom(obs):
+        raise RuntimeError('boom')
+
+    node._engine.step = boom
+    node._control_tick()
+    status = node._diag.status(0.0, 10.0, 0.5)
+    assert (status.level, status.message) == (Level.ERROR.octet,
+                                              'engine failed: RuntimeError: boom')
+    assert status_values(status)['state'] == 'inactive' and node._timer is None
+    assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+    assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS  # a fresh engine
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+
+def test_configure_fails_on_missing_checkpoint(context, tmp_path):
+    node = OxygenNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(config_file('test')), '-p', 'autostart:=false',
+        '-p', f'checkpoint:={tmp_path / "nope"}'])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        status = node._diag.status(0.0, 10.0, 0.5)
+        assert status.level == Level.ERROR.octet
+        assert status.message.startswith('engine failed: configure failed: cannot build the '
+                                         'tiny engine: ')
+        assert str(tmp_path / 'nope') in status.message
+        assert node._engine is None and not node._pubs
+    finally:
+        node.destroy_node()
+
+
+# ---------------------------------------------------------------------------- text requests
+
+class FakeEngine:
+
+    def __init__(self, busy=False):
+        self.busy, self.submitted = busy, []
+
+    def submit_text(self, task, question=None):
+        if self.busy:
+            raise EngineBusyError('64 text requests already wait')
+        if task is TextTask.ANSWER and not question.strip():
+            raise ValueError('an ANSWER request needs a non-empty question')
+        self.submitted.append((task, question))
+        return f'{task.value}-{len(self.submitted)}'
+
+
+def output(req_id, task, text='', reason=FinishReason.STOP, error=''):
+    return TextOutput(req_id, task, text, (), reason, 5, 2, error)
+
+
+def test_text_requests_give_every_question_one_reply():
+    diag = EngineDiagnostics('tiny')
+    texts = TextRequests(logging.getLogger('test'), diag)
+    engine = FakeEngine()
+    for q in ('what is this?', ' ', 'and that?', 'why?'):
+        texts.ask(q)
+    texts.submit(engine, 0.0, 0.0, 0.0, valid_observation=False)  # questions need no frame
+    assert engine.submitted == [(TextTask.ANSWER, q) for q in ('what is this?', 'and that?',
+                                                               'why?')]
+    assert texts.finish([output('answer-1', TextTask.ANSWER, 'a cup'),
+                         output('answer-2', TextTask.ANSWER, '', None,
+                                'not admitted for 51 cycles'),
+                         output('answer-3', TextTask.ANSWER, '', FinishReason.ABORT)])
+    assert texts.take() == [
+        (TextTask.ANSWER, 'no answer: an ANSWER request needs a non-empty question'),
+        (TextTask.ANSWER, 'a cup'), (TextTask.ANSWER, 'no answer: not admitted for 51 cycles'),
+        (TextTask.ANSWER, 'no answer: request aborted')]
+    assert texts.take() == [] and texts.live == {}
+    assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == '3'
+    texts.ask('busy?')
+    texts.submit(FakeEngine(busy=True), 0.0, 0.0, 0.0, True)
+    assert texts.take() == [(TextTask.ANSWER, 'no answer: 64 text requests already wait')]
+
+
+def test_periodic_requests_wait_for_valid_input_and_the_previous_one():
+    texts = TextRequests(logging.getLogger('test'), EngineDiagnostics('tiny'))
+    engine = FakeEngine()
+    texts.start(10.0)
+    texts.submit(engine, 10.0, 2.0, 0.0, valid_observation=False)
+    assert engine.submitted == []
+    texts.submit(engine, 10.1, 2.0, 0.0, valid_observation=True)
+    assert engine.submitted == [(TextTask.SUBTASK, None)]  # memory_period 0: never
+    texts.submit(engine, 12.5, 2.0, 0.0, True)  # due, but subtask-1 still decodes
+    assert len(engine.submitted) == 1
+    texts.finish([output('subtask-1', TextTask.SUBTASK, 'grasp the cup')])
+    texts.submit(engine, 12.6, 2.0, 0.0, True)
+    assert engine.submitted[1:] == [(TextTask.SUBTASK, None)]
+    texts.finish([output('subtask-2', TextTask.SUBTASK, '', None, 'bad text prompt')])
+    assert texts.take() == [(TextTask.SUBTASK, 'grasp the cup')]  # failures are not published
+    texts.submit(engine, 13.0, 2.0, 0.0, True)  # next due at 14.6
+    assert len(engine.submitted) == 2
+
+
+# ---------------------------------------------------------------------------------- executor
+
+def test_executor_submits_each_callback_once(context):
+    node = Node('executor_test', context=context)
+    executor = NodeExecutor(num_threads=3, context=context)
+    executor.add_node(node)
+    submits, runs = [], []
+    pool_submit = executor._executor.submit
+    executor._executor.submit = lambda *a: submits.append(1) or pool_submit(*a)
+    slow_group, fast_group = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
+    node.create_timer(0.1, lambda: time.sleep(0.08), slow_group)
+    node.create_timer(0.01, lambda: runs.append(1), fast_group)
+    thread = threading.Thread(target=executor.spin)
+    thread.start()
+    time.sleep(1.0)
+    executor.shutdown()
+    thread.join()
+    node.destroy_node()
+    assert len(runs) >= 50  # the fast timer ran beside the slow one
+    assert len(submits) <= len(runs) + 15  # not thousands (rclpy#1452)

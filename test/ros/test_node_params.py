@@ -1,0 +1,146 @@
+"""The node's parameters without DDS traffic: specs, configs, descriptors, files, docs."""
+
+import math
+from pathlib import Path
+
+from oxygen_ros.config import CAMERA_SLOTS
+from oxygen_ros.resources import config_file, share_dir
+from oxygen_ros.ros.params import (
+    build_configs, check_update, declare_parameters, ParameterError, PARAMETERS, SPECS)
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+import yaml
+
+JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']
+CONFIGS = ['demo', 'test', 'pi05_droid', 'pi05_libero', 'pi05_base']
+
+
+def yaml_params(name):
+    return yaml.safe_load(config_file(name).read_text())['/**']['ros__parameters']
+
+
+# ------------------------------------------------------------------------------ parameters
+
+def test_defaults_follow_the_preset():
+    engine, node = build_configs({'preset': 'tiny'})
+    assert (engine.preset, engine.checkpoint, engine.tokenizer, engine.decode_budget,
+            engine.kv_cache_mb, engine.control_period_s) == ('tiny', None, None, None, None, 0.1)
+    assert node.cameras == ('base_0_rgb', 'left_wrist_0_rgb') == engine.cameras
+    assert node.joint_names == tuple(f'joint_{i}' for i in range(1, 9))
+    assert node.action_joint_names == node.joint_names[:7]  # tiny: robot_action_dim 7
+    assert node.camera_topics == ('/camera/base/image_raw', '/camera/left_wrist/image_raw')
+    _, base = build_configs({'preset': 'pi05_base'})
+    assert base.cameras == CAMERA_SLOTS and len(base.action_joint_names) == 14
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_params_files_build_configs(name):
+    engine, node = build_configs(yaml_params(name))
+    assert engine.preset == {'test': 'tiny'}.get(name, name)
+    assert math.isclose(engine.control_period_s, 1 / node.control_rate_hz)
+    assert set(yaml_params(name)) <= set(SPECS)  # no typos in the files
+
+
+def test_test_yaml_values():
+    engine, node = build_configs(yaml_params('test'))
+    assert (engine.tokens_per_cycle, engine.max_running_requests) == (4, 8)
+    assert (node.frame_id, node.action_dt, node.memory_period, node.torch_threads) == \
+        ('base_link', 0.05, 1.0, 1)
+    assert node.joint_names == tuple(JOINTS) and node.action_joint_names == tuple(JOINTS[:7])
+
+
+@pytest.mark.parametrize('values, match', [
+    ({'preset': 'pi05_dorid'}, r"preset: unknown preset 'pi05_dorid' \(did you mean "
+                               r"'pi05_droid'\?\)"),
+    ({'dtype': 'float16'}, r"dtype must be 'float32' or 'bfloat16', got 'float16'"),
+    ({'backend': 'onnx'}, r"backend must be one of 'torch', 'tensorrt', got 'onnx'"),
+    ({'policy': 'fast'}, r"policy must be one of 'oxygen', 'isolated', got 'fast'"),
+    ({'prefix_attention': 'causal'}, r"prefix_attention must be '' or one of .*got 'causal'"),
+    ({'device': 'gpu'}, r"device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+    ({'cameras': ['base_0_rgb', 'top']}, r'cameras must be distinct names of .*'
+                                         r"got \['base_0_rgb', 'top'\]"),
+    ({'cameras': ['base_0_rgb', 'base_0_rgb']}, r'cameras must be distinct'),
+    ({'joint_names': JOINTS[:7]}, r'joint_names: preset tiny has a 8-dim state, got 7 names'),
+    ({'joint_names': JOINTS[:7] + ['joint_1']}, r'joint_names must be distinct non-empty'),
+    ({'action_joint_names': JOINTS}, r'action_joint_names: preset tiny has 7 action dims, '
+                                     r'got 8 names'),
+    ({'control_rate_hz': 0.0}, r'control_rate_hz must be in \[0.1, 1000.0\], got 0.0'),
+    ({'max_observation_age': math.nan}, r'max_observation_age must be a finite number'),
+    ({'tokens_per_cycle': 0}, r'tokens_per_cycle must be in \[1, 1024\], got 0'),
+])
+def test_bad_values_are_rejected_with_the_value(values, match):
+    with pytest.raises(ParameterError, match=match):
+        build_configs({'preset': 'tiny', **values})
+
+
+def test_check_update():
+    _, node = build_configs({'preset': 'tiny'})
+    assert check_update(node, 'max_observation_age', 0.25) is None
+    assert check_update(node, 'instruction', 'stack the cups') is None
+    assert check_update(node, 'use_sim_time', True) is None  # not ours
+    assert check_update(node, 'preset', 'demo') == \
+        "parameter 'preset' cannot change while the node runs"
+    assert check_update(node, 'action_dt', -1.0) == 'action_dt must be in [0.001, 10.0], got -1.0'
+    assert node.updated('control_rate_hz', 5.0).control_period_s == 0.2
+
+
+@pytest.fixture
+def context(ros_domain_id):
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros_domain_id)
+    yield ctx
+    ctx.try_shutdown()
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_declared_parameters_from_params_file(context, name):
+    node = Node('oxygen', context=context,
+                cli_args=['--ros-args', '--params-file', str(config_file(name))])
+    try:
+        declare_parameters(node)
+        values = {spec.name: node.get_parameter(spec.name).value for spec in PARAMETERS}
+        engine, cfg = build_configs({k: list(v) if isinstance(v, list) else v
+                                     for k, v in values.items()})
+        assert list(cfg.joint_names) == yaml_params(name)['joint_names']
+        for spec in PARAMETERS:
+            desc = node.describe_parameter(spec.name)
+            assert desc.read_only == spec.read_only, spec.name
+            assert desc.description == spec.description
+            if spec.limits is not None:
+                rng = (desc.floating_point_range or desc.integer_range)[0]
+                assert (rng.from_value, rng.to_value) == spec.limits, spec.name
+        result = node.set_parameters([Parameter('preset', value='tiny')])[0]
+        assert not result.successful and 'read-only' in result.reason
+        result = node.set_parameters([Parameter('control_rate_hz', value=5000.0)])[0]
+        assert not result.successful and 'out of range' in result.reason
+    finally:
+        node.destroy_node()
+
+
+def test_declared_defaults_follow_preset_override(context):
+    node = Node('oxygen', context=context, parameter_overrides=[
+        Parameter('preset', value='pi05_base')])
+    try:
+        declare_parameters(node)
+        assert list(node.get_parameter('cameras').value) == list(CAMERA_SLOTS)
+        assert len(node.get_parameter('joint_names').value) == 14
+        assert node.get_parameter('action_joint_names').value == \
+            node.get_parameter('joint_names').value
+    finally:
+        node.destroy_node()
+
+
+def test_share_dir_holds_the_params_files():
+    assert {p.stem for p in (share_dir() / 'config').glob('*.yaml')} >= set(CONFIGS)
+
+
+def test_parameters_doc_lists_every_parameter():
+    doc = (Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md').read_text()
+    rows = {line.split('`')[1] for line in doc.splitlines() if line.startswith('| `')}
+    assert rows == {spec.name for spec in PARAMETERS}
+    for spec in PARAMETERS:
+        row = next(line for line in doc.splitlines() if line.startswith(f'| `{spec.name}` |'))
+        assert ('read-only' in row) == spec.read_only, spec.name
