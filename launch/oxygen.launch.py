@@ -22,7 +22,7 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
 
 PACKAGE = 'oxygen_ros'
-# Default input topics of the node (oxygen_ros.tools.bag_topics) and their remap arguments.
+# Default input topics of the node (oxygen_ros.ros.topics) and their remap arguments.
 REMAPS = {
     'base_camera': '/camera/base/image_raw',
     'left_wrist_camera': '/camera/left_wrist/image_raw',

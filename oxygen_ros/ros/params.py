@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
-from oxygen_ros.tools.bag_topics import CAMERA_TOPICS
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.node import Node
 
