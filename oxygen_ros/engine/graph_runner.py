@@ -22,6 +22,7 @@ from oxygen_ros.config import ModelConfig, PrefixAttention
 from oxygen_ros.engine.onnx_graphs import GraphName
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.pi05 import check_image_batch
 import torch
 
 
@@ -79,10 +80,8 @@ class GraphRunner:
         :returns: ``[B, N, Ti, W]`` in the runner dtype.
         :raises ValueError: on a wrong shape.
         """
+        check_image_batch(images, self.cfg)
         size = self.cfg.vision.image_size
-        if images.dim() != 5 or tuple(images.shape[2:]) != (3, size, size):
-            raise ValueError(f'images must be [B, N, 3, {size}, {size}], '
-                             f'got {tuple(images.shape)}')
         b, n = images.shape[:2]
         out = self._empty(b * n, self.cfg.image_tokens_per_camera, self.cfg.vlm.width)
         flat = images.reshape(b * n, 3, size, size).to(self.device, torch.float32)

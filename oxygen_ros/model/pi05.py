@@ -83,10 +83,8 @@ class Pi05Model(nn.Module):
         :returns: ``[B, N, Ti, W_vlm]`` in the model dtype.
         :raises ValueError: on a wrong shape.
         """
+        check_image_batch(images, self.cfg)
         size = self.cfg.vision.image_size
-        if images.dim() != 5 or tuple(images.shape[2:]) != (3, size, size):
-            raise ValueError(f'images must be [B, N, 3, {size}, {size}], '
-                             f'got {tuple(images.shape)}')
         b, n = images.shape[:2]
         tokens = self.vision(images.reshape(b * n, 3, size, size).to(self.dtype))
         return self.projector(tokens).view(b, n, tokens.shape[1], -1)
@@ -340,6 +338,17 @@ class Pi05Model(nn.Module):
                              vv.to(self.dtype).transpose(1, 2), amask)
             h = layer.finish(h, attn, None)
         return self.lm_logits(h[:, 0])
+
+
+def check_image_batch(images: torch.Tensor, cfg: ModelConfig) -> None:
+    """
+    Check that ``images`` is a ``[B, N, 3, S, S]`` batch for the vision tower of ``cfg``.
+
+    :raises ValueError: on any other shape.
+    """
+    size = cfg.vision.image_size
+    if images.dim() != 5 or tuple(images.shape[2:]) != (3, size, size):
+        raise ValueError(f'images must be [B, N, 3, {size}, {size}], got {tuple(images.shape)}')
 
 
 def build_model(cfg: ModelConfig, *, dtype: torch.dtype = torch.float32,

@@ -24,7 +24,6 @@ import argparse
 from dataclasses import dataclass, field
 import functools
 from pathlib import Path
-import signal
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Sequence
 
 from oxygen_ros.tools.bag_topics import (
     bag_qos, check_known_type, message_class, Storage, typestore)
+from oxygen_ros.tools.signals import stop_event_on_signals
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -161,17 +161,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop
-
-
 def _spin_until_stopped(executor: SingleThreadedExecutor, recorder: BagRecorder,
                         stop: threading.Event, duration_s: float | None) -> None:
     start = time.monotonic()
@@ -206,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out_bag.exists():
         parser.error(f'{args.out_bag} exists; rosbag2 bags are never overwritten')
     topics = list(dict.fromkeys(t if t.startswith('/') else f'/{t}' for t in args.topics))
-    stop = _stop_on_signals()
+    stop = stop_event_on_signals()
     rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
     node = Node(NODE_NAME)
     executor = SingleThreadedExecutor()

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 import enum
 import os
 from pathlib import Path
-import signal
 import sys
 import tempfile
 import threading
@@ -44,6 +43,7 @@ from typing import Sequence
 
 from oxygen_ros.ros.convert import ns_to_stamp, stamp_to_ns
 from oxygen_ros.tools.bag_topics import has_header, message_class, qos_profile, qos_role
+from oxygen_ros.tools.signals import stop_event_on_signals
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -281,17 +281,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oxygen_replay``; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -304,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_for_subscribers_s=args.wait_for_subscribers)
     except ValueError as exc:
         parser.error(str(exc))
-    stop = _stop_on_signals()
+    stop = stop_event_on_signals()
     try:
         reader = Reader(options.bag)
         reader.open()
