@@ -162,6 +162,10 @@ class CycleStats:
     :ivar total_s: wall time of ``Engine.step``.
     :ivar forward_s: time inside model forward passes (the rest is bookkeeping overhead).
     :ivar seconds_by_job: forward time per job kind (``JobKind.value``).
+    :ivar kv_used_bytes: KV held at the end of the cycle (live requests' prefixes and
+        budgets).
+    :ivar kv_peak_bytes: the most KV held at any point of the cycle (the action's prefix and
+        requests that finished this cycle included).
     :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
         (handed to ``on_action``); NaN in a cycle without one.
     """
@@ -178,6 +182,7 @@ class CycleStats:
     kv_used_blocks: int
     kv_capacity_blocks: int
     kv_used_bytes: int
+    kv_peak_bytes: int = 0
     action_latency_s: float = float('nan')
 
     @property

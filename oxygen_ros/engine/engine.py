@@ -10,7 +10,7 @@ the node calls ``step`` from its control timer.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import itertools
 import logging
 import time
@@ -161,6 +161,19 @@ class Engine:
         self._live.pop(req_id, None)
         return self.scheduler.abort_request(req_id) is not None
 
+    def set_control_period(self, seconds: float | None) -> None:
+        """
+        Change the action deadline per cycle (k adapts to it from the next cycle on).
+
+        :param seconds: the control period, or None for a fixed k.
+        :raises ValueError: a period <= 0.
+        """
+        if seconds is not None and seconds <= 0:
+            raise ValueError(f'control period must be > 0 s, got {seconds}')
+        self.config = replace(self.config, control_period_s=seconds)
+        self.scheduler.config = replace(self.scheduler.config,
+                                        adapt_tokens_per_cycle=seconds is not None)
+
     @property
     def num_running(self) -> int:
         return self.scheduler.num_running
@@ -202,6 +215,7 @@ class Engine:
         if prepared is not None:
             frame, inputs = self._new_frame(prepared, now)
             rejected = self._offer_pending(prepared)
+        self.scheduler.kv.pool.reset_peak()
         plan = self.scheduler.schedule(frame, now)
         ready: list[ActionChunk | None] = []
         latency = [float('nan')]
@@ -315,6 +329,7 @@ class Engine:
             num_running=self.scheduler.num_running, num_pending=len(self._pending),
             kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
             kv_used_bytes=kv.num_used_blocks * self.bytes_per_block,
+            kv_peak_bytes=kv.pool.peak_used_blocks * self.bytes_per_block,
             action_latency_s=action_latency_s)
 
     # -- lifecycle -----------------------------------------------------------------------

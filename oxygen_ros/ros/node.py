@@ -14,7 +14,6 @@ at cleanup/shutdown are logged, not answered (publishers are inactive then).
 
 from __future__ import annotations
 
-from dataclasses import replace
 import functools
 import logging
 import signal
@@ -25,6 +24,7 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
@@ -37,7 +37,7 @@ from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
     ParameterError, SPECS)
 from oxygen_ros.ros.text_requests import TextRequests
-from oxygen_ros.tools.bag_topics import JOINT_STATES_TOPIC, qos_profile, QosRole
+from oxygen_ros.ros.topics import JOINT_STATES_TOPIC, qos_profile, QosRole
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -307,22 +307,22 @@ class OxygenNode(LifecycleNode):
                 return
             try:
                 if engine.config.control_period_s != cfg.control_period_s:
-                    # k adapts to the new deadline (the engine reads it every frame)
-                    engine.config = replace(engine.config, control_period_s=cfg.control_period_s)
+                    engine.set_control_period(cfg.control_period_s)  # k adapts to it
                 prepared = self._prepare(engine, cfg)
                 self._texts.submit(engine, now, cfg.subtask_period, cfg.memory_period,
                                    prepared is not None)
-                out = engine.step(prepared)
-                published = False
-                if out.action is not None:
-                    msg = actions_to_trajectory(out.action.actions, cfg.action_joint_names,
-                                                out.action.stamp_ns, cfg.action_dt,
-                                                cfg.frame_id)
+                published = []
+
+                def publish(chunk: ActionChunk) -> None:
+                    # called as soon as the chunk is denoised, before this cycle's decoding
+                    msg = actions_to_trajectory(chunk.actions, cfg.action_joint_names,
+                                                chunk.stamp_ns, cfg.action_dt, cfg.frame_id)
                     with self._pub_lock:
                         if 'action' in self._pubs:
                             self._pubs['action'].publish(msg)
-                            published = True
-                self._diag.record_cycle(now, out.stats, published)
+                            published.append(True)
+                out = engine.step(prepared, on_action=publish)
+                self._diag.record_cycle(now, out.stats, bool(published))
                 if self._texts.finish(out.texts):
                     self._text_gc.trigger()
             except Exception:  # noqa: B902 (reported, then the node stops acting)

@@ -110,7 +110,7 @@ def test_engine_failure_deactivates(tiny_node):
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
-    def boom(obs):
+    def boom(obs, **kwargs):
         raise RuntimeError('boom')
 
     node._engine.step = boom
