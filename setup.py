@@ -34,6 +34,7 @@ setup(
             'oxygen-bench = oxygen_ros.tools.bench:main',
             'oxygen-model-bench = oxygen_ros.tools.model_bench:main',
             'oxygen-gpu-check = oxygen_ros.tools.gpu_check:main',
+            'oxygen-jitter-bench = oxygen_ros.tools.jitter_bench:main',
             'oxygen-export = oxygen_ros.tools.export:main',
             'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
             'oxygen-run-model = oxygen_ros.tools.run_model:main',

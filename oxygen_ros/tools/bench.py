@@ -82,7 +82,7 @@ def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
         'manager_overhead_frac': 1.0 - forward / sum(totals),
         'decode_batch_p50': _pct([c.decode_batch for c in cycles], 50),
         'tokens_per_cycle_p50': _pct([c.tokens_per_cycle for c in cycles], 50),
-        'kv_bytes_peak': max(c.kv_used_bytes for c in cycles),
+        'kv_bytes_peak': max(c.kv_peak_bytes for c in cycles),
         'seconds_by_job_mean_ms': {
             k: 1e3 * sum(c.seconds_by_job.get(k, 0.0) for c in cycles) / len(cycles)
             for k in sorted({k for c in cycles for k in c.seconds_by_job})},
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         'num_texts': len(oxy['texts']),
         'manager_overhead_frac': summary['oxygen']['manager_overhead_frac'],
         'kv_bytes_peak': summary['oxygen']['kv_bytes_peak'],
-        'kv_curve': [[c.num_running, c.kv_used_bytes] for c in oxy['all']],
+        'kv_curve': [[c.num_running, c.kv_used_bytes, c.kv_peak_bytes] for c in oxy['all']],
         'parameters': model.count_parameters(),
         'machine': {'platform': platform.platform(), 'processor': platform.processor(),
                     'torch': torch.__version__, 'threads': torch.get_num_threads(),

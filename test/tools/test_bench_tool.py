@@ -34,6 +34,8 @@ def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys
     assert result['oxygen']['decode_batch_p50'] > 1     # requests of several frames batched
     assert result['isolated']['decode_batch_p50'] <= 1
     assert result['ideal_speedup'] > 0 and result['speedup'] > 0
+    assert result['isolated']['kv_bytes_peak'] > 0      # held inside the cycle, then freed
+    assert result['kv_bytes_peak'] >= max(used for _, used, _ in result['kv_curve'])
     assert 0 <= result['manager_overhead_frac'] < 1
     assert plot.stat().st_size > 10_000
     assert 'speedup' in capsys.readouterr().out
