@@ -37,7 +37,8 @@ demo: setup
 	$(PY) -m oxygen_ros.tools.demo
 
 bench: setup
-	$(VENV)/bin/oxygen-bench --preset small --frames 40 --json out/bench.json --plot out/bench.png
+	$(VENV)/bin/oxygen-bench --preset small --cameras 1 --decode-budget 100 --tokens-per-cycle 5 \
+	    --text-every 1 --frames 20 --json out/bench.json --plot out/bench.png
 
 lint: setup
 	$(PY) -m pytest -m linter
