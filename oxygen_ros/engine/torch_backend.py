@@ -142,7 +142,7 @@ class TorchBackend:
                 timings.append(JobTiming(JobKind.VISION, dt, batch_size=frame.images.shape[1]))
             elif isinstance(job, PrefillJob):
                 dt = self._prefill(job)
-                timings.append(JobTiming(JobKind.PREFILL, dt, num_tokens=self._new_tokens(job)))
+                timings.append(JobTiming(JobKind.PREFILL, dt, num_tokens=job.num_tokens))
             elif isinstance(job, DenoiseJob):
                 assert frame is not None and frame.frame_id == job.frame_id
                 prefix = self._segments[job.seg_ids[-1]]
@@ -169,9 +169,6 @@ class TorchBackend:
                              forward)
 
     # -- jobs ----------------------------------------------------------------------------
-    def _new_tokens(self, job: PrefillJob) -> int:
-        return job.num_tokens
-
     def _prefill(self, job: PrefillJob) -> float:
         dev = self.device
         slots = block_slots(job.block_ids, job.num_tokens, self.block_size, dev)[None]
@@ -215,9 +212,10 @@ class TorchBackend:
         num_rows = len(rows)
         steps = torch.tensor(job.num_steps, dtype=torch.int64, device=dev)
         # context length of each row before this job: prefix + tokens already fed
-        base = torch.tensor([r.num_prefix_tokens + r.num_fed for r in rows], dtype=torch.int64,
-                            device=dev)
-        width = max(r.num_prefix_tokens + r.num_fed + n for r, n in zip(rows, job.num_steps))
+        lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
+        base = torch.tensor(lengths, dtype=torch.int64, device=dev)
+        longest = max(lengths)
+        width = max(n + s for n, s in zip(lengths, job.num_steps))
         all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
         for i, r in enumerate(rows):
             n = min(width, r.slots.numel())
@@ -227,15 +225,16 @@ class TorchBackend:
         tokens = torch.stack([r.last_token for r in rows])
         out = torch.empty(num_rows, job.max_steps, dtype=torch.int64, device=dev)
         done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
+        null_slots = torch.full((num_rows,), NULL_BLOCK_ID * self.block_size, dtype=torch.int64,
+                                device=dev)
         eos = job.eos_token_id
         t0 = self._timer()
         steps_run = 0
         for s in range(job.max_steps):
             active = s < steps                               # [B] rows with a step left
             pos = base + s                                   # rope position = context length
-            write = torch.where(active, all_slots[row_idx, pos.clamp(max=width - 1)],
-                                torch.full_like(pos, NULL_BLOCK_ID * self.block_size))
-            ctx_len = int(max(r.num_prefix_tokens + r.num_fed for r in rows)) + s
+            write = torch.where(active, all_slots[row_idx, pos.clamp(max=width - 1)], null_slots)
+            ctx_len = longest + s
             ctx_slots = all_slots[:, :ctx_len]
             ctx_mask = cols[None, :ctx_len] < pos[:, None]
             logits = self.model.decode_step(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
