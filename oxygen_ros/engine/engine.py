@@ -57,7 +57,6 @@ class _Pending:
 class _Live:
     task: TextTask
     frame_stamp_ns: int
-    first_cycle: int
 
 
 class Engine:
@@ -107,7 +106,6 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._req_ids = itertools.count()
         self._frame_index = 0
-        self._cycle = 0
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
                   '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
@@ -210,7 +208,6 @@ class Engine:
         t0 = time.perf_counter()
         now = time.monotonic() if now is None else now
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
-        self._cycle += 1
         frame, inputs, rejected = None, None, []
         if prepared is not None:
             frame, inputs = self._new_frame(prepared, now)
@@ -221,7 +218,8 @@ class Engine:
         latency = [float('nan')]
 
         def actions_ready(actions: torch.Tensor) -> None:
-            ready.append(self._action_chunk(actions, prepared, frame))
+            # only a frame's DenoiseJob calls this, so prepared and frame are set
+            ready.append(self._action_chunk(actions, prepared.stamp_ns, frame.frame_id))
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -263,20 +261,21 @@ class Engine:
             kind = RequestKind.MEMORY if p.task is TextTask.MEMORY else RequestKind.TEXT
             self.scheduler.add_request(Request(p.req_id, kind, tuple(tp.ids),
                                                max_tokens=p.max_tokens))
-            self._live[p.req_id] = _Live(p.task, prepared.stamp_ns, self._cycle)
+            self._live[p.req_id] = _Live(p.task, prepared.stamp_ns)
             self._offered[p.req_id] = p
         return rejected
 
     def _requeue(self, deferred: tuple[str, ...], offered: bool) -> list[TextOutput]:
         """Put requests the scheduler did not admit back in line; reject the long waiters."""
         rejected = []
-        back = [self._offered[req_id] for req_id in deferred]
-        self._offered.clear()
         for req_id in deferred:
             self._live.pop(req_id, None)
-        if not offered:  # no valid frame: nothing was offered, everybody waited a cycle
+        if offered:
+            back = [self._offered[req_id] for req_id in deferred]
+        else:  # no valid frame: nothing was offered, everybody waited a cycle
             back = list(self._pending)
             self._pending.clear()
+        self._offered.clear()
         for p in back:
             p.waited_cycles += 1
             if p.waited_cycles > self.config.max_wait_cycles:
@@ -291,25 +290,23 @@ class Engine:
         _LOG.warning('text request %s rejected: %s', p.req_id, why)
         return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
 
-    def _action_chunk(self, actions: torch.Tensor | None, prepared: PreparedObservation | None,
-                      frame: FrameSpec | None) -> ActionChunk | None:
-        if actions is None or prepared is None or frame is None:
-            return None
+    def _action_chunk(self, actions: torch.Tensor, stamp_ns: int,
+                      frame_id: int) -> ActionChunk | None:
         x = actions[0].float().cpu().numpy()
         if not np.all(np.isfinite(x)):
             _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
-                       frame.frame_id)
+                       frame_id)
             return None
         robot = unnormalize_quantile(x, self.action_stats)[:, :self.model_cfg.robot_action_dim]
-        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
-                           frame.frame_id)
+        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), stamp_ns,
+                           frame_id)
 
     def _text_output(self, req: Request) -> TextOutput:
         live = self._live.pop(req.req_id)
         ids = tuple(req.output_token_ids)
         return TextOutput(req.req_id, live.task, self.tokenizer.decode(ids), ids,
                           req.finish_reason, live.frame_stamp_ns,
-                          self._cycle - live.first_cycle + 1)
+                          req.finish_cycle - req.first_cycle + 1)
 
     def _stats(self, plan, result, total_s: float, action_latency_s: float) -> CycleStats:
         by_job: dict[str, float] = {}

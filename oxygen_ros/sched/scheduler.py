@@ -24,7 +24,6 @@ from collections import deque
 from dataclasses import dataclass, field
 import enum
 import itertools
-import logging
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.manager import KVCacheManager, Segment, SegmentSpec
@@ -33,8 +32,6 @@ from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
     SeedJob, SegmentKind, VisionJob)
 from oxygen_ros.sched.request import Request, RequestKind, RequestStatus
-
-_LOG = logging.getLogger(__name__)
 
 
 class Policy(enum.Enum):

@@ -149,3 +149,13 @@ def test_action_is_handed_out_before_the_cycle_decodes_text(engine):
     assert 0 < out.stats.action_latency_s < out.stats.total_s
     out = engine.step(None, on_action=on_action)
     assert len(seen) == 1 and out.action is None
+
+
+def test_text_output_counts_the_cycles_it_took(engine):
+    engine.submit_text(TextTask.SUBTASK, max_tokens=5, req_id='t')   # k = 2: ceil(5/2) = 3
+    steps, done = 0, []
+    while not done:
+        steps += 1
+        done = engine.step(obs(steps)).texts
+    text, = done
+    assert steps == 3 and text.num_cycles == 3 and len(text.token_ids) == 5
