@@ -16,6 +16,7 @@ still filling (the paper's warm-up frames, spec §3.6).
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields, replace
 import datetime
 import json
 import logging
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     model_cfg = base.model_config()
     model = build_model(base, model_cfg)
     try:
-        engines = {pol: Engine(_with(base, policy=pol), model=model)
+        engines = {pol: Engine(replace(base, policy=pol), model=model)
                    for pol in (Policy.ISOLATED, Policy.OXYGEN)}
     except BackendUnavailableError as exc:
         print(f'oxygen-bench: {exc}', file=sys.stderr)
@@ -221,13 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _with(cfg, **changes):
-    from dataclasses import replace
-    return replace(cfg, **changes)
-
-
 def _asdict_ms(comp) -> dict:
-    from dataclasses import fields
     out = {}
     for f in fields(comp):
         v = getattr(comp, f.name)
