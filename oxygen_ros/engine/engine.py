@@ -23,7 +23,7 @@ from oxygen_ros.engine.config import (
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
 from oxygen_ros.engine.torch_backend import FrameInputs
-from oxygen_ros.model.normalize import NormStats, unnormalize_quantile
+from oxygen_ros.model.normalize import Normalizer, NormStats
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
@@ -85,8 +85,8 @@ class Engine:
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         stats = norm_stats if norm_stats is not None else load_norm_stats_for(
             config, self.model_cfg)
-        self.state_stats, self.action_stats = stats['state'], stats['actions']
         cfg = self.model_cfg
+        self.normalizer = Normalizer.from_config(cfg, stats)
         self.max_prefix_tokens = len(cfg.cameras) * cfg.image_tokens_per_camera + \
             cfg.max_token_len
         sched_cfg = SchedulerConfig(
@@ -187,7 +187,7 @@ class Engine:
 
         :raises ObservationError: see ``engine.inputs.prepare_observation``.
         """
-        return prepare_observation(obs, self.model_cfg, self.tokenizer, self.state_stats)
+        return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
              on_action: Callable[[ActionChunk], None] | None = None) -> StepOutput:
@@ -297,7 +297,7 @@ class Engine:
             _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
                        frame_id)
             return None
-        robot = unnormalize_quantile(x, self.action_stats)[:, :self.model_cfg.robot_action_dim]
+        robot = self.normalizer.actions_to_robot(x)
         return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), stamp_ns,
                            frame_id)
 

@@ -15,7 +15,7 @@ import enum
 import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
-from oxygen_ros.model.normalize import normalize_quantile, NormStats
+from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.preprocess import prepare_images
 from oxygen_ros.model.prompt import tokenize_action_prompt
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
@@ -60,7 +60,7 @@ class PreparedObservation:
 
 
 def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: PaligemmaTokenizer,
-                        state_stats: NormStats) -> PreparedObservation:
+                        normalizer: Normalizer) -> PreparedObservation:
     """
     Check an observation and turn it into model inputs.
 
@@ -79,14 +79,10 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
     assert mask.sum() == len(cfg.cameras)
     images = images[[CAMERA_SLOTS.index(s) for s in CAMERA_SLOTS if s in cfg.cameras]]
 
-    state = np.asarray(obs.state)
-    if state.ndim != 1 or state.shape[0] != cfg.state_dim:
-        raise ObservationError(InputFault.BAD_STATE,
-                               f'state must have shape ({cfg.state_dim},), got {state.shape}')
-    if not np.all(np.isfinite(state)):
-        bad = np.flatnonzero(~np.isfinite(state)).tolist()
-        raise ObservationError(InputFault.BAD_STATE, f'state has NaN/Inf at dims {bad}')
-    state_n = normalize_quantile(state.astype(np.float32), state_stats)
+    try:
+        state_n = normalizer.normalize_state(obs.state)   # shape and NaN/Inf checked there
+    except ValueError as exc:
+        raise ObservationError(InputFault.BAD_STATE, str(exc)) from None
 
     if not obs.prompt or not obs.prompt.strip():
         raise ObservationError(InputFault.BAD_PROMPT, 'empty task prompt (no instruction)')

@@ -159,3 +159,12 @@ def test_text_output_counts_the_cycles_it_took(engine):
         done = engine.step(obs(steps)).texts
     text, = done
     assert steps == 3 and text.num_cycles == 3 and len(text.token_ids) == 5
+
+
+def test_norm_stats_too_short_for_the_preset_are_refused(tiny_models, tokenizer):
+    from oxygen_ros.model.normalize import identity_norm_stats
+    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT, cameras=CAMS)
+    stats = {'state': identity_norm_stats(5), 'actions': identity_norm_stats(7)}
+    with pytest.raises(ValueError, match='state norm stats have 5 dims, the robot state has 8'):
+        Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS), tokenizer=tokenizer,
+               norm_stats=stats)

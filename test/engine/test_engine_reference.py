@@ -64,7 +64,7 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
             act_ids = torch.tensor([prepared.action_prompt_ids])
             ref = reference_sample_actions(model, embeds, image_mask, act_ids,
                                            torch.ones_like(act_ids, dtype=torch.bool), noise)
-            ref_robot = unnormalize_quantile(ref[0].numpy(), engine.action_stats)
+            ref_robot = unnormalize_quantile(ref[0].numpy(), engine.normalizer.actions)
             np.testing.assert_allclose(actions, ref_robot[:, :mcfg.robot_action_dim],
                                        atol=1e-5, rtol=0)
             # text: greedy over full recomputation of prefix + generated tokens
