@@ -2,8 +2,9 @@
 The package builds, tests and installs with colcon as an ament_python package.
 
 Copies the tracked (and untracked, not ignored) files into ``<tmp>/ws/src/oxygen_ros``, then
-runs ``colcon build``, ``colcon test`` on the lint tests only (the full suite already runs
-outside colcon; running it twice would double CI time) and ``colcon test-result --verbose``.
+runs ``colcon build``, ``colcon test`` on the lint tests and one unit module (the full suite
+already runs outside colcon; running it twice would double CI time) and
+``colcon test-result --verbose``.
 Checks that every console script lands in ``install/oxygen_ros/lib/oxygen_ros/`` and runs, and
 that after sourcing ``install/setup.bash`` the ament index finds the package share with its
 ``package.xml``, ``config/*.yaml`` and ``launch/*.launch.py``. The copy gets one probe file in
@@ -24,7 +25,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = 'oxygen_ros'
-LINT_TESTS = ['test/test_flake8.py', 'test/test_pep257.py', 'test/test_xmllint.py']
+# The lint tests, and one unit module that imports test/ros_inputs.py (pytest.ini's pythonpath).
+COLCON_TESTS = ['test/test_flake8.py', 'test/test_pep257.py', 'test/test_xmllint.py',
+                'test/ros/test_node_units.py']
 PROBES = {
     'config/_colcon_probe.yaml': '# Written by test_colcon into its temporary copy only.\n',
     'launch/_colcon_probe.launch.py':
@@ -96,7 +99,7 @@ def test_colcon_build_test_install(tmp_path):
     rc, out = _run([colcon, 'build'], ws, env)
     assert rc == 0, f'colcon build failed:\n{out}\n{_log(ws, "build")}'
 
-    rc, out = _run([colcon, 'test', '--pytest-args', *LINT_TESTS, '-m', 'linter'], ws, env)
+    rc, out = _run([colcon, 'test', '--pytest-args', *COLCON_TESTS], ws, env)
     assert rc == 0, f'colcon test failed:\n{out}\n{_log(ws, "test")}'
     rc, out = _run([colcon, 'test-result', '--verbose'], ws, env)
     summary = re.search(r'Summary: (\d+) tests, (\d+) errors, (\d+) failures', out)

@@ -15,7 +15,7 @@ from oxygen_ros.engine.config import TextOutput
 from oxygen_ros.engine.engine import EngineBusyError
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S, rgb_to_image, trajectory_to_actions
+from oxygen_ros.ros.convert import trajectory_to_actions
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import OxygenNode
@@ -27,9 +27,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
-
-JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']
+from ros_inputs import image, joint_state, JOINTS
 
 
 @pytest.fixture
@@ -38,20 +36,6 @@ def context(ros_domain_id):
     rclpy.init(context=ctx, domain_id=ros_domain_id)
     yield ctx
     ctx.try_shutdown()
-
-
-def image(stamp_ns, h=24, w=32, seed=0, encoding='rgb8'):
-    rgb = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-    return rgb, rgb_to_image(rgb, stamp_ns, 'cam', encoding)
-
-
-def joint_state(stamp_ns, positions=None, names=JOINTS):
-    msg = JointState()
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, NS_PER_S)
-    msg.name = list(names)
-    msg.position = [float(x) for x in (np.arange(len(names)) * 0.1
-                                       if positions is None else positions)]
-    return msg
 
 
 # ------------------------------------------------------- the node's cycle, driven by hand

@@ -7,32 +7,17 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
 from oxygen_ros.engine.config import CycleStats
 from oxygen_ros.engine.inputs import InputFault
-from oxygen_ros.ros.convert import NS_PER_S, rgb_to_image
+from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 import pytest
-from sensor_msgs.msg import JointState
+from ros_inputs import image, joint_state, JOINTS
 
-JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']
 NOW = 1_700_000_000 * NS_PER_S
 
 
 # ------------------------------------------------------------------------ observation cache
-
-def image(stamp_ns, h=24, w=32, seed=0, encoding='rgb8'):
-    rgb = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-    return rgb, rgb_to_image(rgb, stamp_ns, 'cam', encoding)
-
-
-def joint_state(stamp_ns, positions=None, names=JOINTS):
-    msg = JointState()
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, NS_PER_S)
-    msg.name = list(names)
-    msg.position = [float(x) for x in (np.arange(len(names)) * 0.1
-                                       if positions is None else positions)]
-    return msg
-
 
 def full_cache(stamp_ns=NOW - 50_000_000, **overrides):
     cache = ObservationCache(['left_wrist_0_rgb', 'base_0_rgb'], JOINTS, 'pick up the cup')
