@@ -209,7 +209,9 @@ class VisionGraph(nn.Module):
     ``images [M, 3, S, S]`` float32 in [-1, 1] -> ``image_embeds [M, Ti, W]``.
 
     The patch embedding (a stride = kernel convolution) is written as patchify + MatMul:
-    the same sums, and a MatMul takes bfloat16 in opset 17 where ``Conv`` does not.
+    the same sums, and a MatMul takes bfloat16 in opset 17 where ``Conv`` does not. As in
+    ``SiglipTower.forward``, patch and position embeddings run in their own dtype (float32 in
+    a 16-bit model), the blocks in the model dtype.
     """
 
     def __init__(self, model: Pi05Model) -> None:
@@ -221,10 +223,10 @@ class VisionGraph(nn.Module):
         conv = tower.patch_embed
         p = tower.cfg.patch_size
         g = tower.cfg.image_size // p
-        x = images.to(self.model.dtype).reshape(-1, 3, g, p, g, p)
+        x = images.to(conv.weight.dtype).reshape(-1, 3, g, p, g, p)
         x = x.permute(0, 2, 4, 1, 3, 5).reshape(-1, g * g, 3 * p * p)
         x = F.linear(x, conv.weight.reshape(conv.weight.shape[0], -1), conv.bias)
-        x = x + tower.pos_embed
+        x = (x + tower.pos_embed).to(tower.final_norm.weight.dtype)
         for block in tower.blocks:
             x = block(x)
         return self.model.projector(tower.final_norm(x))

@@ -82,11 +82,10 @@ class TorchBackend:
 
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
                  sync: Callable[[], None] | None = None) -> None:
-        param = next(model.parameters())
         self.model = model
-        self.device = param.device
+        self.device = model.device
         self.block_size = block_size
-        self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=param.dtype,
+        self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=model.dtype,
                              device=self.device)
         if sync is None and self.device.type == 'cuda':
             sync = torch.cuda.synchronize

@@ -64,8 +64,9 @@ class AdaRMSNorm(nn.Module):
         Return ``dense(cond)``: ``[..., 3W]`` (scale, shift, gate concatenated, that order).
 
         Depends only on the flow-matching time, so ``denoise`` computes it for all steps at once.
+        Runs in the dtype of ``dense`` (float32 when the model is in 16 bits, as openpi).
         """
-        return self.dense(cond)
+        return self.dense(cond.to(self.dense.weight.dtype))
 
     def forward(self, x: torch.Tensor,
                 modulation: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

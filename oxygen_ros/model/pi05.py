@@ -16,7 +16,8 @@ from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.gemma import GemmaExpert, NormKind
 from oxygen_ros.model.init import init_parameters
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
-from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
+from oxygen_ros.model.layers import (
+    AdaRMSNorm, attention, AttentionMask, RMSNorm, rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask
 from oxygen_ros.model.prefix import pack_prefix, PackedPrefix
 from oxygen_ros.model.siglip import SiglipTower
@@ -61,7 +62,43 @@ class Pi05Model(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
+        """Return the activation and KV cache dtype: the token embedding's (fp32 norms aside)."""
         return self.embedding.dtype
+
+    def float32_parameters(self) -> set[str]:
+        """
+        Return the names of the parameters kept in float32 when the model runs in 16 bits.
+
+        As openpi-PyTorch (``models_pytorch/gemma_pytorch.py``,
+        ``to_bfloat16_for_selected_params``): the SigLIP patch and position embeddings, and
+        every RMSNorm of both Gemma experts, which in the action expert is the adaRMS
+        ``Dense`` (spec §1.10). SigLIP's LayerNorms stay in the model dtype, as there.
+        """
+        names = {f'vision.patch_embed.{n}' for n, _ in self.vision.patch_embed.named_parameters()}
+        names.add('vision.pos_embed')
+        for prefix, module in self.named_modules():
+            if isinstance(module, (RMSNorm, AdaRMSNorm)):
+                names.update(f'{prefix}.{n}' for n, _ in module.named_parameters())
+        return names
+
+    def parameter_dtypes(self, dtype: torch.dtype) -> dict[str, torch.dtype]:
+        """
+        Return the dtype of every parameter when the model runs in ``dtype``.
+
+        ``dtype`` for all, except :meth:`float32_parameters` in float32 when ``dtype`` has
+        16 bits (bfloat16, float16).
+        """
+        keep = self.float32_parameters() if dtype.itemsize < 4 else set()
+        return {name: torch.float32 if name in keep else dtype
+                for name, _ in self.named_parameters()}
+
+    @torch.no_grad()
+    def set_precision(self, dtype: torch.dtype) -> Pi05Model:
+        """Cast the parameters in place to :meth:`parameter_dtypes` of ``dtype``; return self."""
+        dtypes = self.parameter_dtypes(dtype)
+        for name, param in self.named_parameters():
+            param.data = param.data.to(dtypes[name])
+        return self
 
     @property
     def device(self) -> torch.device:
@@ -86,7 +123,7 @@ class Pi05Model(nn.Module):
         check_image_batch(images, self.cfg)
         size = self.cfg.vision.image_size
         b, n = images.shape[:2]
-        tokens = self.vision(images.reshape(b * n, 3, size, size).to(self.dtype))
+        tokens = self.vision(images.reshape(b * n, 3, size, size))
         return self.projector(tokens).view(b, n, tokens.shape[1], -1)
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -358,11 +395,11 @@ def build_model(cfg: ModelConfig, *, dtype: torch.dtype = torch.float32,
 
     Unlike ``Pi05Model(cfg).to(dtype)`` it never holds a float32 copy (the full-size model is
     13 GB in float32, 6.7 GB in bfloat16). In float32 it equals ``Pi05Model(cfg)`` under the
-    same seed.
+    same seed. In 16 bits the parameters of ``Pi05Model.float32_parameters`` stay float32.
     """
     with torch.device('meta'):
         model = Pi05Model(cfg)
-    model = model.to(dtype).to_empty(device=device)
+    model = model.set_precision(dtype).to_empty(device=device)
     init_parameters(model)
     return model.eval()
 

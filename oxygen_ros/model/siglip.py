@@ -61,10 +61,14 @@ class SiglipTower(nn.Module):
         """
         Encode images.
 
+        The patch and position embeddings run in their own dtype (float32 when the model is in
+        16 bits, as openpi), the blocks in that of the final LayerNorm.
+
         :param images: ``[M, 3, S, S]`` in [-1, 1], S = ``cfg.image_size``.
-        :returns: ``[M, Ti, Wv]`` tokens after the final LayerNorm.
+        :returns: ``[M, Ti, Wv]`` tokens after the final LayerNorm, in its dtype.
         """
-        x = self.patch_embed(images).flatten(2).transpose(1, 2) + self.pos_embed
+        x = self.patch_embed(images.to(self.patch_embed.weight.dtype))
+        x = (x.flatten(2).transpose(1, 2) + self.pos_embed).to(self.final_norm.weight.dtype)
         for block in self.blocks:
             x = block(x)
         return self.final_norm(x)

@@ -64,18 +64,20 @@ def save_checkpoint(model: Pi05Model, out_dir: str | Path, *,
     :param model: the model to save.
     :param out_dir: destination directory.
     :param layout: key layout.
-    :param dtype: on-disk dtype (default: the model's).
+    :param dtype: on-disk dtype (default: the model's); in 16 bits the parameters of
+        ``Pi05Model.float32_parameters`` are written in float32, as openpi's converter does.
     :returns: the path of the weights file.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix = LEROBOT_PREFIX if layout is CheckpointLayout.LEROBOT else ''
     state = model.state_dict()
+    dtypes = model.parameter_dtypes(dtype) if dtype is not None else {}
     tensors: dict[str, torch.Tensor] = {}
     for entry in key_map(model.cfg):
         value = state[entry.ours].detach()
-        if dtype is not None:
-            value = value.to(dtype)
+        if entry.ours in dtypes:
+            value = value.to(dtypes[entry.ours])
         pieces = value.split(list(entry.sizes)) if len(entry.theirs) > 1 else (value,)
         for name, piece in zip(entry.theirs, pieces):
             tensors[prefix + name] = piece.contiguous().cpu()
@@ -109,7 +111,8 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
 
     :param path: a directory holding ``model.safetensors``, or the file itself.
     :param cfg: the preset the weights must fit.
-    :param dtype: parameter dtype (default: the on-disk dtype of the token embedding).
+    :param dtype: model dtype (default: the on-disk dtype of the token embedding); in 16 bits
+        the norms and embeddings of ``Pi05Model.float32_parameters`` are kept in float32.
     :param device: where the model lives.
     :returns: the model in eval mode.
     :raises CheckpointError: unreadable file, unknown layout, or missing / unexpected /
@@ -132,13 +135,14 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
         raise CheckpointError(f'{file}: not a readable safetensors file ({exc})') from None
     if dtype is None:
         dtype = tensors[EMBED_KEY].dtype
+    with torch.device('meta'):
+        model = Pi05Model(cfg)
+    dtypes = model.parameter_dtypes(dtype)
     state = {}
     for entry in key_map(cfg):
         parts = [tensors.pop(name) for name in entry.theirs]
         value = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        state[entry.ours] = value.to(dtype)
-    with torch.device('meta'):
-        model = Pi05Model(cfg)
+        state[entry.ours] = value.to(dtypes[entry.ours])
     model.load_state_dict(state, strict=True, assign=True)
     _log.info('loaded %s (%s layout, %s) into preset %r', file, layout.value, dtype, cfg.name)
     return model.to(device).eval()

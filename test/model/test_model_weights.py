@@ -26,8 +26,9 @@ def model():
 def _assert_same(a, b, dtype=None):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
+    dtypes = a.parameter_dtypes(dtype) if dtype is not None else {}
     for key, value in sa.items():
-        want = value if dtype is None else value.to(dtype)
+        want = value.to(dtypes[key]) if key in dtypes else value
         assert sb[key].dtype == want.dtype and torch.equal(sb[key], want), key
 
 
@@ -57,8 +58,36 @@ def test_round_trip_is_bit_exact(model, tmp_path, layout, dtype):
 def test_load_dtype_override_and_file_path(model, tmp_path):
     path = save_checkpoint(model, tmp_path, dtype=torch.bfloat16)
     loaded = load_checkpoint(path, model.cfg, dtype=torch.float32)
+    on_disk = model.parameter_dtypes(torch.bfloat16)
     for key, value in model.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value.to(torch.bfloat16).float()), key
+        assert loaded.state_dict()[key].dtype == torch.float32
+        assert torch.equal(loaded.state_dict()[key], value.to(on_disk[key]).float()), key
+
+
+# openpi models_pytorch/gemma_pytorch.py, to_bfloat16_for_selected_params: substrings of the
+# checkpoint keys whose tensors stay float32 in a bfloat16 model.
+OPENPI_FLOAT32_SELECTORS = (
+    'vision_tower.vision_model.embeddings.patch_embedding.weight',
+    'vision_tower.vision_model.embeddings.patch_embedding.bias',
+    'vision_tower.vision_model.embeddings.position_embedding.weight',
+    'input_layernorm', 'post_attention_layernorm', 'model.norm')
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_16_bit_models_keep_openpis_float32_parameters(model, tmp_path, dtype):
+    save_checkpoint(model, tmp_path, dtype=dtype)
+    with safe_open(str(tmp_path / 'model.safetensors'), framework='pt') as reader:
+        on_disk = {k: reader.get_slice(k).get_dtype() for k in reader.keys()}
+    want = {k: 'F32' if any(sel in k for sel in OPENPI_FLOAT32_SELECTORS)
+            else {torch.bfloat16: 'BF16', torch.float16: 'F16'}[dtype] for k in on_disk}
+    assert on_disk == want
+    assert sum(v == 'F32' for v in want.values()) == 3 + 2 * 2 + 1 + 2 * 2 * 2 + 2
+    loaded = load_checkpoint(tmp_path, model.cfg)
+    assert loaded.dtype == dtype
+    assert {n for n, p in loaded.named_parameters() if p.dtype == torch.float32} == \
+        loaded.float32_parameters()
+    # float32 models stay float32 throughout.
+    assert set(model.parameter_dtypes(torch.float32).values()) == {torch.float32}
 
 
 def test_split_projections_are_the_checkpoint_tensors(model, tmp_path):
