@@ -80,7 +80,9 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
     images = images[[CAMERA_SLOTS.index(s) for s in CAMERA_SLOTS if s in cfg.cameras]]
 
     try:
-        state_n = normalizer.normalize_state(obs.state)   # shape and NaN/Inf checked there
+        # Shape and NaN/Inf are checked there. The state is normalized in float64 without a
+        # float32 rounding first, as openpi does (a rounding can move a state bin).
+        state_n = normalizer.normalize_state(obs.state)
     except ValueError as exc:
         raise ObservationError(InputFault.BAD_STATE, str(exc)) from None
 

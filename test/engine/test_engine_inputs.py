@@ -7,6 +7,7 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine, EngineBusyError, EngineClosedError
 from oxygen_ros.engine.inputs import InputFault, ObservationError
+from oxygen_ros.model.normalize import identity_norm_stats
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.workload import make_observation
@@ -162,9 +163,22 @@ def test_text_output_counts_the_cycles_it_took(engine):
 
 
 def test_norm_stats_too_short_for_the_preset_are_refused(tiny_models, tokenizer):
-    from oxygen_ros.model.normalize import identity_norm_stats
     cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT, cameras=CAMS)
     stats = {'state': identity_norm_stats(5), 'actions': identity_norm_stats(7)}
     with pytest.raises(ValueError, match='state norm stats have 5 dims, the robot state has 8'):
         Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS), tokenizer=tokenizer,
                norm_stats=stats)
+
+
+def test_state_bins_come_from_the_float64_state(engine):
+    # Identity stats: in float64 this value lies in bin 100, its float32 rounding in bin 99.
+    # openpi normalizes the client's float64 state in float64 (normalize.py): bin 100.
+    def prompt(x0, dtype=np.float64):
+        state = np.zeros(8, dtype)
+        state[0] = x0
+        return engine.prepare(obs(state=state)).action_prompt_ids
+
+    edge = -0.218749609375
+    assert prompt(edge) == prompt(-0.215)                 # well inside bin 100
+    assert prompt(edge, np.float32) == prompt(-0.222)     # well inside bin 99
+    assert prompt(-0.215) != prompt(-0.222)
