@@ -23,6 +23,8 @@ PALIGEMMA_VOCAB_SIZE = 257_152
 """256000 Gemma pieces + 1024 ``<locNNNN>`` + 128 ``<segNNN>`` (spec §2.2)."""
 
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
+EE_DELTA_DIMS = 6
+"""Translation (3) + axis-angle rotation (3) dims of an ``ActionSpace.EE_DELTA`` action."""
 
 
 class PrefixAttention(str, enum.Enum):
@@ -40,6 +42,41 @@ class PrefixAttention(str, enum.Enum):
     OxyGen ``PI05_O2``: images bidirectional among themselves, prompt tokens causal.
 
     Image K/V is independent of the prompt: jobs with different prompts share the image part.
+    """
+
+
+class ActionSpace(str, enum.Enum):
+    """
+    What the robot-unit action dims of a preset mean (after openpi's output transforms).
+
+    Dims listed in ``ModelConfig.gripper_dims`` are gripper positions (or commands) in every
+    space.
+    """
+
+    JOINT_POSITION = 'joint_position'
+    """Absolute joint positions, rad or m (ALOHA / ``pi05_base`` after ``AbsoluteActions``)."""
+
+    JOINT_VELOCITY = 'joint_velocity'
+    """Joint velocities, rad/s or m/s, applied for one ``action_dt`` each (DROID)."""
+
+    EE_DELTA = 'ee_delta'
+    """
+    Per-step end-effector deltas (LIBERO, robosuite ``OSC_POSE``): dims 0-2 translation, 3-5
+    axis-angle rotation, then the grippers; each point is applied once, relative to the pose
+    reached before it (not cumulative from the observation).
+    """
+
+
+class RobotAdapter(str, enum.Enum):
+    """Robot-specific transforms beyond (un)normalization (openpi ``policies/*_policy.py``)."""
+
+    NONE = 'none'
+    """State and actions pass through (openpi ``DroidInputs``/``LiberoInputs`` only repack)."""
+
+    ALOHA = 'aloha'
+    """
+    ``AlohaInputs``/``AlohaOutputs`` with ``adapt_to_pi`` and ``DeltaActions``/
+    ``AbsoluteActions`` over ``make_bool_mask(6, -1, 6, -1)`` (openpi ``LeRobotAlohaDataConfig``).
     """
 
 
@@ -109,6 +146,10 @@ class ModelConfig:
     asset_id: str
     """``assets/<asset_id>/norm_stats.json`` inside a checkpoint."""
     prompt_format: PromptFormat = PromptFormat.PI05_STATE
+    action_space: ActionSpace = ActionSpace.JOINT_POSITION
+    gripper_dims: tuple[int, ...] = ()
+    """Robot action dims that are gripper positions (or commands) whatever the space."""
+    robot_adapter: RobotAdapter = RobotAdapter.NONE
     prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
     vocab_size: int = PALIGEMMA_VOCAB_SIZE
     action_dim: int = 32
@@ -149,6 +190,21 @@ class ModelConfig:
         if not 0 < self.robot_action_dim <= self.action_dim:
             raise ValueError(f'preset {self.name!r}: robot_action_dim {self.robot_action_dim} '
                              f'not in 1..{self.action_dim}')
+        if len(set(self.gripper_dims)) != len(self.gripper_dims) or \
+                not all(0 <= d < self.robot_action_dim for d in self.gripper_dims):
+            raise ValueError(f'preset {self.name!r}: gripper_dims {self.gripper_dims} must be '
+                             f'distinct dims in 0..{self.robot_action_dim - 1}')
+        if self.action_space is ActionSpace.EE_DELTA and (
+                self.robot_action_dim != EE_DELTA_DIMS + len(self.gripper_dims)
+                or any(d < EE_DELTA_DIMS for d in self.gripper_dims)):
+            raise ValueError(f'preset {self.name!r}: ee_delta actions are 3 translation + 3 '
+                             f'rotation dims followed by the gripper dims, got '
+                             f'robot_action_dim {self.robot_action_dim}, gripper_dims '
+                             f'{self.gripper_dims}')
+        if self.robot_adapter is RobotAdapter.ALOHA and (
+                self.state_dim != 14 or self.robot_action_dim != 14):
+            raise ValueError(f'preset {self.name!r}: the ALOHA adapter needs 14 state and '
+                             f'action dims, got {self.state_dim} and {self.robot_action_dim}')
         for attr in ('action_horizon', 'max_token_len', 'num_denoise_steps', 'decode_budget'):
             if getattr(self, attr) < 1:
                 raise ValueError(f'preset {self.name!r}: {attr} must be >= 1, '
@@ -191,16 +247,19 @@ def _register(cfg: ModelConfig) -> ModelConfig:
 _register(ModelConfig(
     name='pi05_droid', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
     action_horizon=15, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='droid', full_size=True))
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='droid',
+    action_space=ActionSpace.JOINT_VELOCITY, gripper_dims=(7,), full_size=True))
 _register(ModelConfig(
     name='pi05_libero', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
     action_horizon=10, state_dim=8, robot_action_dim=7,
     cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='physical-intelligence/libero',
-    prompt_format=PromptFormat.PI0, full_size=True))
+    prompt_format=PromptFormat.PI0, action_space=ActionSpace.EE_DELTA, gripper_dims=(6,),
+    full_size=True))
 _register(ModelConfig(
     name='pi05_base', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
     action_horizon=50, state_dim=14, robot_action_dim=14, cameras=CAMERA_SLOTS,
-    asset_id='trossen', full_size=True))
+    asset_id='trossen', gripper_dims=(6, 13), robot_adapter=RobotAdapter.ALOHA,
+    full_size=True))
 # CPU benchmark size (~90 M parameters, most of them the 257152-row tied embedding, as in
 # the real model where it is 16 %): same architecture, same token counts per camera.
 _register(ModelConfig(
@@ -210,7 +269,7 @@ _register(ModelConfig(
     expert=GemmaConfig(width=128, depth=6, num_heads=4, num_kv_heads=1, head_dim=64,
                        mlp_dim=512),
     action_horizon=10, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='small'))
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='small', gripper_dims=(7,)))
 # ROS demo size: holds >= 5 Hz with two cameras on a 2-core CPU (config/demo.yaml).
 _register(ModelConfig(
     name='demo',
@@ -219,7 +278,8 @@ _register(ModelConfig(
     expert=GemmaConfig(width=64, depth=4, num_heads=4, num_kv_heads=1, head_dim=32,
                        mlp_dim=256),
     action_horizon=10, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='demo', decode_budget=16))
+    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='demo', gripper_dims=(7,),
+    decode_budget=16))
 # Test size (< 5 M parameters, 4.1 M of them the embedding): 64 tokens per camera.
 _register(ModelConfig(
     name='tiny',
@@ -251,7 +311,8 @@ def get_preset(name: str) -> ModelConfig:
 
 
 __all__ = [
-    'BOS_ID', 'CAMERA_SLOTS', 'EOS_ID', 'GemmaConfig', 'ModelConfig', 'PAD_ID',
-    'PALIGEMMA_VOCAB_SIZE', 'PrefixAttention', 'PromptFormat', 'VisionConfig',
+    'ActionSpace', 'BOS_ID', 'CAMERA_SLOTS', 'EE_DELTA_DIMS', 'EOS_ID', 'GemmaConfig',
+    'ModelConfig', 'PAD_ID', 'PALIGEMMA_VOCAB_SIZE', 'PrefixAttention', 'PromptFormat',
+    'RobotAdapter', 'VisionConfig',
     'get_preset', 'preset_names',
 ]

@@ -28,7 +28,8 @@ from typing import Mapping
 
 import numpy as np
 
-from oxygen_ros.config import ModelConfig
+from oxygen_ros.config import ModelConfig, RobotAdapter
+from oxygen_ros.model import robot_adapters
 
 logger = logging.getLogger(__name__)
 
@@ -274,6 +275,7 @@ class Normalizer:
     :ivar state_dim: robot state dims (before padding).
     :ivar robot_action_dim: action dims sent to the robot.
     :ivar action_dim: the model's padded dim A (32).
+    :ivar adapter: the robot's transforms around (un)normalization (``robot_adapters``).
     :raises ValueError: stats shorter than the robot dims, or dims out of range.
     """
 
@@ -282,6 +284,7 @@ class Normalizer:
     state_dim: int
     robot_action_dim: int
     action_dim: int = 32
+    adapter: RobotAdapter = RobotAdapter.NONE
 
     def __post_init__(self) -> None:
         if not 0 < self.state_dim <= self.action_dim:
@@ -310,18 +313,23 @@ class Normalizer:
         if missing:
             raise ValueError(f'norm stats lack {missing}; have {sorted(stats)}')
         return cls(state=stats['state'], actions=stats['actions'], state_dim=cfg.state_dim,
-                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim)
+                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
+                   adapter=cfg.robot_adapter)
 
     @classmethod
     def identity(cls, cfg: ModelConfig) -> Normalizer:
         """Return a normalizer with :func:`identity_norm_stats` (random-weight presets)."""
         return cls(state=identity_norm_stats(cfg.state_dim),
                    actions=identity_norm_stats(cfg.robot_action_dim), state_dim=cfg.state_dim,
-                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim)
+                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
+                   adapter=cfg.robot_adapter)
 
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         """
         Return the normalized, unpadded state (for ``prompt.discretize_state``).
+
+        The robot adapter's input transform comes first (openpi: ``<Robot>Inputs`` before
+        ``Normalize``).
 
         :param state: ``float [state_dim]`` in robot units.
         :returns: ``float64 [state_dim]``.
@@ -333,7 +341,7 @@ class Normalizer:
         if not np.all(np.isfinite(x)):
             bad = np.flatnonzero(~np.isfinite(x)).tolist()
             raise ValueError(f'state has NaN/Inf at dims {bad}')
-        return normalize_quantile(x, self.state)
+        return normalize_quantile(robot_adapters.state_to_model(self.adapter, x), self.state)
 
     def state_to_model(self, state: np.ndarray) -> np.ndarray:
         """
@@ -345,13 +353,19 @@ class Normalizer:
         """
         return pad_to(self.normalize_state(state), self.action_dim).astype(np.float32)
 
-    def actions_to_robot(self, actions: np.ndarray) -> np.ndarray:
+    def actions_to_robot(self, actions: np.ndarray,
+                         state: np.ndarray | None = None) -> np.ndarray:
         """
-        Unnormalize model actions and keep the robot's dims (openpi Unnormalize + Outputs).
+        Unnormalize model actions, keep the robot's dims, apply the robot adapter.
+
+        openpi's output pipeline: ``Unnormalize`` → (``AbsoluteActions``) → ``<Robot>Outputs``.
 
         :param actions: ``float [..., H, action_dim]`` model output (normalized, padded).
+        :param state: ``float [state_dim]`` the frame's robot state in robot units; required
+            by adapters whose actions are relative to it (ALOHA).
         :returns: ``float64 [..., H, robot_action_dim]`` in robot units.
-        :raises ValueError: last axis != ``action_dim``, or NaN/Inf in the actions.
+        :raises ValueError: last axis != ``action_dim``, NaN/Inf in the actions, or a state
+            missing or of the wrong shape where the adapter needs one.
         """
         x = np.asarray(actions, dtype=np.float64)
         if x.ndim < 2 or x.shape[-1] != self.action_dim:
@@ -360,7 +374,15 @@ class Normalizer:
         if not np.all(np.isfinite(x)):
             raise ValueError(f'model actions contain {int((~np.isfinite(x)).sum())} NaN/Inf '
                              f'values')
-        return unnormalize_quantile(x, self.actions)[..., :self.robot_action_dim]
+        robot = unnormalize_quantile(x, self.actions)[..., :self.robot_action_dim]
+        if self.adapter is RobotAdapter.NONE:
+            return robot
+        if state is None or np.shape(state) != (self.state_dim,):
+            raise ValueError(f'the {self.adapter.value} adapter needs the frame state of shape '
+                             f'({self.state_dim},), got '
+                             f'{None if state is None else np.shape(state)}')
+        model_state = robot_adapters.state_to_model(self.adapter, state)
+        return robot_adapters.actions_to_robot(self.adapter, robot, model_state)
 
 
 __all__ = [

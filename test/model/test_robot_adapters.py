@@ -1,0 +1,86 @@
+"""openpi's robot transforms: ALOHA's flips, gripper maps and absolute actions; pass-through."""
+
+import numpy as np
+from oxygen_ros.config import get_preset, RobotAdapter
+from oxygen_ros.model import robot_adapters
+from oxygen_ros.model.normalize import Normalizer, NormStats
+import pytest
+
+# Values worked out by hand from openpi's aloha_policy.py constants (see the module docstring):
+# linear 0.5 -> x = 0.03822 m -> asin(0.385786) = 0.396059 rad -> (0.396059 - 0.5476) / 1.082
+GRIPPER_TO_ANGULAR_HALF = -0.1400559217021429
+# (0.0 + 0.5476 + 0.6213) / (1.4910 + 0.6213) and the same for 0.25
+GRIPPER_FROM_ANGULAR = {0.0: 0.5533778345878898, 0.25: 0.6717322350044973}
+
+
+def test_aloha_gripper_maps_match_openpi_constants():
+    assert robot_adapters.aloha_gripper_to_angular(np.array(0.5)) == \
+        pytest.approx(GRIPPER_TO_ANGULAR_HALF, abs=1e-12)
+    for value, want in GRIPPER_FROM_ANGULAR.items():
+        assert robot_adapters.aloha_gripper_from_angular(np.array(value)) == \
+            pytest.approx(want, abs=1e-12)
+
+
+def test_aloha_state_is_flipped_and_its_grippers_mapped():
+    state = np.arange(1, 15, dtype=np.float64) / 10
+    state[[6, 13]] = 0.5
+    out = robot_adapters.state_to_model(RobotAdapter.ALOHA, state)
+    flip = [1, -1, -1, 1, 1, 1, 1, 1, -1, -1, 1, 1, 1, 1]
+    joints = [i for i in range(14) if i not in (6, 13)]
+    np.testing.assert_allclose(out[joints], (np.array(flip) * state)[joints])
+    np.testing.assert_allclose(out[[6, 13]], GRIPPER_TO_ANGULAR_HALF)
+    assert state[1] == 0.2  # the input is not changed
+
+
+def test_aloha_actions_add_the_state_to_arm_joints_then_flip_and_map_grippers():
+    model_state = np.linspace(-0.7, 0.6, 14)
+    actions = np.zeros((2, 14))
+    actions[1] = 0.25
+    out = robot_adapters.actions_to_robot(RobotAdapter.ALOHA, actions, model_state)
+    flip = np.array([1, -1, -1, 1, 1, 1, 1, 1, -1, -1, 1, 1, 1, 1])
+    arm = [i for i in range(14) if i not in (6, 13)]
+    for row in range(2):
+        np.testing.assert_allclose(out[row, arm], (flip * (actions[row] + model_state))[arm])
+    np.testing.assert_allclose(out[0, [6, 13]], GRIPPER_FROM_ANGULAR[0.0])  # absolute: no state
+    np.testing.assert_allclose(out[1, [6, 13]], GRIPPER_FROM_ANGULAR[0.25])
+    with pytest.raises(ValueError, match='relative to the state'):
+        robot_adapters.actions_to_robot(RobotAdapter.ALOHA, actions, None)
+
+
+def test_no_adapter_passes_state_and_actions_through():
+    x = np.array([0.1, -0.2, 0.3])
+    np.testing.assert_array_equal(robot_adapters.state_to_model(RobotAdapter.NONE, x), x)
+    a = np.ones((2, 3))
+    np.testing.assert_array_equal(robot_adapters.actions_to_robot(RobotAdapter.NONE, a, None), a)
+
+
+def _stats(dim):
+    return NormStats(mean=np.zeros(dim), std=np.ones(dim), q01=-np.ones(dim), q99=np.ones(dim))
+
+
+def test_pi05_base_normalizer_applies_the_aloha_adapter():
+    cfg = get_preset('pi05_base')
+    assert cfg.robot_adapter is RobotAdapter.ALOHA
+    norm = Normalizer.from_config(cfg, {'state': _stats(14), 'actions': _stats(14)})
+    state = np.full(14, 0.5)
+    # identity-like stats: normalized = (x + 1) / (2 + 1e-6) * 2 - 1 of the adapted state
+    adapted = robot_adapters.state_to_model(RobotAdapter.ALOHA, state)
+    np.testing.assert_allclose(norm.normalize_state(state),
+                               (adapted + 1) / (2 + 1e-6) * 2 - 1)
+    actions = np.zeros((3, 32))
+    robot = norm.actions_to_robot(actions, state)
+    unnorm = np.full((3, 14), (0 + 1) / 2 * (2 + 1e-6) - 1)
+    np.testing.assert_allclose(robot, robot_adapters.actions_to_robot(
+        RobotAdapter.ALOHA, unnorm, adapted))
+    with pytest.raises(ValueError, match=r'the aloha adapter needs the frame state of shape'):
+        norm.actions_to_robot(actions)
+
+
+@pytest.mark.parametrize('preset', ['pi05_droid', 'pi05_libero', 'tiny'])
+def test_other_presets_need_no_state_for_their_actions(preset):
+    cfg = get_preset(preset)
+    assert cfg.robot_adapter is RobotAdapter.NONE
+    norm = Normalizer.identity(cfg)
+    actions = np.random.default_rng(0).normal(size=(cfg.action_horizon, 32))
+    np.testing.assert_allclose(norm.actions_to_robot(actions),
+                               actions[:, :cfg.robot_action_dim], rtol=2e-6, atol=1e-6)
