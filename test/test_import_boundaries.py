@@ -35,6 +35,14 @@ def test_pure_layers_use_the_standard_library_only(layer):
                                                    'oxygen_ros.ros', 'oxygen_ros.tools'))]
 
 
+def test_control_layer_is_numpy_only():
+    loaded = loaded_after_import(of('oxygen_ros.control'))
+    assert not {'torch', 'rclpy'} & loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.model', 'oxygen_ros.engine',
+                                                   'oxygen_ros.ros', 'oxygen_ros.tools',
+                                                   'oxygen_ros.sched', 'oxygen_ros.kv'))]
+
+
 def test_model_imports_no_ros_and_no_other_layer():
     loaded = loaded_after_import(of('oxygen_ros.model'))
     assert 'rclpy' not in loaded

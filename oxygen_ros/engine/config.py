@@ -124,13 +124,17 @@ class ActionChunk:
     """
     One action chunk in robot units.
 
-    :ivar actions: ``float32 [H, robot_action_dim]``, unnormalized (openpi ``Unnormalize``).
+    :ivar actions: ``float32 [H, robot_action_dim]`` in robot units (openpi ``Unnormalize``
+        and the robot's output transforms); their meaning is ``ModelConfig.action_space``.
     :ivar stamp_ns: stamp of the observation it was computed from.
+    :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
+        the node's ``joint_names`` order): where a velocity chunk starts.
     """
 
     actions: np.ndarray
     stamp_ns: int
     frame_id: int
+    state: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)

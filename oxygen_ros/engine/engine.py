@@ -219,7 +219,7 @@ class Engine:
 
         def actions_ready(actions: torch.Tensor) -> None:
             # only a frame's DenoiseJob calls this, so prepared and frame are set
-            ready.append(self._action_chunk(actions, prepared.stamp_ns, frame.frame_id))
+            ready.append(self._action_chunk(actions, prepared, frame.frame_id))
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -290,16 +290,16 @@ class Engine:
         _LOG.warning('text request %s rejected: %s', p.req_id, why)
         return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
 
-    def _action_chunk(self, actions: torch.Tensor, stamp_ns: int,
+    def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
                       frame_id: int) -> ActionChunk | None:
         x = actions[0].float().cpu().numpy()
         if not np.all(np.isfinite(x)):
             _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
                        frame_id)
             return None
-        robot = self.normalizer.actions_to_robot(x)
-        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), stamp_ns,
-                           frame_id)
+        robot = self.normalizer.actions_to_robot(x, prepared.state)
+        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
+                           frame_id, prepared.state)
 
     def _text_output(self, req: Request) -> TextOutput:
         live = self._live.pop(req.req_id)

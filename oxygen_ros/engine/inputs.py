@@ -46,6 +46,8 @@ class PreparedObservation:
 
     :ivar images: ``float32 [N, 3, S, S]`` the preset's cameras in ``CAMERA_SLOTS`` order.
     :ivar action_prompt_ids: BOS + action prompt ids (no padding).
+    :ivar state: ``float64 [state_dim]`` the robot state in robot units, as observed (the
+        action chunk of this frame starts from it).
     """
 
     images: np.ndarray
@@ -53,6 +55,7 @@ class PreparedObservation:
     prompt_truncated: bool
     instruction: str
     stamp_ns: int
+    state: np.ndarray
 
     @property
     def num_cameras(self) -> int:
@@ -97,4 +100,5 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
         raise ObservationError(InputFault.BAD_PROMPT, str(exc)) from None
     return PreparedObservation(images=images, action_prompt_ids=tuple(tp.ids),
                                prompt_truncated=tp.truncated, instruction=obs.prompt,
-                               stamp_ns=int(obs.stamp_ns))
+                               stamp_ns=int(obs.stamp_ns),
+                               state=np.array(obs.state, dtype=np.float64))

@@ -7,11 +7,12 @@ Levels, worst first:
 - ERROR: the engine failed (an exception in a control cycle, or configure failed), or the node
   is active and no action chunk was published for more than ``max_observation_age`` seconds.
 - WARN: inputs were rejected since the previous status, text requests were rejected since
-  then, the achieved control rate is below 90 % of the target, or the KV pool is over 90 %
-  full.
+  then, limits clipped an action chunk since then, the achieved control rate is below 90 % of
+  the target, or the KV pool is over 90 % full.
 - OK: acting at rate (or inactive / unconfigured with nothing wrong).
 
-Thread-safe: the control cycle records, the diagnostics timer reads.
+Times are node-clock seconds (ROS time, ``/clock`` under ``use_sim_time``), so rates are in
+the robot's time. Thread-safe: the control cycle records, the diagnostics timer reads.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import threading
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
+from oxygen_ros.control.action_space import ClipCount
 from oxygen_ros.engine.config import CycleStats
 from oxygen_ros.ros.observation_cache import InputIssue
 from std_msgs.msg import Header
@@ -70,11 +72,14 @@ class EngineDiagnostics:
         self._ticks: deque[_Tick] = deque()
         self.reset(preset, random_weights)
 
-    def reset(self, preset: str, random_weights: bool) -> None:
+    def reset(self, preset: str, random_weights: bool, action_space: str = '') -> None:
         """Forget everything (at configure)."""
         with self._lock:
             self.preset = preset
             self.random_weights = random_weights
+            self.action_space = action_space
+            self._clips = Counter()
+            self._period_clips = 0
             self._cycle_s.clear()
             self._ticks.clear()
             self._state = 'unconfigured'
@@ -120,6 +125,14 @@ class EngineDiagnostics:
             self._texts_rejected += 1
             self._period_texts_rejected += 1
 
+    def record_clips(self, clips: ClipCount) -> None:
+        """Count the values of one chunk that the limits clipped."""
+        with self._lock:
+            self._clips['position'] += clips.position
+            self._clips['velocity'] += clips.velocity
+            self._clips['chunks'] += 1 if clips.total else 0
+            self._period_clips += clips.total
+
     def record_failure(self, message: str) -> None:
         """Mark the engine as failed (ERROR until the next ``reset``)."""
         with self._lock:
@@ -150,7 +163,7 @@ class EngineDiagnostics:
         """
         Return the current status and start a new period (per-period counters reset).
 
-        :param now_s: monotonic seconds (the clock ``record_cycle`` got).
+        :param now_s: node-clock seconds (the clock ``record_cycle`` got).
         :param target_hz: ``control_rate_hz``.
         :param max_age_s: ``max_observation_age``.
         """
@@ -160,6 +173,7 @@ class EngineDiagnostics:
             values = self._values(rate, chunk_rate, tokens_s, target_hz)
             self._period_rejections.clear()
             self._period_texts_rejected = 0
+            self._period_clips = 0
         return DiagnosticStatus(level=level.octet, name=STATUS_NAME, message=summary,
                                 hardware_id=self.preset,
                                 values=[KeyValue(key=k, value=v) for k, v in values])
@@ -195,6 +209,8 @@ class EngineDiagnostics:
             warnings.append(f'KV pool {100 * self._kv_fraction():.0f} % full')
         if self._period_texts_rejected:
             warnings.append(f'{self._period_texts_rejected} text request(s) rejected')
+        if self._period_clips:
+            warnings.append(f'limits clipped {self._period_clips} action value(s)')
         if warnings:
             return Level.WARN, '; '.join(warnings)
         return Level.OK, f'acting at {rate:.1f} Hz'
@@ -212,6 +228,10 @@ class EngineDiagnostics:
             ('cycle time p50 (ms)', f'{p50:.1f}'),
             ('cycle time p99 (ms)', f'{p99:.1f}'),
             ('action chunks published', str(self._chunks)),
+            ('action space', self.action_space),
+            ('limit clips: position values', str(self._clips['position'])),
+            ('limit clips: velocity values', str(self._clips['velocity'])),
+            ('limit clips: chunks', str(self._clips['chunks'])),
             ('tokens/s', f'{tokens_s:.1f}'),
             ('text requests running', str(s.num_running if s else 0)),
             ('text requests pending', str(s.num_pending if s else 0)),

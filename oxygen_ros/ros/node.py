@@ -24,11 +24,13 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_ros.control.action_space import ClipCount
 from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.ros.convert import actions_to_trajectory, NS_PER_S
+from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
+from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.executor import NodeExecutor, spin
 from oxygen_ros.ros.observation_cache import (
@@ -48,7 +50,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
-from trajectory_msgs.msg import JointTrajectory
+from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
 NODE_NAME = 'oxygen'
 _LOG_EVERY_S = 5.0
@@ -80,11 +82,12 @@ class OxygenNode(LifecycleNode):
         self._engine: Engine | None = None
         self._cache: ObservationCache | None = None
         self._cfg: NodeConfig | None = None
+        self._output: ChunkOutput | None = None
         self._failed = False
         self._timer = None
         self._pubs: dict[str, object] = {}
         self._subs: list[object] = []
-        self._logged: dict[InputIssue | None, float] = {}
+        self._logged: dict[InputIssue | str | None, float] = {}
         self._last_issue: InputIssue | None = None
         self._diag = EngineDiagnostics(self.get_parameter('preset').value)
         self._texts = TextRequests(self.get_logger(), self._diag)
@@ -117,9 +120,10 @@ class OxygenNode(LifecycleNode):
         """
         try:
             engine_cfg, cfg = build_configs(parameter_values(self))
+            output = ChunkOutput(cfg)
         except ParameterError as exc:
             return self._configure_failed(f'bad parameter: {exc}')
-        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None)
+        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value)
         t0 = time.monotonic()
         try:
             if cfg.torch_threads:
@@ -134,11 +138,17 @@ class OxygenNode(LifecycleNode):
         weights = engine_cfg.checkpoint or 'RANDOM weights'
         self.get_logger().info(
             f'engine {cfg.preset} ready in {time.monotonic() - t0:.1f} s ({weights}); '
-            f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}')
-        self._engine, self._cfg, self._failed = engine, cfg, False
+            f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
+            f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}')
+        self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
-        self._pubs = {'action': self.create_lifecycle_publisher(
-            JointTrajectory, '~/action_chunk', 10)}
+        self._pubs = {}
+        if ACTION_CHUNK in output.publisher_keys:
+            self._pubs[ACTION_CHUNK] = self.create_lifecycle_publisher(
+                JointTrajectory, '~/action_chunk', 10)
+        if EE_DELTA_CHUNK in output.publisher_keys:
+            self._pubs[EE_DELTA_CHUNK] = self.create_lifecycle_publisher(
+                MultiDOFJointTrajectory, '~/ee_delta_chunk', 10)
         for task in TextTask:
             self._pubs[task.value] = self.create_lifecycle_publisher(
                 String, f'~/{task.value}', 10)
@@ -156,7 +166,7 @@ class OxygenNode(LifecycleNode):
             self.create_subscription(String, '~/ask', self._on_ask,
                                      qos_profile(QosRole.RELIABLE),
                                      callback_group=self._input_group)]
-        self._diag.set_state('inactive', time.monotonic())
+        self._diag.set_state('inactive', self._now_s())
         return super().on_configure(state)
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
@@ -174,7 +184,7 @@ class OxygenNode(LifecycleNode):
         if self._failed:
             self.get_logger().error('not activating: the engine failed; cleanup and configure')
             return _FAILURE
-        now = time.monotonic()
+        now = self._now_s()
         self._texts.start(now)
         self._timer = self.create_timer(self._cfg.control_period_s, self._control_tick,
                                         self._control_group)
@@ -189,7 +199,7 @@ class OxygenNode(LifecycleNode):
         :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox).
         """
         self._stop_timer()
-        self._diag.set_state('inactive', time.monotonic())
+        self._diag.set_state('inactive', self._now_s())
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -199,7 +209,7 @@ class OxygenNode(LifecycleNode):
         :returns: SUCCESS → unconfigured.
         """
         self._release()
-        self._diag.set_state('unconfigured', time.monotonic())
+        self._diag.set_state('unconfigured', self._now_s())
         return super().on_cleanup(state)
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -210,7 +220,7 @@ class OxygenNode(LifecycleNode):
         """
         self._stop_timer()
         self._release()
-        self._diag.set_state('finalized', time.monotonic())
+        self._diag.set_state('finalized', self._now_s())
         self.finished.set()
         return super().on_shutdown(state)
 
@@ -234,7 +244,7 @@ class OxygenNode(LifecycleNode):
 
     def _release(self) -> None:
         with self._engine_lock:
-            engine, self._engine = self._engine, None
+            engine, self._engine, self._output = self._engine, None, None
             for sub in self._subs:
                 self.destroy_subscription(sub)
             self._subs, self._cache = [], None
@@ -255,7 +265,12 @@ class OxygenNode(LifecycleNode):
 
     # -- subscriptions: store only, never raise ---------------------------------------------
     def _now_ns(self) -> int:
+        """Return the node clock (ROS time: ``/clock`` under ``use_sim_time``) in ns."""
         return self.get_clock().now().nanoseconds
+
+    def _now_s(self) -> float:
+        """Return the node clock in seconds (rates, periods and diagnostics windows)."""
+        return self._now_ns() / NS_PER_S
 
     def _on_image(self, slot: str, msg: Image) -> None:
         cache = self._cache
@@ -293,6 +308,7 @@ class OxygenNode(LifecycleNode):
                 self._diag_timer.timer_period_ns = round(p.value * NS_PER_S)
             if self._cfg is not None and p.name in SPECS:
                 self._cfg = self._cfg.updated(p.name, p.value)
+                self._output = ChunkOutput(self._cfg)  # action_dt, frame_id
         timer = self._timer
         if timer is not None and any(p.name == 'control_rate_hz' for p in params):
             timer.timer_period_ns = round(self._cfg.control_period_s * NS_PER_S)
@@ -300,10 +316,10 @@ class OxygenNode(LifecycleNode):
 
     # -- the control cycle ----------------------------------------------------------------------
     def _control_tick(self) -> None:
-        cfg, now = self._cfg, time.monotonic()
+        cfg, output, now = self._cfg, self._output, self._now_s()
         with self._engine_lock:
             engine = self._engine
-            if engine is None or cfg is None:
+            if engine is None or cfg is None or output is None:
                 return
             try:
                 if engine.config.control_period_s != cfg.control_period_s:
@@ -315,12 +331,14 @@ class OxygenNode(LifecycleNode):
 
                 def publish(chunk: ActionChunk) -> None:
                     # called as soon as the chunk is denoised, before this cycle's decoding
-                    msg = actions_to_trajectory(chunk.actions, cfg.action_joint_names,
-                                                chunk.stamp_ns, cfg.action_dt, cfg.frame_id)
+                    out = output.messages(chunk)
+                    self._report_clips(out.clips)
                     with self._pub_lock:
-                        if 'action' in self._pubs:
-                            self._pubs['action'].publish(msg)
-                            published.append(True)
+                        for key, msg in out.messages:
+                            pub = self._pubs.get(key)
+                            if pub is not None:
+                                pub.publish(msg)
+                                published.append(key)
                 out = engine.step(prepared, on_action=publish)
                 self._diag.record_cycle(now, out.stats, bool(published))
                 if self._texts.finish(out.texts):
@@ -352,6 +370,19 @@ class OxygenNode(LifecycleNode):
         self._last_issue = issue
         return None
 
+    def _report_clips(self, clips: ClipCount) -> None:
+        if not clips.total:
+            return
+        self._diag.record_clips(clips)
+        now = time.monotonic()
+        if now - self._logged.get('clips', -1e9) > _LOG_EVERY_S:
+            names = [self._cfg.action_joint_names[d] for d in clips.dims]
+            self.get_logger().warning(
+                f'limits clipped an action chunk: {clips.position} position and '
+                f'{clips.velocity} velocity values, joints {names} (logged every '
+                f'{_LOG_EVERY_S:g} s; counted in /diagnostics)')
+            self._logged['clips'] = now
+
     def _engine_failed(self, failure: str) -> None:
         self.get_logger().error(f'engine failed in a control cycle; deactivating:\n{failure}')
         self._failed = True
@@ -372,7 +403,7 @@ class OxygenNode(LifecycleNode):
         age = cfg.max_observation_age if cfg else \
             self.get_parameter('max_observation_age').value
         self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(),
-                                                time.monotonic(), rate, age))
+                                                self._now_s(), rate, age))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,9 @@ import math
 import re
 from typing import Mapping, Sequence
 
-from oxygen_ros.config import CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention
+from oxygen_ros.config import (
+    ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention)
+from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
@@ -92,7 +94,28 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               'by name in /joint_states; default joint_1..joint_<state_dim>', read_only=True),
     ParamSpec('action_joint_names', None, 'joint_names of ~/action_chunk (robot_action_dim '
               'of them); default: the first robot_action_dim joint_names', read_only=True),
-    ParamSpec('frame_id', '', 'header.frame_id of ~/action_chunk'),
+    ParamSpec('action_space', '', "what the action dims mean; '' = the preset's: "
+              f'{_choices([a.value for a in ActionSpace])} (joint_velocity: ~/action_chunk '
+              'carries the integrated positions and the velocities; ee_delta: '
+              '~/ee_delta_chunk)', read_only=True),
+    ParamSpec('position_limits_lower', None, 'lowest position of each action joint (rad, m; '
+              'ee_delta: lowest raw action value); -.inf = none. Every chunk is clipped',
+              read_only=True),
+    ParamSpec('position_limits_upper', None, 'highest position of each action joint; .inf = '
+              'none', read_only=True),
+    ParamSpec('velocity_limits', None, 'largest speed of each action joint (rad/s, m/s; '
+              'ee_delta: of the scaled deltas); .inf = none. Velocities are clipped, '
+              'positions rate-limited from the observed state', read_only=True),
+    ParamSpec('joint_velocity_scale', 1.0, 'rad/s (m/s) per unit of a joint_velocity action '
+              '(DROID: 3.0, its controller moves 0.2 rad per unit per 15 Hz step)', (1e-9, 1e3),
+              read_only=True),
+    ParamSpec('end_effector_name', 'end_effector', 'joint name of ~/ee_delta_chunk '
+              '(ee_delta action space)', read_only=True),
+    ParamSpec('ee_translation_scale', 1.0, 'metres per unit of an ee_delta translation '
+              'action (robosuite OSC_POSE: 0.05)', (1e-9, 1e3), read_only=True),
+    ParamSpec('ee_rotation_scale', 1.0, 'radians per unit of an ee_delta rotation action '
+              '(robosuite OSC_POSE: 0.5)', (1e-9, 1e3), read_only=True),
+    ParamSpec('frame_id', '', 'header.frame_id of ~/action_chunk and ~/ee_delta_chunk'),
     ParamSpec('control_rate_hz', 10.0, 'control cycles (action chunks) per second; the engine '
               'adapts decode tokens per cycle to 1/control_rate_hz', (0.1, 1000.0)),
     ParamSpec('action_dt', 0.1, 'seconds between consecutive points of an action chunk '
@@ -129,11 +152,14 @@ SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'policy': Policy}
 
 
-def model_defaults(model: ModelConfig) -> dict[str, list[str]]:
+def model_defaults(model: ModelConfig) -> dict[str, list]:
     """Return the model-dependent defaults (``cameras``, ``joint_names``, ...) of a preset."""
     joints = [f'joint_{i}' for i in range(1, model.state_dim + 1)]
+    dims = model.robot_action_dim
     return {'cameras': list(model.cameras), 'joint_names': joints,
-            'action_joint_names': joints[:model.robot_action_dim]}
+            'action_joint_names': joints[:dims],
+            'position_limits_lower': [-math.inf] * dims,
+            'position_limits_upper': [math.inf] * dims, 'velocity_limits': [math.inf] * dims}
 
 
 def declare_parameters(node: Node) -> None:
@@ -182,12 +208,21 @@ class NodeConfig:
     :ivar control_rate_hz: timer rate; ``1 / control_rate_hz`` is the engine's deadline.
     :ivar max_observation_age: seconds.
     :ivar subtask_period: seconds, 0 = never.
+    :ivar action_space: what the chunk's action dims mean.
+    :ivar gripper_dims: action dims that are gripper positions (the preset's).
+    :ivar limits: per action dim, checked (``JointLimits``).
     """
 
     preset: str
     cameras: tuple[str, ...]
     joint_names: tuple[str, ...]
     action_joint_names: tuple[str, ...]
+    action_space: ActionSpace = ActionSpace.JOINT_POSITION
+    gripper_dims: tuple[int, ...] = ()
+    limits: JointLimits | None = None
+    end_effector_name: str = 'end_effector'
+    ee_scale: tuple[float, float] = (1.0, 1.0)
+    joint_velocity_scale: float = 1.0
     frame_id: str = ''
     control_rate_hz: float = 10.0
     action_dt: float = 0.1
@@ -221,6 +256,25 @@ class NodeConfig:
     @property
     def control_period_s(self) -> float:
         return 1.0 / self.control_rate_hz
+
+    def action_semantics(self) -> ActionSemantics:
+        """
+        Return the chunk semantics of these parameters (``control.action_space``).
+
+        Action joints are looked up by name in ``joint_names`` for the observed state.
+
+        :raises ParameterError: a joint-velocity joint that is not in ``joint_names`` (nothing
+            to integrate from), or an ``ee_delta`` layout that does not fit.
+        """
+        index = [self.joint_names.index(n) if n in self.joint_names else -1
+                 for n in self.action_joint_names]
+        try:
+            return ActionSemantics(self.action_space, len(self.action_joint_names),
+                                   self.gripper_dims, self.limits, self.action_dt, index,
+                                   self.ee_scale, self.joint_velocity_scale)
+        except ValueError as exc:
+            raise ParameterError(f'action_space {self.action_space.value}: {exc} (joints '
+                                 f'{list(self.action_joint_names)})') from None
 
     def updated(self, name: str, value: object) -> NodeConfig:
         """
@@ -283,10 +337,22 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
                              f'{_choices([p.value for p in PrefixAttention])}, '
                              f'got {prefix!r}') from None
     cameras = tuple(s for s in CAMERA_SLOTS if s in v['cameras'])
+    space = str(v['action_space'])
+    try:
+        action_space = ActionSpace(space) if space else model.action_space
+    except ValueError:
+        choices = _choices([a.value for a in ActionSpace])
+        raise ParameterError(f"action_space must be '' or one of {choices}, "
+                             f'got {space!r}') from None
+    limits = _limits(v, model.robot_action_dim)
     node = NodeConfig(
         preset=model.name,
         cameras=cameras if len(cameras) == len(v['cameras']) else tuple(v['cameras']),
         joint_names=tuple(v['joint_names']), action_joint_names=tuple(v['action_joint_names']),
+        action_space=action_space, gripper_dims=model.gripper_dims, limits=limits,
+        end_effector_name=str(v['end_effector_name']),
+        ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
+        joint_velocity_scale=float(v['joint_velocity_scale']),
         **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',
@@ -298,10 +364,14 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         raise ParameterError(
             f'action_joint_names: preset {model.name} has {model.robot_action_dim} action '
             f'dims, got {len(node.action_joint_names)} names {list(node.action_joint_names)}')
+    node.action_semantics()  # raises ParameterError for a space the joints cannot carry
+    if not node.end_effector_name:
+        raise ParameterError('end_effector_name must not be empty')
     if not re.fullmatch(r'cpu|cuda(:\d+)?', str(v['device'])):
         raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {v['device']!r}")
     for name in ('tokens_per_cycle', 'decode_budget', 'kv_cache_mb', 'max_running_requests',
-                 'seed', 'torch_threads'):
+                 'seed', 'torch_threads', 'ee_translation_scale', 'ee_rotation_scale',
+                 'joint_velocity_scale'):
         _check_range(name, v[name])
     try:
         engine = EngineConfig(
@@ -321,6 +391,22 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
     except ValueError as exc:
         raise ParameterError(str(exc)) from None
     return engine, node
+
+
+def _limits(values: Mapping[str, object], num_dims: int) -> JointLimits:
+    """Return the limit parameters as ``JointLimits`` of ``num_dims`` action dims."""
+    arrays = {}
+    for name in ('position_limits_lower', 'position_limits_upper', 'velocity_limits'):
+        value = list(values[name])
+        if len(value) != num_dims:
+            raise ParameterError(f'{name} needs one value per action joint ({num_dims}), got '
+                                 f'{len(value)}: {value}')
+        arrays[name] = value
+    try:
+        return JointLimits(arrays['position_limits_lower'], arrays['position_limits_upper'],
+                           arrays['velocity_limits'])
+    except ValueError as exc:
+        raise ParameterError(f'limits: {exc}') from None
 
 
 def check_update(current: NodeConfig, name: str, value: object) -> str | None:

@@ -217,7 +217,7 @@ def test_actions_to_trajectory_rounds_dt_to_nearest_ns():
 @pytest.mark.parametrize(('actions', 'names', 'dt', 'pattern'), [
     (np.zeros(3), NAMES, 0.1, r'must be \[H, A\] with H >= 1, got shape \(3,\)'),
     (np.zeros((0, 3)), NAMES, 0.1, r'got shape \(0, 3\)'),
-    (np.zeros((2, 2)), NAMES, 0.1, 'actions have 2 dims but 3 joint names'),
+    (np.zeros((2, 2)), NAMES, 0.1, 'positions have 2 dims but 3 joint names'),
     (np.zeros((2, 2)), ['a', 'a'], 0.1, r"joint names repeat: \['a', 'a'\]"),
     (np.array([[0.0, 1.0, 2.0], [0.0, np.nan, 0.0]]), NAMES, 0.1,
      "NaN/Inf, first at step 1 joint 'joint_2'"),

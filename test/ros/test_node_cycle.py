@@ -89,6 +89,34 @@ def test_node_cycle_by_hand(tiny_node):
     assert node.finished.is_set() and node._engine is None
 
 
+def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):
+    node = OxygenNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(config_file('test')), '-p', 'autostart:=false',
+        '-p', 'action_space:=joint_velocity',
+        '-p', 'velocity_limits:=[0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]'])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        published = []
+        node._pubs['action'].publish = published.append
+        node._cache.set_instruction('pick up the cup')
+        joints = [0.5, -0.4, 0.3, -0.2, 0.1, 0.0, -0.1, 0.04]
+        feed(node, node._now_ns(), positions=joints)
+        node._control_tick()
+        [chunk] = published
+        positions = trajectory_to_actions(chunk)
+        velocities = trajectory_to_actions(chunk, 'velocities')
+        np.testing.assert_allclose(positions[0], joints[:7])  # point 0: the observed joints
+        np.testing.assert_allclose(np.diff(positions, axis=0), velocities[:-1] * 0.05)
+        assert np.abs(velocities).max() <= 0.01 + 1e-12  # random weights: well above 0.01
+        values = status_values(node._diag.status(node._now_s(), 10.0, 0.5))
+        assert values['action space'] == 'joint_velocity'
+        assert int(values['limit clips: velocity values']) > 0
+        assert values['limit clips: chunks'] == '1'
+    finally:
+        node.destroy_node()
+
+
 def test_engine_failure_deactivates(tiny_node):
     node = tiny_node
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS

@@ -1,0 +1,1 @@
+"""Robot-side control of action chunks: semantics, limits, smoothing (numpy only, no ROS)."""
