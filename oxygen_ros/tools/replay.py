@@ -3,7 +3,7 @@
 
 Usage::
 
-    oxygen_replay BAG [--rate R] [--loop] [--topics T ...] [--keep-stamps]
+    oxygen_replay BAG [--rate R] [--loop] [--topics T ...] [--keep-stamps] [--clock [HZ]]
                   [--wait-for-subscribers SECONDS] [--ros-args ...]
 
 A real rclpy node ``oxygen_replay`` publishes the recorded CDR bytes as they are, spaced by the
@@ -17,6 +17,11 @@ stamped ``s`` in a bag starting at ``t0`` goes out stamped ``now0 + (s - t0) / r
 (cameras that shared a stamp still do). This deserializes, sets ``header.stamp`` and serializes
 again (``rclpy.serialization``); messages without a ``std_msgs/Header header`` pass through raw.
 ``--keep-stamps`` publishes every message raw.
+
+``--clock [HZ]`` also publishes ``/clock`` (``rosgraph_msgs/Clock``, best effort, HZ times a
+second, default 100) in the time base of the published stamps: the bag's own time with
+``--keep-stamps`` (so a node with ``use_sim_time:=true`` accepts the recorded stamps as fresh),
+else the shifted time. The clock runs at ``--rate``; with ``--loop`` it jumps back at each loop.
 
 Large messages: Fast DDS (Jazzy, 2.14) puts a sample in the *publisher's* shared-memory
 segment, 512 KiB by default; a larger sample (a 400x600 rgb8 image is 720 KB) falls back to UDP
@@ -47,12 +52,13 @@ from oxygen_ros.tools.signals import stop_event_on_signals
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.qos import ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
 
 NODE_NAME = 'oxygen_replay'
 _SLEEP_SLICE_S = 0.05
@@ -105,10 +111,14 @@ class ReplayOptions:
     """Topics to replay; empty means all."""
     stamps: StampMode = StampMode.REWRITE
     wait_for_subscribers_s: float = 0.0
+    clock_hz: float = 0.0
+    """Rate of ``/clock`` messages; 0 = no clock."""
 
     def __post_init__(self) -> None:
         if not self.rate > 0:
             raise ValueError(f'--rate must be > 0, got {self.rate}')
+        if not 0 <= self.clock_hz <= 10_000:
+            raise ValueError(f'--clock must be in (0, 10000] Hz, got {self.clock_hz}')
         if not self.wait_for_subscribers_s >= 0:
             raise ValueError(
                 f'--wait-for-subscribers must be >= 0, got {self.wait_for_subscribers_s}')
@@ -157,6 +167,35 @@ class BagReplayer:
         for conn in self._connections:
             if conn.topic not in self._topics:
                 self._topics[conn.topic] = _Topic(node, conn.topic, conn.msgtype)
+        self._clock_lock = threading.Lock()
+        self._clock_origin: tuple[float, int] | None = None
+        """(monotonic s, ROS ns) of the replay's time base; None before the first message."""
+        self._clock_done = threading.Event()
+        self._clock_thread = None
+        if options.clock_hz > 0:
+            pub = node.create_publisher(
+                Clock, '/clock', QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+            self._clock_thread = threading.Thread(target=self._clock_loop, args=(pub,),
+                                                  name='clock', daemon=True)
+            self._clock_thread.start()
+
+    def _clock_loop(self, pub: object) -> None:
+        """Publish ``/clock`` every 1/clock_hz s until ``close`` (the node is not spun)."""
+        period = 1.0 / self._options.clock_hz
+        while not (self._clock_done.wait(period) or self._stop.is_set()):
+            with self._clock_lock:
+                origin = self._clock_origin
+            if origin is None:
+                continue
+            start_mono, start_ns = origin
+            elapsed_ns = round((time.monotonic() - start_mono) * self._options.rate * 1e9)
+            pub.publish(Clock(clock=ns_to_stamp(max(0, start_ns + elapsed_ns))))
+
+    def close(self) -> None:
+        """Stop the ``/clock`` thread (if any)."""
+        self._clock_done.set()
+        if self._clock_thread is not None:
+            self._clock_thread.join(timeout=5.0)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -191,6 +230,9 @@ class BagReplayer:
         for conn, bag_ns, raw in self._reader.messages(connections=self._connections):
             if bag_t0 is None:
                 bag_t0 = bag_ns
+                base = bag_t0 if self._options.stamps is StampMode.KEEP else start_ros_ns
+                with self._clock_lock:
+                    self._clock_origin = (start_mono, base)
             if not self._sleep_until(start_mono + (bag_ns - bag_t0) / rate / 1e9):
                 return False
             topic = self._topics[conn.topic]
@@ -275,6 +317,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--keep-stamps', action='store_true',
                         help='publish recorded header stamps unchanged (default: shift them '
                              'to now, keeping relative timing)')
+    parser.add_argument('--clock', type=float, nargs='?', const=100.0, default=0.0,
+                        metavar='HZ', help='also publish /clock at HZ (default 100) in the '
+                        "stamps' time base (the bag's with --keep-stamps), for nodes with "
+                        'use_sim_time:=true')
     parser.add_argument('--wait-for-subscribers', type=float, default=0.0, metavar='SECONDS',
                         help='before publishing, wait up to SECONDS until every replayed topic '
                              'has a subscriber (DDS discovery takes 1-4 s)')
@@ -290,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = ReplayOptions(
             bag=args.bag, rate=args.rate, loop=args.loop, topics=tuple(args.topics),
             stamps=StampMode.KEEP if args.keep_stamps else StampMode.REWRITE,
-            wait_for_subscribers_s=args.wait_for_subscribers)
+            wait_for_subscribers_s=args.wait_for_subscribers, clock_hz=args.clock)
     except ValueError as exc:
         parser.error(str(exc))
     stop = stop_event_on_signals()
@@ -306,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = node.get_logger()
     if profile is not None:
         log.info(f'large messages: Fast DDS shared-memory profile {profile}')
+    replayer = None
     try:
         replayer = BagReplayer(node, reader, options, stop)
         if options.wait_for_subscribers_s > 0:
@@ -325,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error(str(exc))
         return 1
     finally:
+        if replayer is not None:
+            replayer.close()
         reader.close()
         node.destroy_node()
         rclpy.try_shutdown()

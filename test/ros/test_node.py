@@ -8,6 +8,7 @@ wait is on a condition (matched endpoints, a state, a message), not on a blind s
 """
 
 import math
+import re
 import signal
 import time
 
@@ -17,7 +18,7 @@ from lifecycle_msgs.srv import ChangeState, GetState
 import numpy as np
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import (
-    duration_to_ns, NS_PER_S, rgb_to_image, stamp_to_ns, trajectory_to_actions)
+    duration_to_ns, NS_PER_S, ns_to_stamp, rgb_to_image, stamp_to_ns, trajectory_to_actions)
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.tools.bag_topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
@@ -29,6 +30,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -363,3 +365,73 @@ def test_configure_failure_keeps_the_node_up(ros_node, ros_processes, tmp_path):
     assert status.level == Level.ERROR.octet and str(tmp_path / 'missing') in status.message
     assert Lifecycle(ros_node, proc).state() == State.PRIMARY_STATE_UNCONFIGURED
     assert proc.stop(signal.SIGINT) == 0, proc.output()
+
+
+# ------------------------------------------------------------------- simulated time (/clock)
+# Stamps, the stale check and rates follow the node clock: fresh frames on the sim clock are
+# acted on (chunks carry their sim stamps), stale ones refused whatever the wall clock says;
+# a bag replayed with its original stamps plus --clock is accepted.
+
+SIM_T0_NS = 5_000 * NS_PER_S
+"""A sim time far from the wall clock (1970 + 83 min): wall-clock stamps would be stale."""
+
+
+class SimFeeder(Feeder):
+    """Publishes ``/clock`` (sim time advancing with the wall clock) and stamps inputs with it."""
+
+    def __init__(self, ros_node):
+        super().__init__(ros_node)
+        self.clock = ros_node.node.create_publisher(
+            Clock, '/clock', QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self.t0 = time.monotonic()
+
+    def now_ns(self):
+        sim = SIM_T0_NS + round((time.monotonic() - self.t0) * NS_PER_S)
+        self.clock.publish(Clock(clock=ns_to_stamp(sim)))
+        return sim
+
+
+def test_sim_time_accepts_fresh_frames_and_refuses_stale_ones(ros_node, ros_processes):
+    proc = start_node(ros_processes, 'use_sim_time:=true', 'memory_period:=0.0')
+    out = outputs(ros_node)
+    feeder = SimFeeder(ros_node)
+    life = Lifecycle(ros_node, proc)
+    feeder.wait_for_node()
+    feeder.instruction.publish(String(data='pick up the cup'))
+    feeder.run(1.0)  # the clock runs before the node is active: the timer needs it
+    life.wait_for(State.PRIMARY_STATE_ACTIVE)
+    feeder.run(4.0)
+    fresh = set(feeder.published_stamps)
+    chunks = out['chunks'].msgs
+    assert len(chunks) >= 5, proc.output()
+    for msg in chunks:
+        check_chunk(msg)
+        assert stamp_to_ns(msg.header.stamp) in fresh  # sim stamps, carried through
+    n_fresh = len(chunks)
+    feeder.run(3.0, image_age_s=2.0)  # 2 s old on the sim clock, > max_observation_age 0.5
+    stale = set(feeder.published_stamps) - fresh
+    ros_node.spin_for(0.5)
+    later = out['chunks'].msgs[n_fresh:]
+    assert not [m for m in later if stamp_to_ns(m.header.stamp) in stale]
+    assert len(later) <= 2  # at most the cycles still acting on the last fresh frame
+    values = status_values(out['diagnostics'].msgs[-1].status[0])
+    assert int(values['rejected: stale']) > 0
+    assert 'in the future' not in values['last rejection']
+    assert re.match(r'stale: base_0_rgb is 2\.\d+ s old', values['last rejection'])
+
+
+def test_bag_with_original_stamps_and_clock_is_accepted(ros_node, ros_processes, demo_bag):
+    proc = start_node(ros_processes, 'use_sim_time:=true', 'memory_period:=0.0')
+    out = outputs(ros_node)
+    life = Lifecycle(ros_node, proc)
+    life.wait_for(State.PRIMARY_STATE_ACTIVE, timeout_s=90.0)
+    replay = ros_processes.start('oxygen_ros.tools.replay', str(demo_bag.path), '--loop',
+                                 '--keep-stamps', '--clock', '--wait-for-subscribers', '20')
+    start, end = demo_bag.config.start_ns, demo_bag.config.start_ns + round(
+        demo_bag.config.duration_s * NS_PER_S)
+    assert ros_node.spin_until(lambda: len(out['chunks']) >= 5, timeout_s=60.0), \
+        proc.output() + replay.output()
+    assert replay.stop() == 0
+    for msg in out['chunks'].msgs:
+        check_chunk(msg)
+        assert start <= stamp_to_ns(msg.header.stamp) <= end  # the bag's own stamps
