@@ -120,6 +120,27 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RtcRequest:
+    """
+    Guide a cycle's action chunk toward the previous one (real-time chunking, ``model/rtc.py``).
+
+    :ivar delay_steps: ``d >= 0``, the inference delay in action steps, measured by the
+        caller (observation stamp to chunk publication): the first ``d`` points are frozen.
+    :ivar action_dt_ns: time between chunk points, ``> 0``.
+    :ivar max_guidance_weight: ``beta > 0`` (paper: 5).
+    """
+
+    delay_steps: int
+    action_dt_ns: int
+    max_guidance_weight: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.delay_steps < 0 or self.action_dt_ns <= 0 or not self.max_guidance_weight > 0:
+            raise ValueError(f'RtcRequest needs delay_steps >= 0, action_dt_ns > 0, '
+                             f'max_guidance_weight > 0; got {self}')
+
+
+@dataclass(frozen=True, slots=True)
 class ActionChunk:
     """
     One action chunk in robot units.

@@ -17,15 +17,17 @@ import time
 from typing import Callable, Mapping
 
 import numpy as np
+from oxygen_ros.control.smoothing import rtc_prefix_weights
 from oxygen_ros.engine.backends import make_backend
 from oxygen_ros.engine.config import (
-    ActionChunk, CycleStats, EngineConfig, StepOutput, TextOutput)
+    ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextOutput)
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
 from oxygen_ros.engine.torch_backend import FrameInputs
 from oxygen_ros.model.normalize import Normalizer, NormStats
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind
@@ -106,6 +108,8 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._req_ids = itertools.count()
         self._frame_index = 0
+        self._prev_chunk: tuple[int, torch.Tensor] | None = None
+        """(stamp ns, normalized actions [H, A]) of the last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
                   '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
@@ -190,7 +194,8 @@ class Engine:
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
-             on_action: Callable[[ActionChunk], None] | None = None) -> StepOutput:
+             on_action: Callable[[ActionChunk], None] | None = None,
+             rtc: RtcRequest | None = None) -> StepOutput:
         """
         Run one control cycle.
 
@@ -201,6 +206,9 @@ class Engine:
             denoised, before the cycle's text decoding: publish it from here for the lowest
             latency. Not called for a cycle without a valid observation or with non-finite
             actions. The chunk is also in the returned ``StepOutput``.
+        :param rtc: guide the chunk toward the previous one (real-time chunking): its points
+            for the new chunk's times, found by the two observation stamps, are the target;
+            none when there is no previous chunk or it has no point left for the new one.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         """
@@ -210,7 +218,7 @@ class Engine:
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
         frame, inputs, rejected = None, None, []
         if prepared is not None:
-            frame, inputs = self._new_frame(prepared, now)
+            frame, inputs = self._new_frame(prepared, now, rtc)
             rejected = self._offer_pending(prepared)
         self.scheduler.kv.pool.reset_peak()
         plan = self.scheduler.schedule(frame, now)
@@ -220,6 +228,8 @@ class Engine:
         def actions_ready(actions: torch.Tensor) -> None:
             # only a frame's DenoiseJob calls this, so prepared and frame are set
             ready.append(self._action_chunk(actions, prepared, frame.frame_id))
+            if ready[0] is not None:
+                self._prev_chunk = (prepared.stamp_ns, actions[0].detach().float().clone())
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -230,8 +240,8 @@ class Engine:
         stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
         return StepOutput(ready[0] if ready else None, tuple(texts), stats)
 
-    def _new_frame(self, prepared: PreparedObservation,
-                   now: float) -> tuple[FrameSpec, FrameInputs]:
+    def _new_frame(self, prepared: PreparedObservation, now: float,
+                   rtc: RtcRequest | None) -> tuple[FrameSpec, FrameInputs]:
         fid = self._frame_index
         self._frame_index += 1
         period = self.config.control_period_s
@@ -245,7 +255,39 @@ class Engine:
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
         images = torch.from_numpy(prepared.images)[None].to(dev)
-        return frame, FrameInputs(fid, images, noise.to(dev))
+        guidance = self._rtc_guidance(prepared.stamp_ns, rtc) if rtc is not None else None
+        return frame, FrameInputs(fid, images, noise.to(dev), guidance)
+
+    def _rtc_guidance(self, stamp_ns: int, rtc: RtcRequest) -> RtcGuidance | None:
+        """
+        Return the previous chunk's points at the new chunk's times and RTC's soft mask.
+
+        New point ``i`` is for ``stamp + i dt``, previous point ``j`` for ``prev + j dt``:
+        the target of ``i`` is the previous chunk at ``j = i + (stamp - prev) / dt``
+        (linearly interpolated), for the ``overlap`` points it still covers.
+        """
+        if self._prev_chunk is None:
+            return None
+        prev_stamp, prev = self._prev_chunk
+        horizon = prev.shape[0]
+        shift = (stamp_ns - prev_stamp) / rtc.action_dt_ns
+        pos = shift + np.arange(horizon)
+        overlap = int(np.count_nonzero((pos >= 0) & (pos <= horizon - 1)))
+        if shift <= 0 or overlap == 0:
+            return None  # the same frame again, time went back, or nothing left
+        lo = np.floor(pos[:overlap]).astype(np.int64)
+        hi = np.minimum(lo + 1, horizon - 1)
+        frac = torch.tensor(pos[:overlap] - lo, dtype=torch.float32, device=prev.device)[:, None]
+        target = torch.zeros_like(prev)
+        target[:overlap] = prev[lo] * (1 - frac) + prev[hi] * frac
+        weights = rtc_prefix_weights(horizon, rtc.delay_steps, overlap)
+        return RtcGuidance(target[None], torch.tensor(weights, dtype=torch.float32,
+                                                      device=prev.device),
+                           rtc.max_guidance_weight)
+
+    def reset_chunk_history(self) -> None:
+        """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
+        self._prev_chunk = None
 
     def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
         rejected = []
@@ -339,6 +381,7 @@ class Engine:
                 break
         self.abort(req_id)
         self._frame_index = 0
+        self._prev_chunk = None
 
     def shutdown(self) -> list[TextOutput]:
         """Abort every request, release the KV pool; later calls raise EngineClosedError."""

@@ -21,6 +21,7 @@ from typing import Callable
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, VisionJob)
@@ -34,11 +35,13 @@ class FrameInputs:
 
     :ivar images: ``[1, N, 3, S, S]`` valid cameras only, in ``CAMERA_SLOTS`` order, [-1, 1].
     :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk.
+    :ivar guidance: real-time chunking toward the previous chunk, or None.
     """
 
     frame_id: int
     images: torch.Tensor
     noise: torch.Tensor
+    guidance: RtcGuidance | None = None
 
 
 @dataclass(slots=True)

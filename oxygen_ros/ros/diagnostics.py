@@ -72,12 +72,15 @@ class EngineDiagnostics:
         self._ticks: deque[_Tick] = deque()
         self.reset(preset, random_weights)
 
-    def reset(self, preset: str, random_weights: bool, action_space: str = '') -> None:
+    def reset(self, preset: str, random_weights: bool, action_space: str = '',
+              smoothing: str = '') -> None:
         """Forget everything (at configure)."""
         with self._lock:
             self.preset = preset
             self.random_weights = random_weights
             self.action_space = action_space
+            self.smoothing = smoothing
+            self._delay_steps: int | None = None
             self._clips = Counter()
             self._period_clips = 0
             self._cycle_s.clear()
@@ -101,9 +104,15 @@ class EngineDiagnostics:
             self._active_since = now_s if label == 'active' else None
             self._ticks.clear()
 
-    def record_cycle(self, now_s: float, stats: CycleStats, published: bool) -> None:
-        """Record one control cycle and whether it published an action chunk."""
+    def record_cycle(self, now_s: float, stats: CycleStats, published: bool,
+                     delay_steps: int | None = None) -> None:
+        """
+        Record one control cycle and whether it published an action chunk.
+
+        :param delay_steps: the measured inference delay in action steps (None: no sample).
+        """
         with self._lock:
+            self._delay_steps = delay_steps
             self._cycle_s.append(stats.total_s)
             self._ticks.append(_Tick(now_s, published, stats.tokens_generated))
             self._stats = stats
@@ -229,6 +238,9 @@ class EngineDiagnostics:
             ('cycle time p99 (ms)', f'{p99:.1f}'),
             ('action chunks published', str(self._chunks)),
             ('action space', self.action_space),
+            ('chunk smoothing', self.smoothing),
+            ('inference delay (action steps)',
+             'n/a' if self._delay_steps is None else str(self._delay_steps)),
             ('limit clips: position values', str(self._clips['position'])),
             ('limit clips: velocity values', str(self._clips['velocity'])),
             ('limit clips: chunks', str(self._clips['chunks'])),

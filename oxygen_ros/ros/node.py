@@ -30,6 +30,7 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
+from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.executor import NodeExecutor, spin
@@ -83,6 +84,7 @@ class OxygenNode(LifecycleNode):
         self._cache: ObservationCache | None = None
         self._cfg: NodeConfig | None = None
         self._output: ChunkOutput | None = None
+        self._smoother: ChunkSmoother | None = None
         self._failed = False
         self._timer = None
         self._pubs: dict[str, object] = {}
@@ -123,7 +125,8 @@ class OxygenNode(LifecycleNode):
             output = ChunkOutput(cfg)
         except ParameterError as exc:
             return self._configure_failed(f'bad parameter: {exc}')
-        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value)
+        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value,
+                         cfg.chunk_smoothing.value)
         t0 = time.monotonic()
         try:
             if cfg.torch_threads:
@@ -141,6 +144,8 @@ class OxygenNode(LifecycleNode):
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}')
         self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
+        self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
+                                       cfg.rtc_max_guidance_weight)
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
         self._pubs = {}
         if ACTION_CHUNK in output.publisher_keys:
@@ -186,6 +191,8 @@ class OxygenNode(LifecycleNode):
             return _FAILURE
         now = self._now_s()
         self._texts.start(now)
+        self._smoother.reset()
+        self._engine.reset_chunk_history()
         self._timer = self.create_timer(self._cfg.control_period_s, self._control_tick,
                                         self._control_group)
         self._diag.set_state('active', now)
@@ -316,10 +323,10 @@ class OxygenNode(LifecycleNode):
 
     # -- the control cycle ----------------------------------------------------------------------
     def _control_tick(self) -> None:
-        cfg, output, now = self._cfg, self._output, self._now_s()
+        cfg, output, smoother, now = self._cfg, self._output, self._smoother, self._now_s()
         with self._engine_lock:
             engine = self._engine
-            if engine is None or cfg is None or output is None:
+            if engine is None or cfg is None or output is None or smoother is None:
                 return
             try:
                 if engine.config.control_period_s != cfg.control_period_s:
@@ -331,6 +338,7 @@ class OxygenNode(LifecycleNode):
 
                 def publish(chunk: ActionChunk) -> None:
                     # called as soon as the chunk is denoised, before this cycle's decoding
+                    chunk = smoother.before_publish(chunk, self._now_ns(), cfg.action_dt)
                     out = output.messages(chunk)
                     self._report_clips(out.clips)
                     with self._pub_lock:
@@ -339,8 +347,10 @@ class OxygenNode(LifecycleNode):
                             if pub is not None:
                                 pub.publish(msg)
                                 published.append(key)
-                out = engine.step(prepared, on_action=publish)
-                self._diag.record_cycle(now, out.stats, bool(published))
+                out = engine.step(prepared, on_action=publish,
+                                  rtc=smoother.rtc_request(cfg.action_dt))
+                self._diag.record_cycle(now, out.stats, bool(published),
+                                        smoother.delay_steps(cfg.action_dt))
                 if self._texts.finish(out.texts):
                     self._text_gc.trigger()
             except Exception:  # noqa: B902 (reported, then the node stops acting)

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 from oxygen_ros.config import (
     ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention)
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
+from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
@@ -115,6 +116,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               'action (robosuite OSC_POSE: 0.05)', (1e-9, 1e3), read_only=True),
     ParamSpec('ee_rotation_scale', 1.0, 'radians per unit of an ee_delta rotation action '
               '(robosuite OSC_POSE: 0.5)', (1e-9, 1e3), read_only=True),
+    ParamSpec('chunk_smoothing', ChunkSmoothing.NONE.value, 'how a new action chunk meets the '
+              "previous one: 'none' (naive switching), 'ensemble' (ACT temporal ensembling "
+              "of every prediction for a time), 'rtc' (real-time chunking: denoised toward "
+              "the previous chunk's tail, the measured inference delay frozen)",
+              read_only=True),
+    ParamSpec('ensemble_decay', 0.01, "ACT's m: a prediction's weight is exp(-m k), k = 0 for "
+              'the oldest (chunk_smoothing ensemble)', (0.0, 100.0), read_only=True),
+    ParamSpec('rtc_max_guidance_weight', 5.0, "RTC's beta, the largest guidance weight "
+              '(chunk_smoothing rtc)', (0.01, 1000.0), read_only=True),
     ParamSpec('frame_id', '', 'header.frame_id of ~/action_chunk and ~/ee_delta_chunk'),
     ParamSpec('control_rate_hz', 10.0, 'control cycles (action chunks) per second; the engine '
               'adapts decode tokens per cycle to 1/control_rate_hz', (0.1, 1000.0)),
@@ -149,7 +159,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 """Every parameter of the node, in declaration order (``preset`` first)."""
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
-_ENUMS = {'backend': BackendKind, 'policy': Policy}
+_ENUMS = {'backend': BackendKind, 'policy': Policy, 'chunk_smoothing': ChunkSmoothing}
 
 
 def model_defaults(model: ModelConfig) -> dict[str, list]:
@@ -223,6 +233,9 @@ class NodeConfig:
     end_effector_name: str = 'end_effector'
     ee_scale: tuple[float, float] = (1.0, 1.0)
     joint_velocity_scale: float = 1.0
+    chunk_smoothing: ChunkSmoothing = ChunkSmoothing.NONE
+    ensemble_decay: float = 0.01
+    rtc_max_guidance_weight: float = 5.0
     frame_id: str = ''
     control_rate_hz: float = 10.0
     action_dt: float = 0.1
@@ -353,6 +366,9 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         end_effector_name=str(v['end_effector_name']),
         ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
         joint_velocity_scale=float(v['joint_velocity_scale']),
+        chunk_smoothing=_enum('chunk_smoothing', v['chunk_smoothing']),
+        ensemble_decay=float(v['ensemble_decay']),
+        rtc_max_guidance_weight=float(v['rtc_max_guidance_weight']),
         **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',
@@ -371,7 +387,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {v['device']!r}")
     for name in ('tokens_per_cycle', 'decode_budget', 'kv_cache_mb', 'max_running_requests',
                  'seed', 'torch_threads', 'ee_translation_scale', 'ee_rotation_scale',
-                 'joint_velocity_scale'):
+                 'joint_velocity_scale', 'ensemble_decay', 'rtc_max_guidance_weight'):
         _check_range(name, v[name])
     try:
         engine = EngineConfig(

@@ -1,0 +1,41 @@
+"""The node's smoothing state: measured delay, RTC requests, ensembled chunks."""
+
+import numpy as np
+from oxygen_ros.control.smoothing import ChunkSmoothing
+from oxygen_ros.engine.config import ActionChunk, RtcRequest
+from oxygen_ros.ros.chunk_smoother import ChunkSmoother
+
+DT = 0.1
+MS = 1_000_000
+
+
+def chunk(value, stamp_ns):
+    return ActionChunk(np.full((4, 2), value, np.float32), stamp_ns, 0, np.zeros(2))
+
+
+def test_rtc_requests_carry_the_measured_delay_after_the_cold_start():
+    smoother = ChunkSmoother(ChunkSmoothing.RTC, rtc_max_guidance_weight=3.0)
+    assert smoother.rtc_request(DT) is None  # nothing measured yet: plain denoising
+    for i, latency_ms in enumerate((900, 700, 130, 180)):  # two cold-start samples skipped
+        out = smoother.before_publish(chunk(1.0, i * 100 * MS), i * 100 * MS + latency_ms * MS,
+                                      DT)
+        np.testing.assert_array_equal(out.actions, 1.0)  # rtc changes nothing here
+    assert smoother.rtc_request(DT) == RtcRequest(2, 100 * MS, 3.0)  # ceil(0.18 / 0.1)
+    assert smoother.delay_steps(DT) == 2
+    smoother.reset()
+    assert smoother.rtc_request(DT) is None
+
+
+def test_ensemble_mode_publishes_the_ensembled_chunk_and_asks_no_guidance():
+    smoother = ChunkSmoother(ChunkSmoothing.ENSEMBLE, ensemble_decay=0.0)
+    smoother.before_publish(chunk(0.0, 0), 50 * MS, DT)
+    out = smoother.before_publish(chunk(1.0, 100 * MS), 150 * MS, DT)
+    np.testing.assert_allclose(out.actions[:, 0], [0.5, 0.5, 0.5, 1.0])
+    assert out.actions.dtype == np.float32 and smoother.rtc_request(DT) is None
+
+
+def test_none_mode_passes_chunks_through():
+    smoother = ChunkSmoother(ChunkSmoothing.NONE)
+    c = chunk(2.0, 0)
+    assert smoother.before_publish(c, 10 * MS, DT) is c
+    assert smoother.rtc_request(DT) is None
