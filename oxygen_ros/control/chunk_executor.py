@@ -39,8 +39,8 @@ import numpy as np
 
 NS_PER_S = 1_000_000_000
 LATENCY_WINDOW = 10_000
-_REL_TOL = 1e-9
-"""Relative slack on limit checks (float round-off of values clipped exactly to a limit)."""
+_REL_TOL = 1e-6
+"""Relative slack on limit checks: float32 round-off of values clipped exactly to a limit."""
 
 
 class ChunkRefused(ValueError):
@@ -237,6 +237,12 @@ class ChunkExecutor:
         self._pending = entry
         return True
 
+    def reject(self, reason: str) -> None:
+        """Count and log a chunk refused before it could be read (e.g. a malformed message)."""
+        self.stats.num_received += 1
+        self.stats.num_refused += 1
+        self._log(f'chunk refused: {reason}')
+
     def _accept(self, chunk: Chunk, now_ns: int) -> _Active:
         columns = self.validate(chunk)
         if self._newest_stamp_ns is not None and chunk.stamp_ns < self._newest_stamp_ns:
@@ -310,9 +316,12 @@ class ChunkExecutor:
             raise ChunkRefused(f'velocity {vel[point, joint]:.4f} of {names[joint]!r} '
                                f'(point {point}) exceeds the limit {vmax[joint]:.4f}')
         if len(tfs) > 1:
-            seg = np.abs(np.diff(pos, axis=0)) / (np.diff(tfs)[:, None] / NS_PER_S)
-            if (seg > vmax).any():
-                point, joint = np.argwhere(seg > vmax)[0]
+            dt = np.diff(tfs)[:, None] / NS_PER_S
+            seg = np.abs(np.diff(pos, axis=0)) / dt
+            # positions may each be off by their own round-off
+            slack = 2 * _REL_TOL * np.maximum(np.abs(pos[1:]), 1.0) / dt
+            if (seg > vmax + slack).any():
+                point, joint = np.argwhere(seg > vmax + slack)[0]
                 raise ChunkRefused(f'segment {point}->{point + 1} of {names[joint]!r} moves at '
                                    f'{seg[point, joint]:.4f}/s, over the limit '
                                    f'{vmax[joint]:.4f}')
