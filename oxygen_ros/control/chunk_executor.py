@@ -222,6 +222,7 @@ class ChunkExecutor:
             current command and the chunk waiting to take over are kept).
         """
         self.stats.num_received += 1
+        self._advance(now_ns)  # a waiting chunk whose time came took over, called or not
         try:
             entry = self._accept(chunk, now_ns)
         except ChunkRefused as exc:
@@ -334,14 +335,19 @@ class ChunkExecutor:
         :returns: positions and velocities of every executor joint.
         """
         executing = self.stats.num_executed > 0  # idle before the first chunk is not hold
-        if self._pending is not None and now_ns >= self._pending.times_ns[self._pending.first]:
-            self._switch(self._pending)
+        self._advance(now_ns)
         pos, vel, holding = self._sample(now_ns)
         if self._last_tick_ns is not None and self._was_holding and executing:
             # the time since the last tick was held if that tick was holding
             self.stats.hold_ns += max(now_ns - self._last_tick_ns, 0)
         self._last_tick_ns, self._was_holding = now_ns, holding
         return Command(now_ns, pos, vel, holding)
+
+    def _advance(self, now_ns: int) -> None:
+        # The waiting chunk takes over once its first point is due, so that the command
+        # depends on time only, not on when ``command`` happens to be called.
+        if self._pending is not None and now_ns >= self._pending.times_ns[self._pending.first]:
+            self._switch(self._pending)
 
     def _switch(self, entry: _Active) -> None:
         t_k = int(entry.times_ns[entry.first])

@@ -6,20 +6,22 @@ clock at ``real_time_factor``, and at each step sets the servo targets from the 
 (``control.ChunkExecutor``, evaluated every physics step at sim time). On their own schedules
 in sim time it publishes:
 
-| topic | type | QoS | rate |
-|---|---|---|---|
-| ``/clock`` | rosgraph_msgs/Clock | reliable, keep last 10 | ``clock_rate_hz`` |
-| ``/camera/base/image_raw``, ``/camera/left_wrist/image_raw`` | sensor_msgs/Image rgb8 | sensor data | ``camera_rate_hz`` |
-| ``/joint_states`` | sensor_msgs/JointState | reliable | ``joint_state_rate_hz`` |
-| ``~/joint_command`` | sensor_msgs/JointState (commanded positions, velocities) | reliable | ``joint_state_rate_hz`` |
-| ``~/chunk_events`` | diagnostic_msgs/DiagnosticArray (``reports``) | reliable | per chunk |
-| ``/diagnostics`` | diagnostic_msgs/DiagnosticArray | reliable | ``diagnostics_period`` |
+- ``/clock`` (rosgraph_msgs/Clock, reliable) at ``clock_rate_hz``;
+- ``/camera/base/image_raw`` and ``/camera/left_wrist/image_raw`` (sensor_msgs/Image rgb8,
+  sensor-data QoS) at ``camera_rate_hz``: the base and wrist cameras;
+- ``/joint_states`` (sensor_msgs/JointState, reliable) at ``joint_state_rate_hz``;
+- ``~/joint_command`` (sensor_msgs/JointState: the executor's commanded positions and
+  velocities) at ``joint_state_rate_hz``;
+- ``~/chunk_events`` (diagnostic_msgs/DiagnosticArray, ``reports``): one status per chunk
+  accepted, refused or executed;
+- ``/diagnostics`` every ``diagnostics_period``.
 
 Every stamp is sim time (``/clock``'s), so a node with ``use_sim_time:=true`` sees fresh
 frames. ``/joint_states`` names ``joint1`` .. ``joint7`` (rad), ``finger_joint1/2`` (m) and
 ``gripper`` (0 open .. 1 closed). It subscribes to ``/oxygen/action_chunk``
 (trajectory_msgs/JointTrajectory, reliable; remap it) with joints ``joint1`` .. ``joint7`` and
-``gripper``; each chunk's arrival time is the sim time when it was received.
+``gripper``; a chunk's arrival time is the sim time of the first physics step after it was
+received (2 ms resolution), when the executor takes it.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class SimNode(Node):
         self.chunk_executor = ChunkExecutor(
             COMMAND_JOINTS, (*self.physics.arm_positions(), self.physics.gripper_position()),
             JointLimits(lower, upper, self.cfg.velocity_limits), log=self._on_refused)
-        self._inbox: deque[tuple[JointTrajectory, int]] = deque()
+        self._inbox: deque[JointTrajectory] = deque()
         self._inbox_lock = threading.Lock()
         reliable = qos_profile(QosRole.RELIABLE)
         self._clock_pub = self.create_publisher(Clock, '/clock', QoSProfile(depth=10))
@@ -117,19 +119,18 @@ class SimNode(Node):
 
     # -- chunks in (executor thread) ---------------------------------------------------------
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        arrival = self.physics.time_ns  # an int written by the loop: a consistent read
         with self._inbox_lock:
-            self._inbox.append((msg, arrival))
+            self._inbox.append(msg)
 
     def _on_refused(self, line: str) -> None:
         self.get_logger().warning(line)
         self._refusals.append(line)
 
-    def _take_chunks(self) -> list:
+    def _take_chunks(self, arrival: int) -> list:
         with self._inbox_lock:
             items, self._inbox = list(self._inbox), deque()
         events = []
-        for msg, arrival in items:
+        for msg in items:
             stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             try:
                 chunk = chunk_from_trajectory(msg)
@@ -156,7 +157,7 @@ class SimNode(Node):
         self._wall_start = origin_wall
         while not stop.is_set() and (end_ns is None or physics.time_ns < end_ns):
             now = physics.time_ns
-            events = self._take_chunks()
+            events = self._take_chunks(now)
             cmd = self.chunk_executor.command(now)
             physics.set_command(cmd.positions[:7], cmd.positions[7])
             for switch in self.chunk_executor.take_switches():

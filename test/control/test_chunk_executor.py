@@ -117,6 +117,18 @@ def test_a_chunk_waiting_to_take_over_is_superseded_by_a_newer_one(executor):
     assert executor.stats.num_superseded == 1 and executor.stats.num_executed == 2
 
 
+def test_a_due_waiting_chunk_takes_over_even_if_no_tick_came_in_between(executor):
+    executor.submit(chunk(ramp((0.0, 0.0))), T0)
+    executor.command(T0)
+    executor.submit(chunk(ramp((0.3, 0.0), step=(0, 0)), stamp_ns=T0 + 100 * MS), T0 + 150 * MS)
+    # no command() at its switch time (200 ms); the next chunk comes at 250 ms
+    executor.submit(chunk(ramp((0.6, 0.0), step=(0, 0)), stamp_ns=T0 + 120 * MS), T0 + 250 * MS)
+    assert executor.command(T0 + 260 * MS).positions == pytest.approx([0.3, 0.0])
+    assert executor.command(T0 + 320 * MS).positions == pytest.approx([0.6, 0.0])
+    assert [s.time_ns for s in executor.take_switches()] == [T0, T0 + 200 * MS, T0 + 320 * MS]
+    assert executor.stats.num_superseded == 0 and executor.stats.num_executed == 3
+
+
 def test_joints_the_chunk_does_not_name_hold(executor):
     executor.submit(chunk([[0.5], [0.7]], names=('b',)), T0)
     cmd = executor.command(T0 + 50 * MS)
