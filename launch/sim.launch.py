@@ -42,7 +42,7 @@ def generate_launch_description() -> LaunchDescription:
     """Return the launch description (arguments, then the simulator and the node)."""
     return LaunchDescription([
         DeclareLaunchArgument('chunk_smoothing', default_value='none',
-                              description='the node\'s chunk_smoothing: none, ensemble, rtc'),
+                              description="the node's chunk_smoothing: none, ensemble, rtc"),
         DeclareLaunchArgument('real_time_factor', default_value='1.0',
                               description='sim seconds per wall second'),
         OpaqueFunction(function=_actions),
