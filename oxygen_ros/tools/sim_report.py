@@ -16,7 +16,8 @@ Definitions (all in **sim time**):
   stencils holding a switch, interior = the others (rad/s³).
 - **tracking error**: ``|commanded - achieved|`` of the arm joints at the joint-state stamps,
   max over joints (rad): how well the servos follow.
-- **limit clips**: the node's own ``/diagnostics`` counters whose key contains ``clip``.
+- **limit clips**: the node's own ``/diagnostics`` counters whose key contains ``clip`` (its
+  action space and chunk smoothing are read the same way, by key name; 'n/a' if absent).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class SimMetrics:
     points_skipped: int
     hold_s: float
     limit_clips: str
+    node_smoothing: str
+    """What the node's diagnostics say about its chunk smoothing ('n/a' if nothing)."""
+    node_action_space: str
     jump_p50: float
     jump_p99: float
     jump_max: float
@@ -77,12 +81,17 @@ def _pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(arr, q)) if arr.size else math.nan
 
 
-def limit_clips(node_status: Sequence[dict[str, str]]) -> str:
-    """Return the node's clip counters (``key value; ...``) from its last status, or 'n/a'."""
+def node_values(node_status: Sequence[dict[str, str]], word: str) -> str:
+    """
+    Return the node's ``/diagnostics`` values whose key contains ``word``, or 'n/a'.
+
+    Read by key name from its last status (``key value; ...``): counters the node may or may
+    not have (limit clips, action space, chunk smoothing).
+    """
     if not node_status:
         return 'n/a'
-    last = node_status[-1]
-    found = [f'{k} {v}' for k, v in last.items() if 'clip' in k.lower()]
+    found = [f'{k} {v}' for k, v in node_status[-1].items()
+             if word in k.lower() and k not in ('message', 'level')]
     return '; '.join(found) if found else 'n/a'
 
 
@@ -130,7 +139,9 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
         latency_p50_ms=_pct(latency, 50), latency_p99_ms=_pct(latency, 99),
         points_skipped=sum(int(e['points skipped']) for e in accepted),
         hold_s=float(sim_status.get('hold time (s)', 'nan')),
-        limit_clips=limit_clips(run.node_status),
+        limit_clips=node_values(run.node_status, 'clip'),
+        node_smoothing=node_values(run.node_status, 'smoothing'),
+        node_action_space=node_values(run.node_status, 'action space'),
         jump_p50=_pct(jumps, 50), jump_p99=_pct(jumps, 99),
         jump_max=max(jumps) if jumps else math.nan,
         jerk_boundary_p50=_pct(jb, 50), jerk_boundary_p99=_pct(jb, 99),
@@ -154,7 +165,8 @@ def summary(m: SimMetrics) -> str:
         f'{m.latency_p50_ms:.1f} ms, p99 {m.latency_p99_ms:.1f} ms',
         f'points skipped for lateness: {m.points_skipped} ({per:.2f} per chunk); hold time '
         f'{m.hold_s:.2f} s',
-        f'limit clips (node /diagnostics): {m.limit_clips}',
+        f'node /diagnostics: limit clips: {m.limit_clips}; {m.node_action_space}; '
+        f'{m.node_smoothing}',
         f'boundary jump (arm, rad): p50 {m.jump_p50:.4f}, p99 {m.jump_p99:.4f}, max '
         f'{m.jump_max:.4f}',
         f'jerk (arm, rad/s^3, h = {m.jerk_period_ms:g} ms): boundary p50 '
@@ -167,10 +179,10 @@ def summary(m: SimMetrics) -> str:
 
 def compare_table(runs: Sequence[SimMetrics]) -> str:
     """Return one table of the runs side by side (``--compare``)."""
-    rows = [('smoothing', 'executed', 'lat p50 ms', 'lat p99 ms', 'skipped', 'hold s',
+    rows = [('smoothing', 'node says', 'executed', 'lat p50 ms', 'lat p99 ms', 'skipped', 'hold s',
              'jump p50', 'jump p99', 'jerk bnd p50', 'jerk bnd p99', 'jerk int p99')]
     for m in runs:
-        rows.append((m.smoothing, str(m.chunks_executed), f'{m.latency_p50_ms:.1f}',
+        rows.append((m.smoothing, m.node_smoothing, str(m.chunks_executed), f'{m.latency_p50_ms:.1f}',
                      f'{m.latency_p99_ms:.1f}', str(m.points_skipped), f'{m.hold_s:.2f}',
                      f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jerk_boundary_p50:.0f}',
                      f'{m.jerk_boundary_p99:.0f}', f'{m.jerk_interior_p99:.0f}'))
@@ -178,4 +190,4 @@ def compare_table(runs: Sequence[SimMetrics]) -> str:
     return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
 
 
-__all__ = ['ARM', 'SimMetrics', 'compare_table', 'compute_metrics', 'limit_clips', 'summary']
+__all__ = ['ARM', 'SimMetrics', 'compare_table', 'compute_metrics', 'node_values', 'summary']
