@@ -183,7 +183,8 @@ def compare_table(runs: Sequence[SimMetrics]) -> str:
              'jump p50', 'jump p99', 'jerk bnd p50', 'jerk bnd p99', 'jerk int p99')]
     for m in runs:
         rows.append((m.smoothing, m.node_smoothing, str(m.chunks_executed),
-                     f'{m.latency_p50_ms:.1f}', f'{m.latency_p99_ms:.1f}', str(m.points_skipped), f'{m.hold_s:.2f}',
+                     f'{m.latency_p50_ms:.1f}', f'{m.latency_p99_ms:.1f}',
+                     str(m.points_skipped), f'{m.hold_s:.2f}',
                      f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jerk_boundary_p50:.0f}',
                      f'{m.jerk_boundary_p99:.0f}', f'{m.jerk_interior_p99:.0f}'))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
