@@ -165,8 +165,10 @@ def summary(m: SimMetrics) -> str:
         f'{m.latency_p50_ms:.1f} ms, p99 {m.latency_p99_ms:.1f} ms',
         f'points skipped for lateness: {m.points_skipped} ({per:.2f} per chunk); hold time '
         f'{m.hold_s:.2f} s',
-        f'node /diagnostics: limit clips: {m.limit_clips}; {m.node_action_space}; '
-        f'{m.node_smoothing}',
+        'node /diagnostics: ' + '; '.join(
+            value if value != 'n/a' else f'{label} n/a' for label, value in (
+                ('limit clips', m.limit_clips), ('action space', m.node_action_space),
+                ('chunk smoothing', m.node_smoothing))),
         f'boundary jump (arm, rad): p50 {m.jump_p50:.4f}, p99 {m.jump_p99:.4f}, max '
         f'{m.jump_max:.4f}',
         f'jerk (arm, rad/s^3, h = {m.jerk_period_ms:g} ms): boundary p50 '
