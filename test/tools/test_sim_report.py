@@ -52,7 +52,8 @@ def test_metrics_of_a_crafted_run():
     assert m.limit_clips == 'limit clips 3' and m.node_smoothing == 'chunk smoothing rtc'
     text = summary(m)
     assert 'p50 100.0 ms' in text
-    assert 'node /diagnostics: limit clips 3; action space joint_velocity; chunk smoothing rtc' in text
+    assert ('node /diagnostics: limit clips 3; action space joint_velocity; chunk smoothing '
+            'rtc') in text
     assert 'rtc' in compare_table([m]).splitlines()[1]
 
 
