@@ -31,7 +31,7 @@ with the same clock (sim time in the simulator, the robot's clock on a robot).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 from typing import Callable, Sequence
 
@@ -256,6 +256,9 @@ class ChunkExecutor:
             self.stats.num_points_skipped += len(times)
             raise ChunkRefused(f'late: all {len(times)} points were due before it arrived '
                                f'({(now_ns - int(times[-1])) / 1e6:.1f} ms after the last)')
+        vel = chunk.velocities
+        chunk = replace(chunk, positions=np.asarray(chunk.positions, dtype=np.float64),
+                        velocities=None if vel is None else np.asarray(vel, dtype=np.float64))
         return _Active(chunk, columns, times, first, now_ns)
 
     def validate(self, chunk: Chunk) -> np.ndarray:

@@ -92,7 +92,7 @@ class SimNode(Node):
         self.renderer = CameraRenderer(self.physics.model, self.cfg.image_size)
         lower = (*self.physics.arm_lower, 0.0)
         upper = (*self.physics.arm_upper, 1.0)
-        self._refusals: list[str] = []
+        self._last_refusal = ''
         self.chunk_executor = ChunkExecutor(
             COMMAND_JOINTS, (*self.physics.arm_positions(), self.physics.gripper_position()),
             JointLimits(lower, upper, self.cfg.velocity_limits), log=self._on_refused)
@@ -124,7 +124,7 @@ class SimNode(Node):
 
     def _on_refused(self, line: str) -> None:
         self.get_logger().warning(line)
-        self._refusals.append(line)
+        self._last_refusal = line
 
     def _take_chunks(self, arrival: int) -> list:
         with self._inbox_lock:
@@ -143,7 +143,7 @@ class SimNode(Node):
                 events.append(reports.accepted_event(
                     stamp, arrival, self.chunk_executor.stats.num_points_skipped - skipped_before))
             else:
-                events.append(reports.refused_event(stamp, arrival, self._refusals[-1]))
+                events.append(reports.refused_event(stamp, arrival, self._last_refusal))
         return events
 
     # -- the loop (main thread) -------------------------------------------------------------

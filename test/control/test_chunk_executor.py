@@ -129,6 +129,11 @@ def test_a_due_waiting_chunk_takes_over_even_if_no_tick_came_in_between(executor
     assert executor.stats.num_superseded == 0 and executor.stats.num_executed == 3
 
 
+def test_positions_given_as_lists_are_read_as_arrays(executor):
+    assert executor.submit(Chunk(('a',), T0, (0, 100 * MS), [[0.0], [0.1]]), T0)
+    assert executor.command(T0 + 50 * MS).positions == pytest.approx([0.05, 0.0])
+
+
 def test_joints_the_chunk_does_not_name_hold(executor):
     executor.submit(chunk([[0.5], [0.7]], names=('b',)), T0)
     cmd = executor.command(T0 + 50 * MS)
