@@ -69,22 +69,30 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     moved = np.ptp(during, axis=0).max()
     assert moved > 0.02 and moved > 10 * drift, (moved, drift)
 
-    # Commanded positions follow the chunks: replay them offline at their arrival times.
-    by_stamp = {stamp_ns(m.header): m for m in chunks.msgs}
-    arrivals = sorted((int(a['arrival_ns']), int(a['stamp_ns'])) for a in accepted)
+    # Commanded positions follow the chunks: replay them offline at their arrival times. One
+    # publisher, reliable: the sim took the chunks in the order this node got them (two chunks
+    # may share a stamp when the node acts twice on one frame), so pair them by order.
+    assert [int(a['stamp_ns']) for a in accepted] == \
+        [stamp_ns(m.header) for m in chunks.msgs[:len(accepted)]]
+    arrivals = [(int(a['arrival_ns']), m) for a, m in zip(accepted, chunks.msgs)]
     cmd_t = np.array([stamp_ns(m.header) for m in commands.msgs])
     cmd_q = np.array([m.position for m in commands.msgs])
     names = tuple(commands.msgs[0].name)
     replay = ChunkExecutor(names, cmd_q[0])
-    matched, compared, k = 0, 0, 0
+    matched, compared, k, mismatches = 0, 0, 0, []
     for t_ns, recorded in zip(cmd_t, cmd_q):
         while k < len(arrivals) and arrivals[k][0] <= t_ns:
-            arrival, stamp = arrivals[k]
-            assert replay.submit(chunk_from_trajectory(by_stamp[stamp]), arrival)
+            arrival, msg = arrivals[k]
+            assert replay.submit(chunk_from_trajectory(msg), arrival)
             k += 1
         expected = replay.command(int(t_ns)).positions
-        if t_ns >= first_ns:
+        # Up to end_ns only: the sim ran on after it, so every event of that span had arrived
+        # (the last ones before the sim's shutdown may not).
+        if first_ns <= t_ns <= end_ns:
             compared += 1
-            matched += bool(np.allclose(expected, recorded, atol=1e-9))
-    assert compared >= 100 and matched == compared, (matched, compared)
+            if np.allclose(expected, recorded, atol=1e-9):
+                matched += 1
+            else:
+                mismatches.append((t_ns - end_ns) / 1e6)
+    assert compared >= 100 and matched == compared, (matched, compared, mismatches[:5])
     assert replay.stats.num_executed >= 10
