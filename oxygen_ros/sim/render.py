@@ -34,7 +34,8 @@ class CameraRenderer:
         except Exception as exc:  # noqa: B902 (GL errors come in many types)
             raise RuntimeError(
                 f'cannot create an offscreen OpenGL context (MUJOCO_GL={backend!r}): {exc}. '
-                f'Set MUJOCO_GL=egl (Mesa libEGL + libGL, Debian libegl1 libgl1-mesa-dri) or '
+                f'Set MUJOCO_GL=egl (Mesa libEGL + libGL: Debian libegl1 libegl-mesa0 libgl1 '
+                f'libgl1-mesa-dri) or '
                 f'MUJOCO_GL=osmesa (libosmesa6) before Python starts.') from None
         self.size = size
 
