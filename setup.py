@@ -14,7 +14,8 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
         (f'share/{PACKAGE}', ['package.xml']),
         (f'share/{PACKAGE}/launch', glob('launch/*.launch.py')),
-        (f'share/{PACKAGE}/config', glob('config/*.yaml') + glob('config/*.xml')),
+        (f'share/{PACKAGE}/config', glob('config/*.yaml') + glob('config/*.xml')
+         + glob('config/*.json')),
     ],
     python_requires='>=3.11',
     install_requires=['setuptools'],
@@ -38,6 +39,9 @@ setup(
             'oxygen-export = oxygen_ros.tools.export:main',
             'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
             'oxygen-run-model = oxygen_ros.tools.run_model:main',
+            'oxygen-sim = oxygen_ros.sim.app:main',
+            'oxygen-sim-demo = oxygen_ros.tools.sim_demo:main',
+            'oxygen-fetch-sim-assets = oxygen_ros.tools.fetch_sim_assets:main',
         ],
     },
 )

@@ -66,3 +66,20 @@ def test_ros_layer_does_not_reach_into_tools():
 def test_package_and_configs_import_nothing_heavy():
     loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources'])
     assert not {'torch', 'rclpy', 'numpy'} & loaded
+
+
+def test_control_is_plain_python_reusable_on_a_robot():
+    loaded = loaded_after_import(of('oxygen_ros.control'))
+    assert not {'rclpy', 'mujoco', 'torch', 'trajectory_msgs'} & loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.ros', 'oxygen_ros.sim',
+                                                   'oxygen_ros.tools', 'oxygen_ros.engine'))]
+
+
+def test_sim_pieces_below_the_wrapper_import_no_ros_and_no_torch():
+    pieces = ['oxygen_ros.sim.assets', 'oxygen_ros.sim.scene', 'oxygen_ros.sim.physics',
+              'oxygen_ros.sim.render']
+    loaded = loaded_after_import(pieces)
+    assert not {'rclpy', 'torch'} & loaded
+    loaded = loaded_after_import(of('oxygen_ros.sim'))  # with the rclpy wrapper
+    assert 'torch' not in loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.engine', 'oxygen_ros.model'))]
