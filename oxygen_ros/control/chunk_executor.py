@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from oxygen_ros.control.action_chunk import Chunk, ChunkRefused, JointLimits
+from oxygen_ros.control.action_chunk import Chunk, ChunkRefused
+from oxygen_ros.control.limits import JointLimits
 
 NS_PER_S = 1_000_000_000
 LATENCY_WINDOW = 10_000
@@ -137,7 +138,7 @@ class ChunkExecutor:
         if held.shape != (len(self.joint_names),) or not np.isfinite(held).all():
             raise ValueError(f'initial positions must be {len(self.joint_names)} finite '
                              f'numbers, got {initial_positions}')
-        self.limits = limits or JointLimits()
+        self.limits = limits or JointLimits.unlimited(len(self.joint_names))
         self.limits.check(len(self.joint_names))
         self._log = log or (lambda line: None)
         self._held = held
@@ -240,19 +241,16 @@ class ChunkExecutor:
                       columns: np.ndarray) -> None:
         lim = self.limits
         names = [self.joint_names[c] for c in columns]
-        for bound, sign in ((lim.lower, -1.0), (lim.upper, 1.0)):
-            if bound is None:
-                continue
-            b = np.asarray(bound)[columns]
+        lower, upper, velocity = lim.arrays()  # +-inf: no limit, never crossed
+        for bound, sign in ((lower, -1.0), (upper, 1.0)):
+            b = bound[columns]
             over = sign * (pos - b) > _REL_TOL * np.maximum(np.abs(b), 1.0)
             if over.any():
                 point, joint = np.argwhere(over)[0]
                 word = 'below the lower' if sign < 0 else 'above the upper'
                 raise ChunkRefused(f'position {pos[point, joint]:.4f} of {names[joint]!r} '
                                    f'(point {point}) is {word} limit {b[joint]:.4f}')
-        if lim.velocity is None:
-            return
-        vmax = np.asarray(lim.velocity)[columns] * (1.0 + _REL_TOL)
+        vmax = velocity[columns] * (1.0 + _REL_TOL)
         if vel is not None and (np.abs(vel) > vmax).any():
             point, joint = np.argwhere(np.abs(vel) > vmax)[0]
             raise ChunkRefused(f'velocity {vel[point, joint]:.4f} of {names[joint]!r} '

@@ -21,7 +21,7 @@ from typing import Callable
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import RtcGuidance
+from oxygen_ros.model.rtc import guided_sample, prefix_velocity, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, VisionJob)
@@ -149,7 +149,13 @@ class TorchBackend:
                 assert frame is not None and frame.frame_id == job.frame_id
                 prefix = self._segments[job.seg_ids[-1]]
                 t0 = self._timer()
-                actions = self.model.denoise(prefix, frame.noise)
+                if frame.guidance is None:
+                    actions = self.model.denoise(prefix, frame.noise)
+                else:  # real-time chunking: eager, a backward per Euler step
+                    n = self.model.cfg.num_denoise_steps
+                    eager = getattr(self.model, 'model', self.model)  # a CompiledModel wraps it
+                    velocity = prefix_velocity(eager, prefix, frame.noise.shape[1], n)
+                    actions = guided_sample(velocity, frame.noise, n, frame.guidance)
                 dt = self._timer() - t0
                 timings.append(JobTiming(JobKind.DENOISE, dt,
                                          num_tokens=self.model.cfg.num_denoise_steps))

@@ -196,9 +196,12 @@ def test_refuses_a_chunk_whose_every_point_has_passed(executor, logged):
 
 
 def test_limits_are_checked_at_construction():
-    with pytest.raises(ValueError, match='lower > upper limit at joints'):
-        ChunkExecutor(('a',), (0.0,), JointLimits(lower=(1.0,), upper=(0.0,)))
+    inf = math.inf
+    with pytest.raises(ValueError, match=r'lower > upper position limit at dims \[0\]'):
+        ChunkExecutor(('a',), (0.0,), JointLimits(lower=(1.0,), upper=(0.0,), velocity=(inf,)))
     with pytest.raises(ValueError, match='velocity limits must be > 0'):
-        ChunkExecutor(('a',), (0.0,), JointLimits(velocity=(0.0,)))
+        ChunkExecutor(('a',), (0.0,), JointLimits(lower=(-inf,), upper=(inf,), velocity=(0.0,)))
+    with pytest.raises(ValueError, match='limits must be 2 numbers each, got 1'):
+        ChunkExecutor(('a', 'b'), (0.0, 0.0), JointLimits.unlimited(1))
     with pytest.raises(ValueError, match='initial positions must be 1 finite'):
         ChunkExecutor(('a',), (math.nan,))

@@ -81,3 +81,45 @@ def test_guided_sample_runs_inside_inference_mode_and_checks_shapes():
     assert np.isfinite(out.numpy()).all()
     with pytest.raises(ValueError, match='do not fit noise'):
         guided_sample(velocity, noise, 3, RtcGuidance(torch.ones(B, H - 1, A), torch.ones(H)))
+
+
+# ----------------------------------------------------------- the action expert as a Velocity
+
+@pytest.fixture(scope='module')
+def tiny_prefix():
+    from oxygen_ros.config import get_preset
+    from oxygen_ros.model.pi05 import Pi05Model
+    torch.manual_seed(0)
+    model = Pi05Model(get_preset('tiny')).eval()
+    gen = torch.Generator().manual_seed(1)
+    size = model.cfg.vision.image_size
+    with torch.inference_mode():  # as the backend runs it
+        embeds = model.encode_images(torch.rand(1, 2, 3, size, size, generator=gen) * 2 - 1)
+        tokens = torch.randint(3, 5000, (1, 9), generator=gen)
+        prefix = model.prefill(tokens, torch.ones(1, 9, dtype=torch.bool), image_embeds=embeds)
+    noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim, generator=gen)
+    return model, prefix, noise
+
+
+def test_prefix_velocity_is_the_models_denoise_step(tiny_prefix):
+    from oxygen_ros.model.rtc import prefix_velocity
+    model, prefix, noise = tiny_prefix
+    n = model.cfg.num_denoise_steps
+    with torch.inference_mode():
+        want = model.denoise(prefix, noise)
+        got = guided_sample(prefix_velocity(model, prefix, noise.shape[1], n), noise, n, None)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_guided_denoise_of_the_model_follows_the_previous_chunk(tiny_prefix):
+    from oxygen_ros.model.rtc import prefix_velocity
+    model, prefix, noise = tiny_prefix
+    n, horizon = model.cfg.num_denoise_steps, model.cfg.action_horizon
+    target = torch.randn(noise.shape, generator=torch.Generator().manual_seed(7))
+    weights = torch.tensor(rtc_prefix_weights(horizon, delay=1, overlap=3), dtype=torch.float32)
+    with torch.inference_mode():
+        velocity = prefix_velocity(model, prefix, horizon, n)
+        free = guided_sample(velocity, noise, n, None)
+        guided = guided_sample(velocity, noise, n, RtcGuidance(target, weights, 5.0))
+    assert (guided - target)[:, 0].abs().mean() < 0.5 * (free - target)[:, 0].abs().mean()
+    assert torch.isfinite(guided).all()
