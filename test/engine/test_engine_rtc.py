@@ -41,8 +41,7 @@ def test_the_target_is_the_previous_chunk_at_the_new_chunks_times(engine):
     assert first.action is not None
 
 
-def test_guided_chunks_keep_the_frozen_points_of_the_previous_chunk(engine, tiny_models,
-                                                                       tokenizer):
+def test_guided_chunks_keep_the_frozen_points_of_the_previous_chunk(engine, tokenizer):
     rtc = RtcRequest(delay_steps=2, action_dt_ns=DT, max_guidance_weight=50.0)
     engine.step(observation(0, seed=1), rtc=rtc)
     prev = engine._prev_chunk[1].clone()
