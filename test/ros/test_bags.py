@@ -255,8 +255,13 @@ def test_replay_loops_with_increasing_stamps_until_interrupted(
     assert proc.stop(signal.SIGINT) == 0, proc.output()
     stamps = [stamp_to_ns(m.header.stamp) for m in states.msgs]
     assert all(a < b for a, b in zip(stamps, stamps[1:])), 'stamps must grow across loops'
-    positions = [list(m.position) for m in states.msgs]
-    assert positions[100:200] == positions[:100]  # the second loop repeats the bag
+    positions = [tuple(m.position) for m in states.msgs]
+    # The second loop repeats the bag: its first state comes again, 100 states (2 s at 50 Hz)
+    # later when nothing was lost; a reliable keep-last-10 reader may drop a sample on a
+    # loaded machine, so the loop is found by content, not by index.
+    again = positions.index(positions[0], 1)
+    assert 90 <= again <= 100, again
+    assert positions[again:again + 50] == positions[:50]
 
 
 @pytest.mark.ros

@@ -39,6 +39,10 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     states = ros_node.collect('/joint_states', JointState, 1000)
     events = ros_node.collect('/oxygen_sim/chunk_events', DiagnosticArray, 1000)
     node = ros_processes.start(NODE_MODULE, *node_args('none', 1)[1:])
+    # The node acts only on the sim's frames: start the sim once this process has discovered
+    # the node's chunk publisher, so that no chunk the sim takes can miss this collector.
+    assert ros_node.wait_for_publishers('/oxygen/action_chunk', timeout_s=120), node.output()
+    ros_node.spin_for(1.0)
     sim = ros_processes.start('oxygen_ros.sim.app')
 
     def sim_now():
