@@ -75,6 +75,11 @@ class IncrementalDetokenizer:
         return len(self._ids)
 
     @property
+    def closed(self) -> bool:
+        """Return whether the text is complete (after EOS or a final push): push returns ''."""
+        return self._closed
+
+    @property
     def ended(self) -> bool:
         """Return whether an EOS id was pushed (the text is complete)."""
         return self._ended
