@@ -7,6 +7,7 @@ it with an independent ``rclpy.action.ActionClient``, String publishers and subs
 Every wait is on a condition, never a blind sleep.
 """
 
+import re
 import signal
 import time
 
@@ -171,10 +172,21 @@ def test_ask_action_streams_and_equals_the_string_answer(ros_node, ros_processes
     assert results[0].result.answer.request_id != results[1].result.answer.request_id
     assert strings['answer'].msgs[0].data == results[0].result.answer.text
 
+    # oxygen-ask prints the same answer as it streams, then a summary line
+    asker = ros_processes.start('oxygen_ros.tools.ask', QUESTIONS[0])
+    assert inputs.run_until(lambda: asker.popen.poll() is not None, 30.0), asker.output()
+    assert asker.popen.returncode == 0, asker.output()
+    printed = asker.output()
+    assert printed.startswith(results[0].result.answer.text + '\n'), printed
+    summary = re.search(r'^\[(answer-\d+): \d+ tokens, (EOS|token budget); first piece after '
+                        r'\d+\.\d\d s, [1-9]\d* pieces, \d+\.\d\d s\]$', printed, re.M)
+    assert summary, printed
+
     # every task: the streamed pieces of each finished text concatenate to that text
     inputs.run_until(lambda: False, 1.5)  # texts finishing now come in
     answers = streams_by_request(streams['answer'])
     goal_ids = {r.result.answer.request_id: r.result.answer.text for r in results}
+    goal_ids[summary.group(1)] = results[0].result.answer.text  # oxygen-ask's goal
     string_asked = [texts for rid, texts in answers.items() if rid not in goal_ids]
     assert len(string_asked) == 1 and len(strings['answer']) == 1  # exactly one reply
     assert check_stream(string_asked[0], inputs.stamps) == strings['answer'].msgs[0].data
@@ -256,6 +268,11 @@ def test_cancel_frees_kv_and_goals_beyond_capacity_are_rejected(ros_node, ros_pr
         v['last text rejection'] == 'question refused: queue full (1 questions waiting, '
                                     'max_queued_questions 1)'
         for _, v in status_after(t_full)), 5.0)
+    asker = ros_processes.start('oxygen_ros.tools.ask', 'still full?')
+    assert inputs.run_until(lambda: asker.popen.poll() is not None, 30.0), asker.output()
+    assert asker.popen.returncode == 1
+    assert 'oxygen-ask: rejected: question refused: queue full (1 questions waiting' in \
+        asker.output()
     t_budget = time.time_ns()
     assert not Goal(client, 'long?', max_tokens=401).accepted(inputs, proc)
     assert inputs.run_until(lambda: any(
