@@ -13,6 +13,7 @@ from pathlib import Path
 from ament_index_python.packages import get_package_share_directory
 from oxygen_ros.tools.bag_topics import (
     check_known_type, own_message_definitions, Storage, typestore)
+from lxml import etree
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
@@ -20,6 +21,19 @@ from rclpy.serialization import deserialize_message, serialize_message
 from rosbags.rosbag2 import Reader, Writer
 
 DECODED_TEXT = 'oxygen_ros_interfaces/msg/DecodedText'
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.linter
+def test_interface_package_xml_is_valid_format3():
+    schema = etree.XMLSchema(etree.parse(str(ROOT / 'test' / 'package_format3.xsd')))
+    tree = etree.parse(str(ROOT / 'oxygen_ros_interfaces' / 'package.xml'))
+    assert schema.validate(tree), schema.error_log
+    assert tree.findtext('name') == 'oxygen_ros_interfaces'
+    assert tree.findtext('export/build_type') == 'ament_cmake'
+    assert tree.findtext('member_of_group') == 'rosidl_interface_packages'
+    root = etree.parse(str(ROOT / 'package.xml'))
+    assert 'oxygen_ros_interfaces' in [e.text for e in root.iterfind('exec_depend')]
 
 
 def test_generated_types_import_with_their_constants():
