@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
+from lxml import etree
 from oxygen_ros.tools.bag_topics import (
     check_known_type, own_message_definitions, Storage, typestore)
-from lxml import etree
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
