@@ -8,6 +8,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.oxygen-setup
 TOKENIZER_STAMP := $(VENV)/.oxygen-tokenizer
 SIM_ASSETS_STAMP := $(VENV)/.oxygen-sim-assets
+# The project's own messages and actions (README "Interfaces"): an ament_cmake package that
+# rosidl generates with plain cmake from the PyPI wheels and installs into the venv prefix.
+IFACE := oxygen_ros_interfaces
+IFACE_STAMP := $(VENV)/.oxygen-interfaces
+IFACE_BUILD := build/venv_$(IFACE)
+IFACE_SOURCES := $(IFACE)/CMakeLists.txt $(IFACE)/package.xml \
+    $(wildcard $(IFACE)/msg/*.msg $(IFACE)/srv/*.srv $(IFACE)/action/*.action)
 PYTEST_ARGS ?=
 
 # The ROS wheels install an ament prefix into the venv (ros2-from-pypi.md).
@@ -17,7 +24,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: setup test demo sim bench lint clean
 
-setup: $(STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
+setup: $(STAMP) $(IFACE_STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
 $(STAMP): requirements/ros.txt requirements/runtime.txt requirements/test.txt \
           requirements/constraints.txt setup.py setup.cfg package.xml
@@ -25,6 +32,20 @@ $(STAMP): requirements/ros.txt requirements/runtime.txt requirements/test.txt \
 	$(PY) -m pip install --quiet --disable-pip-version-check \
 	    -r requirements/test.txt -c requirements/constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+$(IFACE_STAMP): $(STAMP) requirements/interfaces.txt $(IFACE_SOURCES)
+	@command -v cmake >/dev/null && { command -v c++ || command -v g++; } >/dev/null || { \
+	    echo 'make setup: generating $(IFACE) needs cmake (>= 3.16) and a C/C++ compiler' \
+	         '(Debian/Ubuntu: apt install cmake g++)' >&2; exit 1; }
+	$(PY) -m pip install --quiet --disable-pip-version-check \
+	    -r requirements/interfaces.txt -c requirements/constraints.txt
+	CMAKE_PREFIX_PATH=$(abspath $(VENV)) cmake -S $(IFACE) -B $(IFACE_BUILD) \
+	    $(if $(shell command -v ninja),-G Ninja) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+	    -DCMAKE_INSTALL_PREFIX=$(abspath $(VENV)) -DPython3_EXECUTABLE=$(abspath $(PY)) \
+	    --log-level=WARNING
+	cmake --build $(IFACE_BUILD)
+	cmake --install $(IFACE_BUILD) >/dev/null
 	@touch $@
 
 $(TOKENIZER_STAMP): $(STAMP)

@@ -42,6 +42,7 @@ setup(
             'oxygen-sim = oxygen_ros.sim.app:main',
             'oxygen-sim-demo = oxygen_ros.tools.sim_demo:main',
             'oxygen-fetch-sim-assets = oxygen_ros.tools.fetch_sim_assets:main',
+            'oxygen-ask = oxygen_ros.tools.ask:main',
         ],
     },
 )

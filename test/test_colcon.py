@@ -4,7 +4,10 @@ The package builds, tests and installs with colcon as an ament_python package.
 Copies the tracked (and untracked, not ignored) files into ``<tmp>/ws/src/oxygen_ros``, then
 runs ``colcon build``, ``colcon test`` on the lint tests and one unit module (the full suite
 already runs outside colcon; running it twice would double CI time) and
-``colcon test-result --verbose``.
+``colcon test-result --verbose``. The interface package ``oxygen_ros_interfaces`` (ament_cmake,
+rosidl) sits inside the repository, where colcon does not look (it stops at the root's
+package.xml): the workspace gets the symlink the README tells users to make, and colcon
+builds both, the interfaces first; ``--base-paths`` finds both too.
 Checks that every console script lands in ``install/oxygen_ros/lib/oxygen_ros/`` and runs, and
 that after sourcing ``install/setup.bash`` the ament index finds the package share with its
 ``package.xml``, ``config/*.yaml`` and ``launch/*.launch.py``. The copy gets one probe file in
@@ -25,6 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = 'oxygen_ros'
+INTERFACES = 'oxygen_ros_interfaces'
 # The lint tests, and one unit module that imports test/ros_inputs.py (pytest.ini's pythonpath).
 COLCON_TESTS = ['test/test_flake8.py', 'test/test_pep257.py', 'test/test_xmllint.py',
                 'test/ros/test_node_units.py']
@@ -80,8 +84,8 @@ def _run(args, cwd, env):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def _log(ws, verb):
-    log = ws / 'log' / f'latest_{verb}' / PACKAGE / 'stdout_stderr.log'
+def _log(ws, verb, package=PACKAGE):
+    log = ws / 'log' / f'latest_{verb}' / package / 'stdout_stderr.log'
     return log.read_text(errors='replace')[-4000:] if log.is_file() else '(no log)'
 
 
@@ -92,14 +96,27 @@ def test_colcon_build_test_install(tmp_path):
     _copy_package(src)
     env = dict(os.environ)
     env.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+    # ament_cmake and the rosidl generators of the venv (a ROS 2 install: its setup.bash)
+    env['CMAKE_PREFIX_PATH'] = os.pathsep.join(
+        p for p in (sys.prefix, os.environ.get('CMAKE_PREFIX_PATH')) if p)
     env['COLCON_HOME'] = str(tmp_path / 'colcon_home')  # no user defaults or mixins
     env['PYTHONDONTWRITEBYTECODE'] = '1'
     colcon = _colcon()
 
-    rc, out = _run([colcon, 'build'], ws, env)
-    assert rc == 0, f'colcon build failed:\n{out}\n{_log(ws, "build")}'
+    rc, out = _run([colcon, 'list', '--names-only'], ws, env)
+    assert (rc, out.split()) == (0, [PACKAGE]), out  # colcon stops at the root package.xml
+    rc, out = _run([colcon, 'list', '--names-only', '--base-paths', 'src',
+                    f'src/{PACKAGE}/{INTERFACES}'], ws, env)
+    assert (rc, sorted(out.split())) == (0, [PACKAGE, INTERFACES]), out
+    (ws / 'src' / INTERFACES).symlink_to(Path(PACKAGE) / INTERFACES)  # README "Interfaces"
+    rc, out = _run([colcon, 'build', '--cmake-args', f'-DPython3_EXECUTABLE={sys.executable}',
+                    '-DBUILD_TESTING=OFF'], ws, env)
+    assert rc == 0, f'colcon build failed:\n{out}\n{_log(ws, "build")}\n' \
+                    f'{_log(ws, "build", INTERFACES)}'
+    assert out.index(f'Finished <<< {INTERFACES} [') < out.index(f'Finished <<< {PACKAGE} ['), out
 
-    rc, out = _run([colcon, 'test', '--pytest-args', *COLCON_TESTS], ws, env)
+    rc, out = _run([colcon, 'test', '--packages-select', PACKAGE,
+                    '--pytest-args', *COLCON_TESTS], ws, env)
     assert rc == 0, f'colcon test failed:\n{out}\n{_log(ws, "test")}'
     rc, out = _run([colcon, 'test-result', '--verbose'], ws, env)
     summary = re.search(r'Summary: (\d+) tests, (\d+) errors, (\d+) failures', out)
@@ -126,9 +143,16 @@ def test_colcon_build_test_install(tmp_path):
         'import json, os, oxygen_ros\n'
         'from ament_index_python.packages import get_package_share_directory\n'
         'from oxygen_ros import resources\n'
+        'from oxygen_ros_interfaces.msg import DecodedText\n'
+        'from rclpy.serialization import deserialize_message, serialize_message\n'
+        'msg = DecodedText(request_id="answer-0", text="\\u20ac", is_final=True)\n'
+        'assert deserialize_message(serialize_message(msg), DecodedText) == msg\n'
         f'share = get_package_share_directory({PACKAGE!r})\n'
         'print(json.dumps({"share": share, "module": oxygen_ros.__file__,\n'
-        '                  "resources": str(resources.share_dir())}))\n')
+        '                  "resources": str(resources.share_dir()),\n'
+        f'                  "interfaces": get_package_share_directory({INTERFACES!r}),\n'
+        '                  "msg_module": DecodedText.__module__,\n'
+        '                  "msg_file": __import__("oxygen_ros_interfaces").__file__}))\n')
     lib = install / 'lib' / PACKAGE
     script = (
         '. install/setup.bash && "$PROBE_PY" -c "$PROBE" && '
@@ -142,6 +166,11 @@ def test_colcon_build_test_install(tmp_path):
     assert Path(found['share']).resolve() == share.resolve()
     assert Path(found['resources']).resolve() == share.resolve()
     assert Path(found['module']).resolve().is_relative_to(install.resolve()), found
+    # the generated interfaces come from the workspace, not from the venv's copy
+    interfaces = ws / 'install' / INTERFACES
+    assert Path(found['interfaces']).resolve() == (interfaces / 'share' / INTERFACES).resolve()
+    assert Path(found['msg_file']).resolve().is_relative_to(interfaces.resolve()), found
+    assert (interfaces / 'share' / INTERFACES / 'msg' / 'DecodedText.msg').is_file()
     assert (share / 'package.xml').read_bytes() == (ROOT / 'package.xml').read_bytes()
     assert (install / 'share' / 'ament_index' / 'resource_index' / 'packages' / PACKAGE).is_file()
     expected = [*PROBES, *(str(p.relative_to(ROOT)) for p in ROOT.glob('config/*.yaml')),

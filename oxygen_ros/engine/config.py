@@ -180,6 +180,26 @@ class TextOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class TextDelta:
+    """
+    The tokens one text request decoded in one cycle (for streaming its text).
+
+    :ivar token_ids: the new ids in decode order, cut after EOS or the budget (as the
+        request keeps them: an EOS that ended it is included).
+    :ivar num_tokens: ids generated so far, these included.
+    :ivar frame_stamp_ns: stamp of the observation whose prefix the request reads.
+    :ivar finished: this cycle ended the request (its ``TextOutput`` is in the same step).
+    """
+
+    req_id: str
+    task: TextTask
+    token_ids: tuple[int, ...]
+    num_tokens: int
+    frame_stamp_ns: int
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CycleStats:
     """
     Measurements of one control cycle.
@@ -217,8 +237,15 @@ class CycleStats:
 
 @dataclass(frozen=True, slots=True)
 class StepOutput:
-    """What one ``Engine.step`` produced."""
+    """
+    What one ``Engine.step`` produced.
+
+    :ivar texts: requests that finished (or were dropped) this cycle.
+    :ivar text_deltas: per text request that decoded this cycle, its new tokens (a finished
+        request's last delta comes in the same step as its ``TextOutput``).
+    """
 
     action: ActionChunk | None
     texts: tuple[TextOutput, ...]
     stats: CycleStats
+    text_deltas: tuple[TextDelta, ...] = ()

@@ -20,7 +20,7 @@ import numpy as np
 from oxygen_ros.control.smoothing import rtc_prefix_weights
 from oxygen_ros.engine.backends import make_backend
 from oxygen_ros.engine.config import (
-    ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextOutput)
+    ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
 from oxygen_ros.engine.torch_backend import FrameInputs
@@ -234,11 +234,29 @@ class Engine:
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
         result = self.backend.execute(plan, inputs, on_actions=actions_ready)
+        decoding = {req_id: self.scheduler.requests[req_id]
+                    for req_id in result.runner.sampled_token_ids
+                    if req_id in self.scheduler.requests}
+        num_before = {req_id: req.num_output_tokens for req_id, req in decoding.items()}
         finished = self.scheduler.update_from_output(plan, result.runner)
+        deltas = self._text_deltas(decoding, num_before)
         rejected += self._requeue(plan.deferred_req_ids, offered=prepared is not None)
         texts = [self._text_output(r) for r in finished] + rejected
         stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
-        return StepOutput(ready[0] if ready else None, tuple(texts), stats)
+        return StepOutput(ready[0] if ready else None, tuple(texts), stats, deltas)
+
+    def _text_deltas(self, decoding: dict[str, Request],
+                     num_before: dict[str, int]) -> tuple[TextDelta, ...]:
+        """Return the tokens each request kept this cycle (streaming; no detokenization)."""
+        deltas = []
+        for req_id, req in decoding.items():
+            live = self._live.get(req_id)
+            new_ids = req.output_token_ids[num_before[req_id]:]
+            if live is not None and new_ids:
+                deltas.append(TextDelta(req_id, live.task, tuple(new_ids),
+                                        req.num_output_tokens, live.frame_stamp_ns,
+                                        req.is_finished))
+        return tuple(deltas)
 
     def _new_frame(self, prepared: PreparedObservation, now: float,
                    rtc: RtcRequest | None) -> tuple[FrameSpec, FrameInputs]:

@@ -223,6 +223,14 @@ class PaligemmaTokenizer:
             raise ValueError(f'token id {idx} outside [0, {self.vocab_size})')
         return self._sp.id_to_piece(idx)
 
+    def is_byte(self, idx: int) -> bool:
+        """Return whether ``idx`` is a byte-fallback piece (``<0x00>``…``<0xFF>``)."""
+        return 0 <= idx < self.vocab_size and self._sp.is_byte(idx)
+
+    def is_control(self, idx: int) -> bool:
+        """Return whether ``idx`` is a control piece (pad, eos, bos: no text of its own)."""
+        return 0 <= idx < self.vocab_size and self._sp.is_control(idx)
+
     def piece_to_id(self, piece: str) -> int:
         """
         Return the id of one piece.

@@ -95,6 +95,7 @@ class EngineDiagnostics:
             self._last_rejection = ''
             self._texts_rejected = 0
             self._period_texts_rejected = 0
+            self._last_text_rejection = ''
             self._failure = ''
 
     def set_state(self, label: str, now_s: float) -> None:
@@ -128,11 +129,13 @@ class EngineDiagnostics:
             self._period_rejections[issue] += 1
             self._last_rejection = f'{issue.value}: {reason}'
 
-    def record_text_rejected(self) -> None:
-        """Count a text request the engine refused or dropped."""
+    def record_text_rejected(self, reason: str = '') -> None:
+        """Count a text request refused or dropped (``reason``: shown as the last one)."""
         with self._lock:
             self._texts_rejected += 1
             self._period_texts_rejected += 1
+            if reason:
+                self._last_text_rejection = reason
 
     def record_clips(self, clips: ClipCount) -> None:
         """Count the values of one chunk that the limits clipped."""
@@ -248,6 +251,7 @@ class EngineDiagnostics:
             ('text requests running', str(s.num_running if s else 0)),
             ('text requests pending', str(s.num_pending if s else 0)),
             ('text requests rejected', str(self._texts_rejected)),
+            ('last text rejection', self._last_text_rejection),
             ('decode batch', str(s.decode_batch if s else 0)),
             ('tokens per cycle (k)', str(s.tokens_per_cycle if s else 0)),
             ('KV blocks used', str(s.kv_used_blocks if s else 0)),

@@ -9,7 +9,10 @@ texts go through a queue to a guard condition in the text group, which publishes
 autostart timer use the default group. The executor is ``executor.NodeExecutor``.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``). Questions still open
-at cleanup/shutdown are logged, not answered (publishers are inactive then).
+at cleanup/shutdown are logged, not answered (publishers are inactive then). The ``~/ask``
+action (``ask_action``) shares the question queue; its goals always get a result. Texts are
+also streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``):
+the control cycle hands over token ids only, the text group detokenizes (``text_stream``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
+from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
@@ -39,8 +43,11 @@ from oxygen_ros.ros.observation_cache import (
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
     ParameterError, SPECS)
+from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import TextRequests
+from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import JOINT_STATES_TOPIC, qos_profile, QosRole
+from oxygen_ros_interfaces.msg import DecodedText
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -92,11 +99,13 @@ class OxygenNode(LifecycleNode):
         self._logged: dict[InputIssue | str | None, float] = {}
         self._last_issue: InputIssue | None = None
         self._diag = EngineDiagnostics(self.get_parameter('preset').value)
-        self._texts = TextRequests(self.get_logger(), self._diag)
+        self._texts = TextRequests(self.get_logger(), self._diag, self._notify_texts)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
+        self._text_out = TextOutputs(self._publish, AskAction(
+            self, self._texts, ReentrantCallbackGroup(), self._abort_now))
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._autostart = None
@@ -156,7 +165,12 @@ class OxygenNode(LifecycleNode):
                 MultiDOFJointTrajectory, '~/ee_delta_chunk', 10)
         for task in TextTask:
             self._pubs[task.value] = self.create_lifecycle_publisher(
-                String, f'~/{task.value}', 10)
+                String, f'~/{task.value}', TEXT_QOS)
+            self._pubs[f'{task.value}/stream'] = self.create_lifecycle_publisher(
+                DecodedText, f'~/{task.value}/stream', TEXT_QOS)
+        self._text_out.configure(engine.tokenizer, cfg.frame_id)
+        self._texts.max_queued_questions = cfg.max_queued_questions
+        self._texts.max_tokens = engine.model_cfg.decode_budget
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._subs = [self.create_subscription(
             Image, topic, functools.partial(self._on_image, slot), sensor,
@@ -168,8 +182,7 @@ class OxygenNode(LifecycleNode):
             self.create_subscription(String, '~/instruction', self._on_instruction,
                                      qos_profile(QosRole.LATCHED),
                                      callback_group=self._input_group),
-            self.create_subscription(String, '~/ask', self._on_ask,
-                                     qos_profile(QosRole.RELIABLE),
+            self.create_subscription(String, '~/ask', self._on_ask, TEXT_QOS,
                                      callback_group=self._input_group)]
         self._diag.set_state('inactive', self._now_s())
         return super().on_configure(state)
@@ -255,10 +268,9 @@ class OxygenNode(LifecycleNode):
             for sub in self._subs:
                 self.destroy_subscription(sub)
             self._subs, self._cache = [], None
+            self._texts.max_tokens = 0  # refuse questions until configured again
             if engine is not None:
-                for out in engine.shutdown():
-                    self.get_logger().warning(
-                        f'{out.task.value} {out.req_id} dropped at cleanup: {out.error}')
+                self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
                 device = engine.config.device
                 del engine
                 if device.startswith('cuda'):
@@ -268,7 +280,6 @@ class OxygenNode(LifecycleNode):
             for pub in self._pubs.values():
                 self.destroy_lifecycle_publisher(pub)
             self._pubs = {}
-        self._texts.clear()
 
     # -- subscriptions: store only, never raise ---------------------------------------------
     def _now_ns(self) -> int:
@@ -296,7 +307,19 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info(f'instruction: {msg.data!r}')
 
     def _on_ask(self, msg: String) -> None:
-        self._texts.ask(msg.data)
+        self._texts.ask_topic(msg.data, time.monotonic())
+
+    def _abort_now(self, req_id: str) -> None:
+        """Abort a cancelled request in the engine now, unless a control cycle runs."""
+        # a running cycle holds the lock: the next one applies the cancel before planning
+        locked = self._engine_lock.acquire(blocking=False) if self._timer is not None \
+            else self._engine_lock.acquire(timeout=1.0)
+        if locked:
+            try:
+                if self._engine is not None:
+                    self._texts.apply_cancels(self._engine)
+            finally:
+                self._engine_lock.release()
 
     # -- parameters ---------------------------------------------------------------------------
     def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
@@ -311,6 +334,10 @@ class OxygenNode(LifecycleNode):
         for p in params:
             if p.name == 'instruction' and self._cache is not None:
                 self._cache.set_instruction(p.value)
+            elif p.name == 'max_queued_questions':
+                self._texts.max_queued_questions = p.value
+            elif p.name == 'frame_id':
+                self._text_out.frame_id = p.value
             elif p.name == 'diagnostics_period':
                 self._diag_timer.timer_period_ns = round(p.value * NS_PER_S)
             if self._cfg is not None and p.name in SPECS:
@@ -329,6 +356,7 @@ class OxygenNode(LifecycleNode):
             if engine is None or cfg is None or output is None or smoother is None:
                 return
             try:
+                self._texts.apply_cancels(engine)  # frees their KV before planning
                 if engine.config.control_period_s != cfg.control_period_s:
                     engine.set_control_period(cfg.control_period_s)  # k adapts to it
                 prepared = self._prepare(engine, cfg)
@@ -351,8 +379,7 @@ class OxygenNode(LifecycleNode):
                                   rtc=smoother.rtc_request(cfg.action_dt))
                 self._diag.record_cycle(now, out.stats, bool(published),
                                         smoother.delay_steps(cfg.action_dt))
-                if self._texts.finish(out.texts):
-                    self._text_gc.trigger()
+                self._texts.finish(out)
             except Exception:  # noqa: B902 (reported, then the node stops acting)
                 failure = traceback.format_exc()
             else:
@@ -400,12 +427,17 @@ class OxygenNode(LifecycleNode):
         self.trigger_deactivate()
 
     # -- text group ----------------------------------------------------------------------------
+    def _notify_texts(self) -> None:
+        self._text_gc.trigger()
+
     def _publish_texts(self) -> None:
-        for task, text in self._texts.take():
-            with self._pub_lock:
-                pub = self._pubs.get(task.value)
-                if pub is not None:
-                    pub.publish(String(data=text))
+        self._text_out.handle(self._texts.take())
+
+    def _publish(self, key: str, msg: object) -> None:
+        with self._pub_lock:
+            pub = self._pubs.get(key)
+            if pub is not None:
+                pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:
         cfg = self._cfg

@@ -144,6 +144,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               (0.0, 1_000_000.0), read_only=True),
     ParamSpec('max_running_requests', 32, 'text requests decoding at once', (1, 4096),
               read_only=True),
+    ParamSpec('max_queued_questions', 16, 'questions (~/ask topic and action) waiting to reach '
+              'the decoder; more are refused at once (no answer: queue full; goals rejected)',
+              (1, 100_000)),
     ParamSpec('stop_on_eos', True, 'stop a text at EOS (False decodes every text to its '
               'budget)', read_only=True),
     ParamSpec('seed', 0, 'random weights and flow-matching noise seed', (0, 2**31 - 1),
@@ -246,10 +249,11 @@ class NodeConfig:
     autostart: bool = True
     torch_threads: int = 0
     diagnostics_period: float = 1.0
+    max_queued_questions: int = 16
 
     def __post_init__(self) -> None:
         for name in ('control_rate_hz', 'action_dt', 'max_observation_age', 'subtask_period',
-                     'memory_period', 'diagnostics_period'):
+                     'memory_period', 'diagnostics_period', 'max_queued_questions'):
             _check_range(name, getattr(self, name))
         if not self.cameras or set(self.cameras) - set(CAMERA_SLOTS) or \
                 len(set(self.cameras)) != len(self.cameras):
@@ -372,7 +376,8 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',
-                                      'diagnostics_period', 'torch_threads')})
+                                      'diagnostics_period', 'torch_threads',
+                                      'max_queued_questions')})
     if len(node.joint_names) != model.state_dim:
         raise ParameterError(f'joint_names: preset {model.name} has a {model.state_dim}-dim '
                              f'state, got {len(node.joint_names)} names {list(node.joint_names)}')

@@ -7,13 +7,17 @@ here for the tools) so that replayed topics match the node's subscriptions.
 
 Bags are rosbag2 (version 9) written and read with ``rosbags``; message definitions and type
 hashes come from rosbags' ``ROS2_JAZZY`` typestore, which agrees with the installed Jazzy
-message packages (test_bags checks the hashes against ``share/<pkg>/msg/<Type>.json``).
+message packages (test_bags checks the hashes against ``share/<pkg>/msg/<Type>.json``), plus
+the project's own messages (``oxygen_ros_interfaces``), registered from their installed
+``.msg`` files.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import logging
+from pathlib import Path
 
 from oxygen_ros.ros.topics import (  # noqa: F401 (re-exported for the bag tools)
     CAMERA_TOPICS, has_header, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
@@ -22,9 +26,12 @@ from rclpy.qos import QoSProfile
 from rosbags.interfaces import (
     Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime)
 from rosbags.rosbag2 import StoragePlugin
-from rosbags.typesys import get_typestore, Stores
+from rosbags.typesys import get_types_from_msg, get_typestore, Stores
 from rosbags.typesys.store import Typestore
 
+OWN_INTERFACES = 'oxygen_ros_interfaces'
+"""The project's interface package (its messages are registered in ``typestore()``)."""
+_LOG = logging.getLogger(__name__)
 _INFINITE = QosTime(sec=9_223_372_036, nsec=854_775_807)
 """``RMW_DURATION_INFINITE`` as real rosbag2 metadata writes it."""
 
@@ -65,10 +72,40 @@ def bag_qos(profile: QoSProfile) -> Qos:
     )
 
 
+def own_message_definitions(package: str = OWN_INTERFACES) -> dict[str, str]:
+    """
+    Return ``{'pkg/msg/Name': definition}`` of the installed ``.msg`` files of ``package``.
+
+    :raises ament_index_python.packages.PackageNotFoundError: the package is not installed
+        (``make setup``, or ``colcon build`` and sourcing the workspace).
+    """
+    from ament_index_python.packages import get_package_share_directory
+    msg_dir = Path(get_package_share_directory(package)) / 'msg'
+    return {f'{package}/msg/{path.stem}': path.read_text()
+            for path in sorted(msg_dir.glob('*.msg'))}
+
+
 @functools.cache
 def typestore() -> Typestore:
-    """Return the rosbags typestore for bag connections (ROS 2 Jazzy definitions)."""
-    return get_typestore(Stores.ROS2_JAZZY)
+    """
+    Return the rosbags typestore for bag connections.
+
+    ROS 2 Jazzy definitions, plus the ``oxygen_ros_interfaces`` messages when that package is
+    installed (logged once when it is not: its topics then cannot be recorded).
+    """
+    from ament_index_python.packages import PackageNotFoundError
+    store = get_typestore(Stores.ROS2_JAZZY)
+    try:
+        definitions = own_message_definitions()
+    except PackageNotFoundError:
+        _LOG.warning('%s is not installed: its messages cannot be written to bags',
+                     OWN_INTERFACES)
+        return store
+    types = {}
+    for name, text in definitions.items():
+        types.update(get_types_from_msg(text, name))
+    store.register(types)
+    return store
 
 
 def check_known_type(msgtype: str) -> None:
@@ -79,4 +116,4 @@ def check_known_type(msgtype: str) -> None:
     """
     if msgtype not in typestore().fielddefs:
         raise ValueError(f'message type {msgtype!r} is not in the rosbags ROS2_JAZZY '
-                         f'typestore; cannot write it to a bag')
+                         f'typestore nor in {OWN_INTERFACES}; cannot write it to a bag')

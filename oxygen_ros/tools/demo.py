@@ -5,7 +5,8 @@ Steps: make (or reuse, in the cache directory) a demo bag of scikit-image photog
 ``oxygen_node`` with ``config/demo.yaml`` (demo preset, RANDOM weights: the actions and texts
 are meaningless, the timing, KV cache and ROS plumbing are real); wait until it is active;
 record its outputs with ``oxygen_record`` into ``out/demo_<timestamp>/bag``; replay the bag in
-a loop; ask two questions on ``/oxygen/ask``; stop everything with SIGINT and print a summary.
+a loop; ask two questions through the ``/oxygen/ask`` action (their answers stream as feedback);
+stop everything with SIGINT and print a summary, with the streamed pieces' timing.
 
 It runs on its own ROS domain (random unless ``--domain-id``) with
 ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``. Exits 1 if no action chunk arrived or a process
@@ -28,6 +29,7 @@ import threading
 import time
 from typing import Sequence
 
+from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from lifecycle_msgs.srv import GetState
@@ -38,8 +40,13 @@ from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.tools.bag_topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
 from oxygen_ros.tools.make_demo_bag import DemoBagConfig, write_demo_bag
+from oxygen_ros.tools.text_timing import AskTiming, TextTiming
+from oxygen_ros_interfaces.action import Ask
+from oxygen_ros_interfaces.msg import DecodedText
 import rclpy
+from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import QoSProfile
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -47,8 +54,11 @@ import yaml
 
 OUTPUTS = ('/oxygen/action_chunk', '/oxygen/subtask', '/oxygen/answer', '/oxygen/memory',
            '/diagnostics')
+STREAMS = ('/oxygen/subtask/stream', '/oxygen/answer/stream', '/oxygen/memory/stream')
 QUESTIONS = ('What is on the table?', 'Which object should the robot pick up first?')
 BAG_CONFIG = DemoBagConfig(duration_s=5.0, camera_rate_hz=15.0, joint_rate_hz=50.0)
+_ASK_OUTCOMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
+                 Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
 _DOMAIN_IDS = tuple(range(1, 102))  # clear of the ephemeral port range (ROS 2 docs)
 _START_TIMEOUT_S = 120.0
 
@@ -89,6 +99,7 @@ class Received:
     chunk_stamps_ns: list[int] = field(default_factory=list)
     texts: dict[str, list[str]] = field(default_factory=dict)
     diagnostics: list[dict[str, str]] = field(default_factory=list)
+    timing: TextTiming = field(default_factory=TextTiming)
 
 
 class Observer:
@@ -102,14 +113,38 @@ class Observer:
         self._get_state = self.node.create_client(GetState, '/oxygen/get_state')
         reliable = qos_profile(QosRole.RELIABLE)
         self.node.create_subscription(JointTrajectory, OUTPUTS[0], self._on_chunk, 100)
-        for topic in OUTPUTS[1:4]:
+        for topic in (OUTPUTS[1], OUTPUTS[3]):  # answers: the ~/ask action's results
             task = topic.rsplit('/', 1)[1]
             self.got.texts[task] = []
             self.node.create_subscription(
                 String, topic, lambda msg, task=task: self.got.texts[task].append(msg.data),
                 reliable)
         self.node.create_subscription(DiagnosticArray, OUTPUTS[4], self._on_diagnostics, 100)
-        self.ask_pub = self.node.create_publisher(String, '/oxygen/ask', reliable)
+        for topic in STREAMS:
+            task = topic.split('/')[2]
+            self.node.create_subscription(
+                DecodedText, topic, lambda msg, task=task: self.got.timing.on_piece(task, msg),
+                QoSProfile(depth=1000))
+        self.ask_client = ActionClient(self.node, Ask, '/oxygen/ask')
+
+    def ask(self, question: str) -> None:
+        """Send ``question`` to the ``~/ask`` action; its timing goes to ``got.timing``."""
+        timing = AskTiming(question)
+        self.got.timing.asks.append(timing)
+        sent = self.ask_client.send_goal_async(Ask.Goal(question=question),
+                                               feedback_callback=timing.on_feedback)
+
+        def accepted(future: object) -> None:
+            handle = future.result()
+            if not handle.accepted:
+                timing.on_result(False, '', 'rejected: see /diagnostics')
+                return
+            handle.get_result_async().add_done_callback(lambda f: timing.on_result(
+                f.result().status == GoalStatus.STATUS_SUCCEEDED,
+                f.result().result.answer.text,
+                _ASK_OUTCOMES.get(f.result().result.status, '?') +
+                (f': {f.result().result.reason}' if f.result().result.reason else '')))
+        sent.add_done_callback(accepted)
 
     def _on_chunk(self, msg: JointTrajectory, info: dict) -> None:
         self.got.chunk_ns.append(info['received_timestamp'])
@@ -229,6 +264,7 @@ def _summary(got: Received, run_s: float, target_hz: float, bag_dir: Path,
                      f'{stats["period_p99_ms"]:.1f} ms; jitter |period - '
                      f'{1e3 / target_hz:.0f} ms|: p50 {stats["jitter_p50_ms"]:.1f} ms, '
                      f'p99 {stats["jitter_p99_ms"]:.1f} ms')
+    lines += got.timing.summary()
     for task, texts in got.texts.items():
         examples = '; '.join(repr(t[:60]) for t in texts[:3])
         lines.append(f'{task}: {len(texts)} message(s){": " + examples if texts else ""}')
@@ -269,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f'node active after {time.monotonic() - t_start:.1f} s; recording and replaying')
         children.append(Child('record', ['oxygen_ros.tools.record', str(out_dir / 'bag'),
-                                         *OUTPUTS], out_dir))
+                                         *OUTPUTS, *STREAMS], out_dir))
         observer.wait_for(lambda: observer.node.count_subscribers(OUTPUTS[0]) >= 2, 20.0)
         children.append(Child('replay', replay_args(bag), out_dir))
         observer.wait_for(lambda: observer.got.chunk_ns or stop.is_set(), 30.0)
@@ -278,14 +314,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         while time.monotonic() - run_start < args.duration and not stop.is_set():
             due = int((time.monotonic() - run_start) / args.duration * 3)
             if asked < min(due, len(QUESTIONS)):
-                print(f'asking: {QUESTIONS[asked]!r}', flush=True)
-                observer.ask_pub.publish(String(data=QUESTIONS[asked]))
+                print(f'asking: {QUESTIONS[asked]!r} (~/ask action)', flush=True)
+                observer.ask(QUESTIONS[asked])
                 asked += 1
             observer.spin_for(0.1)
         diagnostics_at_end = list(observer.got.diagnostics)
         run_s = time.monotonic() - run_start
         ok = children[2].stop() == 0
-        observer.wait_for(lambda: len(observer.got.texts['answer']) >= asked, 5.0)
+        observer.wait_for(observer.got.timing.all_answered, 10.0)
         observer.got.diagnostics = diagnostics_at_end
     finally:
         for child in reversed(children):

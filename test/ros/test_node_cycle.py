@@ -1,26 +1,21 @@
 """
-The node's control cycle driven by hand, text requests, and the executor.
+The node's control cycle driven by hand, and the executor (text requests: test_text_requests).
 
 Nodes get their own rclpy context each and are never spun by an executor here, except in the
 executor test.
 """
 
-import logging
 import math
 import threading
 import time
 
 import numpy as np
-from oxygen_ros.engine.config import TextOutput
-from oxygen_ros.engine.engine import EngineBusyError
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import trajectory_to_actions
-from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
+from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.ros.text_requests import TextRequests
-from oxygen_ros.sched.request import FinishReason
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -64,8 +59,8 @@ def test_node_cycle_by_hand(tiny_node):
     node._pubs['answer'].publish = texts.append
     node._cache.set_instruction('pick up the cup')
     feed(node, node._now_ns())
-    node._texts.ask('what is on the table?')
-    node._texts.ask('   ')  # refused by the engine: answered at once
+    node._texts.ask_topic('what is on the table?', time.monotonic())
+    node._texts.ask_topic('   ', time.monotonic())  # refused on arrival: answered at once
     node._control_tick()
     [chunk] = published
     actions = trajectory_to_actions(chunk)
@@ -80,8 +75,7 @@ def test_node_cycle_by_hand(tiny_node):
     for _ in range(20):
         node._control_tick()
         node._publish_texts()
-    assert [t.data for t in texts][0] == 'no answer: an ANSWER request needs a non-empty ' \
-                                         'question'
+    assert [t.data for t in texts][0] == 'no answer: empty question'
     assert len(texts) == 2 and not texts[1].data.startswith('no answer')  # decoded under NaNs
     values = status_values(node._diag.status(1e9, 10.0, 0.5))
     assert values['rejected: bad joints'] == '21' and values['action chunks published'] == '1'
@@ -151,69 +145,6 @@ def test_configure_fails_on_missing_checkpoint(context, tmp_path):
         assert node._engine is None and not node._pubs
     finally:
         node.destroy_node()
-
-
-# ---------------------------------------------------------------------------- text requests
-
-class FakeEngine:
-
-    def __init__(self, busy=False):
-        self.busy, self.submitted = busy, []
-
-    def submit_text(self, task, question=None):
-        if self.busy:
-            raise EngineBusyError('64 text requests already wait')
-        if task is TextTask.ANSWER and not question.strip():
-            raise ValueError('an ANSWER request needs a non-empty question')
-        self.submitted.append((task, question))
-        return f'{task.value}-{len(self.submitted)}'
-
-
-def output(req_id, task, text='', reason=FinishReason.STOP, error=''):
-    return TextOutput(req_id, task, text, (), reason, 5, 2, error)
-
-
-def test_text_requests_give_every_question_one_reply():
-    diag = EngineDiagnostics('tiny')
-    texts = TextRequests(logging.getLogger('test'), diag)
-    engine = FakeEngine()
-    for q in ('what is this?', ' ', 'and that?', 'why?'):
-        texts.ask(q)
-    texts.submit(engine, 0.0, 0.0, 0.0, valid_observation=False)  # questions need no frame
-    assert engine.submitted == [(TextTask.ANSWER, q) for q in ('what is this?', 'and that?',
-                                                               'why?')]
-    assert texts.finish([output('answer-1', TextTask.ANSWER, 'a cup'),
-                         output('answer-2', TextTask.ANSWER, '', None,
-                                'not admitted for 51 cycles'),
-                         output('answer-3', TextTask.ANSWER, '', FinishReason.ABORT)])
-    assert texts.take() == [
-        (TextTask.ANSWER, 'no answer: an ANSWER request needs a non-empty question'),
-        (TextTask.ANSWER, 'a cup'), (TextTask.ANSWER, 'no answer: not admitted for 51 cycles'),
-        (TextTask.ANSWER, 'no answer: request aborted')]
-    assert texts.take() == [] and texts.live == {}
-    assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == '3'
-    texts.ask('busy?')
-    texts.submit(FakeEngine(busy=True), 0.0, 0.0, 0.0, True)
-    assert texts.take() == [(TextTask.ANSWER, 'no answer: 64 text requests already wait')]
-
-
-def test_periodic_requests_wait_for_valid_input_and_the_previous_one():
-    texts = TextRequests(logging.getLogger('test'), EngineDiagnostics('tiny'))
-    engine = FakeEngine()
-    texts.start(10.0)
-    texts.submit(engine, 10.0, 2.0, 0.0, valid_observation=False)
-    assert engine.submitted == []
-    texts.submit(engine, 10.1, 2.0, 0.0, valid_observation=True)
-    assert engine.submitted == [(TextTask.SUBTASK, None)]  # memory_period 0: never
-    texts.submit(engine, 12.5, 2.0, 0.0, True)  # due, but subtask-1 still decodes
-    assert len(engine.submitted) == 1
-    texts.finish([output('subtask-1', TextTask.SUBTASK, 'grasp the cup')])
-    texts.submit(engine, 12.6, 2.0, 0.0, True)
-    assert engine.submitted[1:] == [(TextTask.SUBTASK, None)]
-    texts.finish([output('subtask-2', TextTask.SUBTASK, '', None, 'bad text prompt')])
-    assert texts.take() == [(TextTask.SUBTASK, 'grasp the cup')]  # failures are not published
-    texts.submit(engine, 13.0, 2.0, 0.0, True)  # next due at 14.6
-    assert len(engine.submitted) == 2
 
 
 # ---------------------------------------------------------------------------------- executor

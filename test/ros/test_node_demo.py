@@ -32,9 +32,15 @@ def test_demo_runs_and_records(ros_processes, ros_domain_id, demo_bag, tmp_path)
     chunks = int(re.search(r'action chunks: (\d+) in', output).group(1))
     assert chunks >= 20, output
     assert 'cycle time (node): p50' in output and 'chunk period: p50' in output
-    assert re.search(r'answer: 2 message\(s\)', output), output  # one per question
+    # both questions through the ~/ask action, answered, with the streamed pieces' timing
+    assert re.search(r'asked \(~/ask action\): 2 question\(s\), 2 answered; time to first '
+                     r'piece p50 \d+\.\d\d s, max \d+\.\d\d s; \d+\.\d pieces per answer',
+                     output), output
+    assert re.search(r'streamed \(~/<task>/stream; .*answer 2 text\(s\), first piece p50 ',
+                     output), output
     [run_dir] = (tmp_path / 'out').iterdir()
     assert (run_dir / 'summary.txt').read_text() in output
     with Reader(run_dir / 'bag') as reader:
         counts = {c.topic: c.msgcount for c in reader.connections}
     assert counts['/oxygen/action_chunk'] >= chunks - 5 and counts['/diagnostics'] >= 2
+    assert counts['/oxygen/answer/stream'] >= 2  # pieces of both answers

@@ -1,0 +1,169 @@
+"""
+The ``~/ask`` action server (``oxygen_ros_interfaces/action/Ask``) of the ``oxygen`` node.
+
+- **Goal** (goal callback): a goal the node cannot take is rejected at once (``accepted`` =
+  false): empty question, ``max_tokens`` over ``decode_budget``, question queue full
+  (``max_queued_questions``, shared with the ``~/ask`` topic), node not configured. The ROS 2
+  action protocol carries no reason with a rejection: the reason is logged (WARN) and shown
+  in ``/diagnostics`` (``last text rejection``). An accepted goal holds a queue slot from the
+  goal callback on, so the bound is exact.
+- **Execution**: the goal is EXECUTING from acceptance (queued, then decoding). Its execute
+  coroutine awaits a future that the text group completes when the answer ends; each cycle
+  that decoded a piece of it publishes feedback (the piece, and the text so far).
+- **Cancel**: accepted while the answer is open; the request leaves the queue at once, or is
+  aborted in the engine (``Engine.abort``: its KV blocks are freed) before the next cycle's
+  planning. The result is CANCELED with the text decoded until then.
+- **Result**: the whole answer as a ``DecodedText`` plus a status and a reason; SUCCEEDED for
+  EOS / LENGTH, CANCELED, or ABORTED when the node dropped it (not admitted in time, engine
+  failed or cleaned up).
+
+The server lives as long as the node (not only while configured), so goals still open at
+cleanup get their result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests, TextStatus
+from oxygen_ros_interfaces.action import Ask
+from oxygen_ros_interfaces.msg import DecodedText
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import CallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rclpy.task import Future
+
+ACTION_NAME = '~/ask'
+STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
+                    TextStatus.LENGTH: Ask.Result.STATUS_LENGTH,
+                    TextStatus.CANCELED: Ask.Result.STATUS_CANCELED,
+                    TextStatus.DROPPED: Ask.Result.STATUS_DROPPED,
+                    TextStatus.REFUSED: Ask.Result.STATUS_DROPPED}
+"""``TextStatus`` → ``Ask.Result.STATUS_*``."""
+_CANCEL_TRANSITION_S = 1.0
+_SERVICE_QOS = QoSProfile(depth=200)
+"""Goal, cancel and result services: deep enough for a burst of goals (default depth 10)."""
+
+
+class _NextTurn:
+    """Awaitable: yield once to the executor, woken so that the next turn comes at once."""
+
+    def __init__(self, executor: object) -> None:
+        self._executor = executor
+
+    def __await__(self):
+        self._executor.wake()
+        yield
+
+
+class AskAction:
+    """
+    The ``~/ask`` action server.
+
+    :param node: the node that owns the server.
+    :param texts: the node's text requests (the shared question queue).
+    :param callback_group: a ``ReentrantCallbackGroup`` (goals run concurrently).
+    :param abort: called with a request id after its cancel was accepted: aborts it in the
+        engine now if it can (else ``TextRequests.apply_cancels`` does in the next cycle).
+    """
+
+    def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup,
+                 abort: Callable[[str], None]) -> None:
+        self._node = node
+        self._texts = texts
+        self._abort = abort
+        self._lock = threading.Lock()
+        self._open: dict[bytes, tuple[TextJob, Future]] = {}
+        self._server = ActionServer(
+            node, Ask, ACTION_NAME, execute_callback=self._execute,
+            goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
+            cancel_callback=self._on_cancel, callback_group=callback_group,
+            goal_service_qos_profile=_SERVICE_QOS, result_service_qos_profile=_SERVICE_QOS,
+            cancel_service_qos_profile=_SERVICE_QOS)
+
+    # -- rclpy callbacks (executor threads) --------------------------------------------
+    def _on_goal(self, goal: Ask.Goal) -> GoalResponse:
+        reason = self._texts.reserve(goal.question, goal.max_tokens or None)
+        return GoalResponse.REJECT if reason is not None else GoalResponse.ACCEPT
+
+    def _on_accepted(self, handle: ServerGoalHandle) -> None:
+        future = Future(executor=self._node.executor)
+        job = self._texts.enqueue(handle.request.question, handle.request.max_tokens or None,
+                                  time.monotonic(), goal=handle)
+        with self._lock:
+            self._open[bytes(handle.goal_id.uuid)] = (job, future)
+        handle.execute()
+
+    async def _execute(self, handle: ServerGoalHandle) -> Ask.Result:
+        with self._lock:
+            _, future = self._open[bytes(handle.goal_id.uuid)]
+        status, result = await future
+        with self._lock:
+            self._open.pop(bytes(handle.goal_id.uuid), None)
+        if status is TextStatus.CANCELED:
+            await self._cancel_transition(handle)
+        if status is TextStatus.CANCELED and handle.is_cancel_requested:
+            handle.canceled()
+        elif status in (TextStatus.EOS, TextStatus.LENGTH):
+            handle.succeed()
+        else:
+            handle.abort()
+        return result
+
+    async def _cancel_transition(self, handle: ServerGoalHandle) -> None:
+        """
+        Wait until rclpy has moved a goal whose cancel we accepted to CANCELING.
+
+        rclpy makes that transition after the cancel callback returns, in the cancel
+        request's task; the abort started in the callback can end the request first. Ending
+        the goal before the transition would abort it and lose the cancel response.
+        """
+        deadline = time.monotonic() + _CANCEL_TRANSITION_S
+        while not handle.is_cancel_requested and time.monotonic() < deadline:
+            await _NextTurn(self._node.executor)
+
+    def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
+        with self._lock:
+            entry = self._open.get(bytes(handle.goal_id.uuid))
+        if entry is None or not self._texts.cancel(entry[0].req_id):
+            return CancelResponse.REJECT  # already ending: its result is on its way
+        self._abort(entry[0].req_id)
+        return CancelResponse.ACCEPT
+
+    # -- text group ---------------------------------------------------------------------
+    def feedback(self, job: TextJob, piece: DecodedText, text_so_far: str) -> None:
+        """Send a piece of the answer to the goal's client (ignored once the goal ended)."""
+        handle = job.goal
+        if handle is not None and handle.is_active:
+            handle.publish_feedback(Ask.Feedback(piece=piece, text_so_far=text_so_far))
+
+    def finish(self, done: TextDone, answer: DecodedText) -> None:
+        """Complete the goal of ``done.job`` with its result (the execute coroutine resumes)."""
+        handle = done.job.goal
+        if handle is None:
+            return
+        with self._lock:
+            entry = self._open.get(bytes(handle.goal_id.uuid))
+        if entry is None or entry[1].done():
+            return
+        result = Ask.Result(answer=answer, status=STATUS_CONSTANTS[done.status],
+                            reason=done.reason)
+        entry[1].set_result((done.status, result))
+        self._node.executor.wake()  # resume the execute coroutine now
+
+    @property
+    def num_open(self) -> int:
+        """Return goals accepted and not yet completed."""
+        with self._lock:
+            return len(self._open)
+
+    def destroy(self) -> None:
+        """Destroy the server (node shutdown)."""
+        self._server.destroy()
+
+
+__all__ = ['ACTION_NAME', 'AskAction', 'STATUS_CONSTANTS']

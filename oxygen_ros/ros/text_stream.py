@@ -1,0 +1,135 @@
+"""
+Streaming text: token ids of each cycle → ``oxygen_ros_interfaces/DecodedText`` pieces.
+
+Runs in the node's text callback group, never in the control cycle: the control cycle only
+hands over the token ids each request kept (``TextPiece`` events); here each request's
+``IncrementalDetokenizer`` turns them into text (a small window per cycle, multi-byte
+characters held back until complete) and the messages are built. The pieces of a request
+concatenate to the engine's decoded text (``tokenizer.decode`` of all its ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builtin_interfaces.msg import Duration
+from oxygen_ros.model.detokenizer import IncrementalDetokenizer, SupportsDetokenize
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece, TextStatus
+from oxygen_ros_interfaces.msg import DecodedText
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Header
+
+TEXT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE)
+"""QoS of ``~/ask`` (topic) and of the text topics ``~/<task>`` and ``~/<task>/stream``:
+reliable, and deep enough that a burst of questions, replies or pieces (one per running
+request per cycle) is not overwritten before the other side takes it (keep last 10 loses
+messages of a burst of a few hundred)."""
+
+TASK_CONSTANTS = {TextTask.ANSWER: DecodedText.TASK_ANSWER,
+                  TextTask.SUBTASK: DecodedText.TASK_SUBTASK,
+                  TextTask.MEMORY: DecodedText.TASK_MEMORY}
+"""``TextTask`` → ``DecodedText.TASK_*``."""
+
+
+def decoded_text(job: TextJob, text: str, *, final: bool, num_tokens: int,
+                 frame_stamp_ns: int, frame_id: str, now_s: float) -> DecodedText:
+    """
+    Build one ``DecodedText``.
+
+    :param frame_stamp_ns: stamp of the camera frame the text was decoded from (0: none).
+    :param now_s: monotonic seconds now; ``time_from_request`` = now - ``job.arrival_s``.
+    """
+    stamp_ns = max(frame_stamp_ns, 0)
+    elapsed_ns = max(round((now_s - job.arrival_s) * NS_PER_S), 0)
+    header = Header(frame_id=frame_id)
+    header.stamp.sec, header.stamp.nanosec = divmod(stamp_ns, NS_PER_S)
+    return DecodedText(
+        header=header, request_id=job.req_id, task=TASK_CONSTANTS[job.task], text=text,
+        is_final=final, num_tokens=num_tokens,
+        time_from_request=Duration(sec=elapsed_ns // NS_PER_S, nanosec=elapsed_ns % NS_PER_S))
+
+
+@dataclass(slots=True)
+class _Stream:
+    detok: IncrementalDetokenizer
+    num_tokens: int = 0
+    frame_stamp_ns: int = 0
+
+
+class TextStreams:
+    """
+    The streaming state of every request that decoded at least one token.
+
+    Text group only (not thread-safe).
+
+    :param tokenizer: the engine's tokenizer.
+    :param frame_id: ``header.frame_id`` of the messages (the node's ``frame_id``).
+    """
+
+    def __init__(self, tokenizer: SupportsDetokenize, frame_id: str = '') -> None:
+        self._tok = tokenizer
+        self.frame_id = frame_id
+        self._streams: dict[str, _Stream] = {}
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def text_so_far(self, req_id: str) -> str:
+        """Return the text of the pieces of ``req_id`` built so far ('' if none)."""
+        stream = self._streams.get(req_id)
+        return stream.detok.text if stream is not None else ''
+
+    def piece(self, event: TextPiece, now_s: float) -> DecodedText | None:
+        """
+        Detokenize one cycle's ids of a request.
+
+        :returns: the piece to publish; None when these ids completed no text and are not the
+            last of the request.
+        """
+        stream = self._streams.get(event.job.req_id)
+        if stream is None:
+            stream = self._streams[event.job.req_id] = _Stream(IncrementalDetokenizer(self._tok))
+        stream.num_tokens, stream.frame_stamp_ns = event.num_tokens, event.frame_stamp_ns
+        text = stream.detok.push(event.token_ids, final=event.final)
+        if not text and not event.final:
+            return None
+        return self._message(event.job, stream, text, event.final, now_s)
+
+    def done(self, event: TextDone, now_s: float) -> tuple[DecodedText | None, DecodedText]:
+        """
+        Close a request's stream.
+
+        :returns: ``(last piece, whole text)``: the final piece still to publish (None if the
+            final piece was already built, or the request never decoded a token), and the
+            whole text as one message (``is_final``): the engine's text when it finished (EOS,
+            LENGTH), else what its pieces said until it ended (cancelled, dropped).
+        """
+        stream = self._streams.pop(event.job.req_id, None)
+        last = None
+        if stream is not None and not stream.detok.closed:
+            last = self._message(event.job, stream, stream.detok.push((), final=True), True,
+                                 now_s)
+        finished = event.status in (TextStatus.EOS, TextStatus.LENGTH)
+        text = event.text if finished or stream is None else stream.detok.text
+        num_tokens = event.num_tokens or (stream.num_tokens if stream is not None else 0)
+        stamp = event.frame_stamp_ns or (stream.frame_stamp_ns if stream is not None else 0)
+        whole = decoded_text(event.job, text, final=True, num_tokens=num_tokens,
+                             frame_stamp_ns=stamp, frame_id=self.frame_id, now_s=now_s)
+        return last, whole
+
+    def _message(self, job: TextJob, stream: _Stream, text: str, final: bool,
+                 now_s: float) -> DecodedText:
+        return decoded_text(job, text, final=final, num_tokens=stream.num_tokens,
+                            frame_stamp_ns=stream.frame_stamp_ns, frame_id=self.frame_id,
+                            now_s=now_s)
+
+    def clear(self) -> None:
+        """Forget every stream (the node was cleaned up)."""
+        self._streams.clear()
+
+
+__all__ = ['TEXT_QOS', 'TASK_CONSTANTS', 'TextStreams', 'decoded_text']

@@ -1,0 +1,102 @@
+"""
+The engine's streaming hook (``StepOutput.text_deltas``) and ``Engine.abort`` freeing KV.
+
+Deltas are the tokens each request kept per cycle: they concatenate to the finished
+``TextOutput.token_ids`` in both policies, with EOS and budget cuts, and the last one says
+``finished``. Aborting a running request returns its KV blocks before the next cycle.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.observation import Observation
+from oxygen_ros.sched.scheduler import Policy
+import pytest
+
+CAMERAS = CAMERA_SLOTS[:1]
+
+
+def observation(frame: int) -> Observation:
+    rng = np.random.default_rng(frame)
+    return Observation(images={CAMERAS[0]: rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)},
+                       state=rng.uniform(-1, 1, 8).astype(np.float32),
+                       prompt='pick up the red block', stamp_ns=(frame + 1) * 100_000_000)
+
+
+def make_engine(tiny_models, tokenizer, policy=Policy.OXYGEN, k=2, stop_on_eos=False):
+    mode = PrefixAttention.BIDIRECTIONAL
+    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=CAMERAS,
+                       tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
+    return Engine(cfg, model=tiny_models(mode, CAMERAS), tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize('policy', list(Policy))
+def test_deltas_concatenate_to_the_finished_texts(policy, tiny_models, tokenizer):
+    engine = make_engine(tiny_models, tokenizer, policy)
+    budgets = {'a0': 5, 's0': 1, 'm0': 4, 'a1': 7}
+    streamed: dict[str, list[int]] = {}
+    counts: dict[str, list[int]] = {}
+    finished_flags: dict[str, list[bool]] = {}
+    outputs = {}
+    for frame in range(12):
+        if frame == 0:
+            engine.submit_text(TextTask.ANSWER, question='what is red?', max_tokens=5,
+                               req_id='a0')
+            engine.submit_text(TextTask.SUBTASK, max_tokens=1, req_id='s0')
+            engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id='m0')
+        if frame == 1:
+            engine.submit_text(TextTask.ANSWER, question='where?', max_tokens=7, req_id='a1')
+        out = engine.step(observation(frame) if frame < 4 else None)
+        for d in out.text_deltas:
+            assert d.frame_stamp_ns == (1 if d.req_id != 'a1' else 2) * 100_000_000
+            streamed.setdefault(d.req_id, []).extend(d.token_ids)
+            counts.setdefault(d.req_id, []).append(d.num_tokens)
+            finished_flags.setdefault(d.req_id, []).append(d.finished)
+        outputs.update({t.req_id: t for t in out.texts})
+        # a request's last delta comes in the step of its TextOutput
+        assert {d.req_id for d in out.text_deltas if d.finished} == {t.req_id for t in out.texts}
+    assert set(outputs) == set(budgets)
+    for req_id, out in outputs.items():
+        assert tuple(streamed[req_id]) == out.token_ids and len(out.token_ids) == budgets[req_id]
+        assert counts[req_id][-1] == len(out.token_ids)
+        assert counts[req_id] == sorted(counts[req_id])
+        assert finished_flags[req_id][-1] and not any(finished_flags[req_id][:-1])
+        assert tokenizer.decode(streamed[req_id]) == out.text
+    if policy is Policy.OXYGEN:  # k = 2 tokens per cycle: budgets stream over several cycles
+        assert len(counts['a1']) == 4
+
+
+def test_delta_is_cut_after_the_stop_token(tiny_models, tokenizer):
+    """The delta keeps what the request keeps: up to and including its stop token."""
+    engine = make_engine(tiny_models, tokenizer, k=4)
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='s')
+    [free_run] = engine.step(observation(0)).text_deltas
+    assert len(free_run.token_ids) == 4 and not free_run.finished
+    stop = free_run.token_ids[1]  # make the random model's 2nd token the stop token
+    engine = make_engine(tiny_models, tokenizer, k=4)
+    engine.scheduler.config = replace(engine.scheduler.config, eos_token_id=stop)
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='s')
+    out = engine.step(observation(0))
+    [delta] = out.text_deltas
+    cut = free_run.token_ids.index(stop) + 1
+    assert delta.token_ids == free_run.token_ids[:cut] and delta.finished
+    assert delta.num_tokens == cut and out.texts[0].token_ids == delta.token_ids
+
+
+def test_abort_frees_kv_blocks_at_once(tiny_models, tokenizer):
+    engine = make_engine(tiny_models, tokenizer, k=1)
+    engine.submit_text(TextTask.ANSWER, question='what is on the table?', max_tokens=40,
+                       req_id='q')
+    engine.step(observation(0))
+    kv = engine.scheduler.kv
+    held = kv.num_used_blocks
+    assert engine.num_running == 1 and held > 0
+    assert engine.abort('q') is True
+    assert kv.num_used_blocks == 0 and engine.num_running == 0
+    assert engine.abort('q') is False
+    out = engine.step(None)
+    assert out.text_deltas == () and out.texts == ()
