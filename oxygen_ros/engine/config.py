@@ -7,30 +7,14 @@ Engine configuration and the values it hands back per cycle (no torch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-import enum
 
 import numpy as np
 
+from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.scheduler import Policy
-
-
-class BackendKind(enum.Enum):
-    TORCH = 'torch'
-    TENSORRT = 'tensorrt'
-
-
-class CompileMode(enum.Enum):
-    """``torch.compile`` of the torch backend's denoise and decode steps (GPU)."""
-
-    NONE = 'none'
-    """Eager PyTorch."""
-    DEFAULT = 'default'
-    """Inductor kernels, no CUDA graphs."""
-    REDUCE_OVERHEAD = 'reduce-overhead'
-    """Inductor kernels captured in CUDA graphs (static shapes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +101,14 @@ class EngineConfig:
         if self.cameras is not None:
             changes['cameras'] = tuple(self.cameras)
         return cfg.with_overrides(**changes) if changes else cfg
+
+    def backend_config(self) -> BackendConfig:
+        """Return the fields a backend needs (``backends.factory.make_backend``)."""
+        return BackendConfig(
+            backend=self.backend, compile_mode=self.compile_mode, device=self.device,
+            block_size=self.block_size, max_running_requests=self.max_running_requests,
+            decode_budget=self.decode_budget, trt_precision=self.trt_precision,
+            engine_cache_dir=self.engine_cache_dir)
 
 
 @dataclass(frozen=True, slots=True)

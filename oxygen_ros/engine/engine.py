@@ -17,12 +17,12 @@ import time
 from typing import Callable, Mapping
 
 import numpy as np
-from oxygen_ros.engine.backends import make_backend
+from oxygen_ros.backends.factory import make_backend
+from oxygen_ros.backends.torch_backend import FrameInputs
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, StepOutput, TextOutput)
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
-from oxygen_ros.engine.torch_backend import FrameInputs
 from oxygen_ros.model.normalize import Normalizer, NormStats
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
@@ -98,7 +98,7 @@ class Engine:
             max_running_requests=config.max_running_requests,
             eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
         self.scheduler = Scheduler(sched_cfg)
-        self.backend = make_backend(config, self.model, sched_cfg.num_blocks)
+        self.backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks)
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
         self._pending: deque[_Pending] = deque()

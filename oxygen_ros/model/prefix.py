@@ -10,14 +10,29 @@ saves their compute and cache space.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.masks import text_ar
 
 import torch
 
-if TYPE_CHECKING:
-    from oxygen_ros.model.pi05 import Pi05Model
+
+class PrefixEmbedder(Protocol):
+    """What prefix packing needs of a model (``Pi05Model`` is one; no import of it here)."""
+
+    cfg: ModelConfig
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Activation dtype of the VLM."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the embeddings live."""
+
+    def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Return ``E[tokens] * sqrt(W)`` (spec §1.3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +54,7 @@ class PackedPrefix:
     all_valid: bool
 
 
-def padded_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+def padded_prefix(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.Tensor,
                   image_embeds: torch.Tensor | None, image_mask: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
@@ -80,7 +95,7 @@ def padded_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tens
     return torch.cat(embeds, 1), torch.cat(valid, 1), torch.cat(ar, 1)
 
 
-def pack_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+def pack_prefix(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.Tensor,
                 image_embeds: torch.Tensor | None,
                 image_mask: torch.Tensor | None) -> PackedPrefix:
     """
@@ -107,4 +122,4 @@ def pack_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor
                         bool(packed_valid.all()))
 
 
-__all__ = ['PackedPrefix', 'pack_prefix', 'padded_prefix']
+__all__ = ['PackedPrefix', 'PrefixEmbedder', 'pack_prefix', 'padded_prefix']

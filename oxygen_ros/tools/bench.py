@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
-    from oxygen_ros.engine.backends import BackendUnavailableError
+    from oxygen_ros.backends.errors import BackendUnavailableError
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model

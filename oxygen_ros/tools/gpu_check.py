@@ -66,10 +66,10 @@ def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> 
 
 def _backend(name: str, args: argparse.Namespace, model, num_blocks: int):
     """Return (backend, warm-up seconds) for ``name``."""
-    from oxygen_ros.engine import compiled
+    from oxygen_ros.backends import compiled
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
-    from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
-    from oxygen_ros.engine.torch_backend import TorchBackend
+    from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
+    from oxygen_ros.backends.torch_backend import TorchBackend
 
     cfg = EngineConfig(preset=args.preset, dtype=args.dtype, device=args.device, block_size=16,
                        max_running_requests=max(args.decode_batches),
@@ -78,10 +78,10 @@ def _backend(name: str, args: argparse.Namespace, model, num_blocks: int):
     if name == 'eager':
         return TorchBackend(model, num_blocks, 16), 0.0
     if name == 'compiled':
-        b = compiled.CompiledTorchBackend.create(cfg, model, num_blocks,
+        b = compiled.CompiledTorchBackend.create(cfg.backend_config(), model, num_blocks,
                                                  backend=args.compile_backend)
         return b, b.compile_seconds
-    b = TensorRTBackend.create(cfg, model, num_blocks)
+    b = TensorRTBackend.create(cfg.backend_config(), model, num_blocks)
     return b, b.compile_seconds
 
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from oxygen_ros.config import get_preset
-    from oxygen_ros.engine.backends import BackendUnavailableError
+    from oxygen_ros.backends.errors import BackendUnavailableError
     from oxygen_ros.model.pi05 import build_model
 
     sync = torch.cuda.synchronize if args.device.startswith('cuda') else (lambda: None)

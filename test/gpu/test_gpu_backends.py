@@ -103,14 +103,14 @@ def test_tensorrt_bfloat16_engine_is_close_to_torch_bfloat16(tokenizer, tmp_path
 
 @needs_trt
 def test_denoise_cuda_graph_equals_plain_loop(tokenizer, tmp_path, monkeypatch):
-    from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
+    from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
 
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path))
     mode = PrefixAttention.CAUSAL_TEXT
     cfg = _config(mode, backend=BackendKind.TENSORRT)
     model = build_model(cfg, cfg.model_config())
-    graphed = TensorRTBackend.create(cfg, model, 64, cuda_graphs=True)
-    plain = TensorRTBackend.create(cfg, model, 64, cuda_graphs=False)
+    graphed = TensorRTBackend.create(cfg.backend_config(), model, 64, cuda_graphs=True)
+    plain = TensorRTBackend.create(cfg.backend_config(), model, 64, cuda_graphs=False)
     size = model.cfg.vision.image_size
     images = torch.rand(1, 2, 3, size, size, device='cuda') * 2 - 1
     tokens = torch.randint(3, 1000, (1, 12), device='cuda')

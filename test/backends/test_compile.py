@@ -9,14 +9,14 @@ in ``test/gpu``.
 import logging
 
 import numpy as np
+from oxygen_ros.backends import compiled as compiled_mod
+from oxygen_ros.backends.compiled import batch_buckets, CompiledModel, CompiledTorchBackend
+from oxygen_ros.backends.factory import make_backend
+from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.engine import compiled as compiled_mod
-from oxygen_ros.engine.backends import make_backend
-from oxygen_ros.engine.compiled import batch_buckets, CompiledModel, CompiledTorchBackend
 from oxygen_ros.engine.config import CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.torch_backend import TorchBackend
-from oxygen_ros.engine.trt_profiles import EngineLimits
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.workload import make_observation
@@ -107,7 +107,7 @@ def test_a_broken_compiler_falls_back_to_eager(tiny_models, caplog, backend, rea
     cache = KVCache(model.cfg.vlm, 1024)
     comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model, 1024, max_batch=2),
                          backend=backend)
-    with caplog.at_level(logging.WARNING, logger='oxygen_ros.engine.compiled'), \
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'), \
             torch.inference_mode():
         comp.warmup(cache)
         want, _ = _drive(model, model, KVCache(model.cfg.vlm, 1024))
@@ -158,7 +158,7 @@ def test_engine_with_compile_mode_equals_eager(tiny_models, tokenizer, monkeypat
 def test_make_backend_without_compile_is_plain_torch(tiny_models):
     model = tiny_models(MODE, CAMERA_SLOTS[:2])
     cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMERA_SLOTS[:2])
-    assert type(make_backend(cfg, model, 8)) is TorchBackend
+    assert type(make_backend(cfg.backend_config(), model, 8)) is TorchBackend
 
 
 @pytest.fixture(autouse=True)

@@ -25,10 +25,10 @@ import logging
 import time
 from typing import Callable, Iterator
 
-from oxygen_ros.engine.config import CompileMode, EngineConfig
-from oxygen_ros.engine.onnx_graphs import DecodeGraph, DenoiseGraph
-from oxygen_ros.engine.torch_backend import TorchBackend
-from oxygen_ros.engine.trt_profiles import EngineLimits
+from oxygen_ros.backends.config import BackendConfig, CompileMode
+from oxygen_ros.backends.onnx_graphs import DecodeGraph, DenoiseGraph
+from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
@@ -254,7 +254,7 @@ class CompiledTorchBackend(TorchBackend):
     compile_seconds: float
 
     @classmethod
-    def create(cls, config: EngineConfig, model: Pi05Model, num_blocks: int, *,
+    def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                backend: str | Callable | None = None) -> CompiledTorchBackend:
         """
         Build the backend and warm it up (compile + capture every static shape).
