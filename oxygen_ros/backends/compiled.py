@@ -14,9 +14,12 @@ decode context (masked columns), so every step of every cycle replays one of a f
 graphs. The decode batch dim is compiled dynamic (two compilations: batch 1 and the rest).
 
 Compilation is fragile (spec §3.8: CUDA graphs under changing shapes; on Thor a compiled
-text decode gave invalid probabilities), so warm-up compares each compiled function with
-eager on the same inputs and falls back to eager (logged) on an exception, non-finite
-output or a mismatch.
+text decode gave invalid probabilities; some Triton builds reject Thor's ``sm_110a``), so
+warm-up holds each compiled function against eager on the same inputs with the parity gate
+(``parity.py``: relative to how far eager in the model dtype is from a float32 run) and
+falls back to eager on an exception, non-finite output or a failed gate. A fallback is
+never silent: an ERROR log with the measured error and tolerance, and ``fallbacks``
+(step -> reason), which the engine exposes and the node reports on ``/diagnostics``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Callable, Iterator
 
 from oxygen_ros.backends.config import BackendConfig, CompileMode
 from oxygen_ros.backends.onnx_graphs import DecodeGraph, DenoiseGraph
+from oxygen_ros.backends.parity import check_parity
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.model.flow import euler_times
@@ -50,8 +54,29 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return tuple(sizes) + (max_batch,)
 
 
-def _tolerance(dtype: torch.dtype) -> float:
-    return 1e-3 if dtype == torch.float32 else 5e-2
+def float32_copy(model: Pi05Model) -> Pi05Model | None:
+    """
+    Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
+
+    The parity gate's reference. Built on the model's device; where that runs out of
+    memory, on the CPU (slower, same numbers).
+    """
+    if model.dtype == torch.float32:
+        return None
+    for device in dict.fromkeys((model.device, torch.device('cpu'))):
+        try:
+            with torch.device('meta'):
+                ref = Pi05Model(model.cfg)
+            ref = ref.to_empty(device=device)
+            ref.load_state_dict(model.state_dict())
+            return ref.eval()
+        except torch.OutOfMemoryError:
+            _LOG.warning('no memory for a float32 copy of the model on %s', device)
+    raise RuntimeError('no memory for the float32 reference model of the parity gate')
+
+
+def _upcast(args: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    return tuple((a.float() if a.is_floating_point() else a).to(device) for a in args)
 
 
 def _batch_dynamic(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -97,6 +122,8 @@ class CompiledModel:
         self._denoise: Callable | None = None
         self._decode: Callable | None = None
         self._warned_ctx = False
+        self.fallbacks: dict[str, str] = {}
+        """Compiled steps that run eagerly instead: step name -> reason."""
 
     @property
     def device(self) -> torch.device:
@@ -146,6 +173,10 @@ class CompiledModel:
             torch._dynamo.mark_static_address(cache.v)
         gen = torch.Generator().manual_seed(0)
         dev, cfg, lim = self.model.device, self.cfg, self.limits
+        self.fallbacks = {}
+        reference = float32_copy(self.model)
+        for pool in (cache.k, cache.v):  # realistic K/V for the gate; zeroed again below
+            pool.normal_(generator=torch.Generator(pool.device).manual_seed(1))
 
         def ints(high: int, *shape: int) -> torch.Tensor:
             return torch.randint(0, high, shape, generator=gen).to(dev)
@@ -155,14 +186,18 @@ class CompiledModel:
                    torch.ones(1, lim.denoise_ctx_len, dtype=torch.bool, device=dev),
                    torch.randn(1, cfg.action_horizon, cfg.action_dim, generator=gen).to(dev),
                    torch.full((1,), 0.5, device=dev), ints(lim.max_prefix, 1))
-        self._denoise = self._checked('denoise', eager_dn, [dn_args])
+        self._denoise = self._checked('denoise', eager_dn, [dn_args],
+                                      reference and DenoiseGraph(reference))
         eager_dc = DecodeGraph(self.model)
         dc_args = [(cache.k, cache.v) + _batch_dynamic((
                     ints(1000, b, 1), torch.ones(b, 1, dtype=torch.bool, device=dev),
                     ints(lim.max_prefix, b), ints(n, b, lim.max_ctx),
                     torch.ones(b, lim.max_ctx, dtype=torch.bool, device=dev)))
                    for b in self.buckets]
-        self._decode = self._checked('decode', eager_dc, dc_args)
+        self._decode = self._checked('decode', eager_dc, dc_args,
+                                     reference and DecodeGraph(reference))
+        cache.k.zero_()
+        cache.v.zero_()
         self.compile_seconds = time.perf_counter() - t0
         _LOG.info('torch.compile (%s, %s): %.1f s; denoise %s, decode %s (batch buckets %s)',
                   self.mode.value, self._backend, self.compile_seconds,
@@ -170,25 +205,36 @@ class CompiledModel:
                   'compiled' if self._decode is not None else 'EAGER', self.buckets)
         return self.compile_seconds
 
-    def _checked(self, what: str, eager: torch.nn.Module,
-                 cases: list[tuple[torch.Tensor, ...]]) -> Callable | None:
+    def _checked(self, what: str, eager: torch.nn.Module, cases: list[tuple[torch.Tensor, ...]],
+                 reference: torch.nn.Module | None) -> Callable | None:
+        """
+        Compile ``eager``; return it if every case passes the parity gate, else None.
+
+        :param reference: ``eager``'s computation on the float32 copy (None: float32 model).
+        """
         try:
             compiled = self._compile(eager)
             for args in cases:
                 for _ in range(2 if self._cuda_graphs else 1):  # record, then replay
                     got = self._call(compiled, *args)
                 want = eager(*args)
+                ref = None
+                if reference is not None:
+                    ref_dev = next(reference.parameters()).device
+                    ref = reference(*_upcast(args, ref_dev))
                 got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-                for g, w in zip(got, want):
-                    if not bool(torch.isfinite(g).all()):
-                        raise RuntimeError('non-finite output')
-                    err = (g.float() - w.float()).abs().max().item()
-                    scale = max(1.0, w.float().abs().max().item())
-                    if err > _tolerance(w.dtype) * scale:
-                        raise RuntimeError(f'differs from eager by {err:.3g}')
+                if ref is not None and not isinstance(ref, tuple):
+                    ref = (ref,)
+                name = f'{what} step, shapes {[tuple(a.shape) for a in args[2:]]}'
+                result = check_parity(name, got, want, ref)
+                if not result.passed:
+                    raise RuntimeError(f'parity gate failed: {result.describe()}')
+                _LOG.info('parity gate passed: %s', result.describe())
         except Exception as exc:  # noqa: B902 - any compiler failure means: run eager
-            _LOG.warning('torch.compile of the %s step failed (%s: %s); running it eagerly',
-                         what, type(exc).__name__, exc)
+            reason = f'{type(exc).__name__}: {exc}'
+            _LOG.error('torch.compile of the %s step failed, running it EAGERLY (slow): %s',
+                       what, reason)
+            self.fallbacks[what] = reason
             return None
         return compiled
 

@@ -103,6 +103,11 @@ class TorchBackend:
     def num_live_rows(self) -> int:
         return len(self._rows)
 
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Return compiled steps that run eagerly instead (step -> reason); empty if none."""
+        return dict(getattr(self.model, 'fallbacks', {}))
+
     def _timer(self) -> float:
         self._sync()
         return time.perf_counter()

@@ -180,6 +180,16 @@ class Engine:
     def num_pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """
+        Return the compiled steps that fell back to eager execution: step -> reason.
+
+        Empty when nothing was compiled or everything compiled passed its parity gate. The
+        node reports each on ``/diagnostics`` (WARN); ``oxygen-gpu-check`` fails on any.
+        """
+        return self.backend.fallbacks
+
     # -- the control cycle ---------------------------------------------------------------
     def prepare(self, obs: Observation) -> PreparedObservation:
         """

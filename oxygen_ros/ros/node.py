@@ -135,6 +135,7 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(
             f'engine {cfg.preset} ready in {time.monotonic() - t0:.1f} s ({weights}); '
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}')
+        self._diag.set_fallbacks(engine.fallbacks)
         self._engine, self._cfg, self._failed = engine, cfg, False
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
         self._pubs = {'action': self.create_lifecycle_publisher(

@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
         'device': args.device, 'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s,
+        'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
@@ -257,6 +258,8 @@ def _print(r: dict) -> None:
           f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
           f"{r['action_max_abs_diff']:.2e}; text equal {r['text_equal']} "
           f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
+    for policy, steps in r['fallbacks'].items():
+        print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
 
 
 if __name__ == '__main__':

@@ -127,7 +127,11 @@ def _components(backend, args: argparse.Namespace, sync: Callable[[], None]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the checks; return 0, or 1 if a requested backend was unavailable or failed."""
+    """
+    Run the checks; return 0, or 1 if a requested backend was unavailable or failed.
+
+    A compiled step that fell back to eager counts as a failure (the fast path was asked for).
+    """
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     import torch
@@ -159,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             report['backends'][name] = {'error': str(exc)}
             failed = True
             continue
-        entry = {'warmup_s': warm, 'ms': result['ms']}
+        entry = {'warmup_s': warm, 'ms': result['ms'], 'fallbacks': backend.fallbacks}
+        if backend.fallbacks:
+            failed = True
+            print(f'{name}: compiled steps FELL BACK to eager: {backend.fallbacks}',
+                  file=sys.stderr)
         if reference is None:
             reference = result['outputs']
         else:
@@ -184,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                           '--compile', args.compile_mode if name == 'compiled' else 'none',
                           '--no-progress', '--json', str(path)]
             rc = bench_main(bench_args)
-            report['backends'][name]['bench'] = json.loads(path.read_text()) if rc == 0 \
-                else {'error': f'exit code {rc}'}
-            failed |= rc != 0
+            bench = json.loads(path.read_text()) if rc == 0 else {'error': f'exit code {rc}'}
+            report['backends'][name]['bench'] = bench
+            failed |= rc != 0 or bool(bench.get('fallbacks'))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

@@ -6,6 +6,7 @@ capture by dynamo, no codegen); Inductor and CUDA graphs (``reduce-overhead``) a
 in ``test/gpu``.
 """
 
+from dataclasses import replace
 import logging
 
 import numpy as np
@@ -101,7 +102,7 @@ def _wrong(gm, example_inputs):
 
 
 @pytest.mark.parametrize('backend,reason', [(_failing, 'no codegen today'),
-                                            (_wrong, 'differs from eager')])
+                                            (_wrong, 'parity gate failed')])
 def test_a_broken_compiler_falls_back_to_eager(tiny_models, caplog, backend, reason):
     model = tiny_models(MODE, CAMERA_SLOTS[:2])
     cache = KVCache(model.cfg.vlm, 1024)
@@ -182,3 +183,16 @@ def test_decode_compiles_twice_for_all_batch_buckets(tiny_models):
         comp.warmup(KVCache(model.cfg.vlm, 512))
     assert comp.buckets == (1, 2, 4, 8, 16) and comp._decode is not None
     assert len(graphs) == 1 + 2      # denoise; decode at batch 1, then one dynamic batch
+
+
+def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
+    model = tiny_models(MODE, CAMERA_SLOTS[:2])
+    monkeypatch.setattr(compiled_mod, 'DEFAULT_COMPILE_BACKEND', _failing)
+    cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMERA_SLOTS[:2],
+                       compile_mode=CompileMode.DEFAULT, max_running_requests=2)
+    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+    assert set(engine.fallbacks) == {'denoise', 'decode'}
+    assert 'no codegen today' in engine.fallbacks['decode']
+    eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
+                   tokenizer=tokenizer)
+    assert eager.fallbacks == {}
