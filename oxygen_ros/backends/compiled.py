@@ -1,39 +1,55 @@
 """
-``torch.compile`` of the denoise step and the decode step, static shapes, eager fallback.
+The fast path: every per-cycle model call at static shapes, in CUDA graphs, parity-gated.
 
-gpt-fast style (style.md §1): compile the step functions, not the model; keep shapes
-static so that compiled kernels and CUDA graphs (``mode='reduce-overhead'``) are reused;
-compile and capture at warm-up, and report that time apart (``compile_seconds``).
+Why CUDA graphs, captured by us (``torch.cuda.CUDAGraph``), around Inductor kernels: on an
+H100 (2026-11-22, ``../shared/gpu``) eager π0.5 leaves the GPU idle between launches (vision:
+3.3 ms of kernels in 358 launches, 12.5 ms wall; prefill: 9.9 ms of kernels in 947
+launches, 21 ms wall); Inductor without graphs did not pay (prefill 10.8-12.6 ms), Inductor
+with graphs did (vision 2.9 ms). So the graph is what matters, and capturing it ourselves
+(as vLLM does) rather than through ``mode='reduce-overhead'`` lets one graph hold a whole
+call: the model call, its K/V writes into the pool, the 10 Euler steps of a chunk, the LM
+head and greedy argmax, on buffers we own (no copy of outputs per replay, no re-recording
+because a pool is mutated or an address moved). The kernels inside come from Inductor
+(``CompileMode.REDUCE_OVERHEAD``) or are PyTorch's own (``CUDA_GRAPHS``, no compiler: what is
+left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
 
-The compiled functions are the pure step graphs of ``onnx_graphs.py`` (``DenoiseGraph``,
-``DecodeGraph``): they read the KV pool by slot and return the new K/V, which the wrapper
-writes with ``index_copy_`` (no pool mutation inside the graph, so CUDA-graph replays never
-alias it). Shapes repeat: the denoise context is padded to the longest prefix (one static
-shape); a decode batch is padded up to a power-of-two bucket and its context to the longest
-decode context (masked columns), so every step of every cycle replays one of a few CUDA
-graphs. The decode batch dim is compiled dynamic (two compilations: batch 1 and the rest).
+Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
+bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise at the longest
+prefix, decode per batch bucket (up to ``max_running_requests``) and context bucket, seed per
+batch bucket. Padding is masked, so results equal eager on the valid part (float32 1e-5 in
+the tests). Graph simplifications: Q/K/V is one fused projection in the model itself; the time
+MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed Euler times
+(``DenoiseCall``); RMSNorm scales folded into the next linear (``model/folding.py``) with eager
+kernels only (Inductor fuses the multiply into the norm anyway, and folding costs 2.6 GB of
+weights at full size).
 
-Compilation is fragile (spec §3.8: CUDA graphs under changing shapes; on Thor a compiled
-text decode gave invalid probabilities; some Triton builds reject Thor's ``sm_110a``), so
-warm-up holds each compiled function against eager on the same inputs with the parity gate
-(``parity.py``: relative to how far eager in the model dtype is from a float32 run) and
-falls back to eager on an exception, non-finite output or a failed gate. A fallback is
-never silent: an ERROR log with the measured error and tolerance, and ``fallbacks``
-(step -> reason), which the engine exposes and the node reports on ``/diagnostics``.
+Warm-up compiles, captures and gates every graph (``parity.py``, probes in
+``parity_probe.py``), with a progress bar and a log line per step; Inductor's artifacts are
+cached on disk (``compile_cache.py``). A step whose graphs fail (compiler error, capture
+error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log with the
+reason and the measured error, and ``fallbacks`` (step -> reason), which the engine exposes,
+the node shows on ``/diagnostics`` and ``oxygen-gpu-check`` fails on. A call outside the
+compiled shapes (a longer context, a batch > ``max_running_requests``) runs eagerly with a
+warning.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
-from oxygen_ros.backends.config import BackendConfig, CompileMode
-from oxygen_ros.backends.onnx_graphs import DecodeGraph, DenoiseGraph
-from oxygen_ros.backends.parity import check_parity
-from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.buckets import bucket_for, StaticShapes
+from oxygen_ros.backends.compile_cache import CompileCache
+from oxygen_ros.backends.config import CompileMode
+from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.parity import ParityResult
+from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
+from oxygen_ros.backends.static_graph import StaticCall
 from oxygen_ros.backends.trt_profiles import EngineLimits
-from oxygen_ros.model.flow import euler_times
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.folding import fold_layers
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
@@ -41,89 +57,57 @@ import torch.nn.functional as F  # noqa: N812
 
 _LOG = logging.getLogger(__name__)
 
-DEFAULT_COMPILE_BACKEND = 'inductor'
-"""``torch.compile`` backend of ``CompiledTorchBackend.create`` (tests swap in aot_eager)."""
-
-
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """Return the decode batch sizes compiled: powers of two below ``max_batch``, then it."""
-    sizes, b = [], 1
-    while b < max_batch:
-        sizes.append(b)
-        b *= 2
-    return tuple(sizes) + (max_batch,)
-
-
-def float32_copy(model: Pi05Model) -> Pi05Model | None:
-    """
-    Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
-
-    The parity gate's reference. Built on the model's device; where that runs out of
-    memory, on the CPU (slower, same numbers).
-    """
-    if model.dtype == torch.float32:
-        return None
-    for device in dict.fromkeys((model.device, torch.device('cpu'))):
-        try:
-            with torch.device('meta'):
-                ref = Pi05Model(model.cfg)
-            ref = ref.to_empty(device=device)
-            ref.load_state_dict(model.state_dict())
-            return ref.eval()
-        except torch.OutOfMemoryError:
-            _LOG.warning('no memory for a float32 copy of the model on %s', device)
-    raise RuntimeError('no memory for the float32 reference model of the parity gate')
-
-
-def _upcast(args: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
-    return tuple((a.float() if a.is_floating_point() else a).to(device) for a in args)
-
-
-def _batch_dynamic(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """
-    Mark dim 0 (the decode batch) dynamic when > 1.
-
-    One compiled decode serves every bucket above 1 (batch 1 is specialized by dynamo) where
-    static batches would compile once per bucket (minutes at full size, and dynamo's
-    per-function recompile limit); CUDA graphs are still recorded per bucket.
-    """
-    if tensors[0].shape[0] > 1:
-        for t in tensors:
-            torch._dynamo.mark_dynamic(t, 0)
-    return tensors
-
 
 class CompiledModel:
     """
-    ``Pi05Model`` for ``TorchBackend`` with compiled ``denoise`` and ``decode_step``.
+    ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
-    ``encode_images``, ``prefill`` and ``lm_logits`` stay eager (variable shapes, once per
-    frame or request).
+    Same signatures and results as the model (``encode_images``, ``prefill``, ``denoise``,
+    ``decode_step``, ``lm_logits``) plus ``decode_greedy`` / ``lm_greedy`` (token ids from
+    the graph's argmax). A call takes a graph when it has a compiled shape, batch 1 where
+    the graph has one, masks None (every token valid) and the KV pool given to
+    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
 
-    :param model: the eager model (also the fallback).
-    :param mode: DEFAULT (Inductor) or REDUCE_OVERHEAD (Inductor + CUDA graphs).
-    :param limits: longest prefix (denoise padding), decode context and batch.
-    :param backend: ``torch.compile`` backend (``'inductor'``; tests use ``'aot_eager'``).
-    :raises ValueError: ``mode`` NONE.
+    :param model: the eager model (weights shared; also the fallback).
+    :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).
+    :param limits: longest prefix, decode context and batch.
+    :param backend: ``torch.compile`` backend for Inductor kernels.
+    :param block_size: KV block size (block 0 is the null block padded tokens write to).
+    :param fold_norms: fold RMSNorm scales into the linears; default: with eager kernels.
+    :param only: put only these steps on the fast path (default: all); the others run
+        eagerly (not a fallback: nothing was asked).
+    :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
     def __init__(self, model: Pi05Model, mode: CompileMode, limits: EngineLimits, *,
-                 backend: str | Callable = 'inductor') -> None:
+                 backend: str | Callable = 'inductor', block_size: int = 16,
+                 fold_norms: bool | None = None, only: Collection[Step] | None = None) -> None:
+        mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
         self.model = model
         self.cfg = model.cfg
         self.mode = mode
         self.limits = limits
-        self.buckets = batch_buckets(limits.max_batch)
+        self.block_size = block_size
+        self.null_slot = NULL_BLOCK_ID * block_size
+        self.cuda_graphs = mode is not CompileMode.DEFAULT and model.device.type == 'cuda'
+        self.kernels = Kernels.EAGER if mode is CompileMode.CUDA_GRAPHS else Kernels.INDUCTOR
+        self.fold_norms = self.kernels is Kernels.EAGER if fold_norms is None else fold_norms
+        self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
+                                             max_ctx=limits.max_ctx,
+                                             denoise_ctx=limits.denoise_ctx_len)
         self.compile_seconds = 0.0
-        self._backend = backend
-        self._cuda_graphs = mode is CompileMode.REDUCE_OVERHEAD and model.device.type == 'cuda'
-        self._denoise: Callable | None = None
-        self._decode: Callable | None = None
-        self._warned_ctx = False
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
+        self.parity: dict[str, ParityResult] = {}
+        """The gate's closest call (largest error / tolerance) per step that passed."""
+        self.cache: CompileCache | None = None
+        self._backend = backend
+        self._only = frozenset(Step) if only is None else frozenset(only)
+        self._graphs: dict[Step, dict[tuple[int, ...], StaticCall]] = {}
+        self._pool: KVCache | None = None
+        self._warned: set[str] = set()
 
     @property
     def device(self) -> torch.device:
@@ -136,187 +120,264 @@ class CompiledModel:
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters()
 
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model.encode_images(images)
-
-    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_logits(hidden)
-
-    def prefill(self, *args, **kwargs) -> PrefixKV:
-        return self.model.prefill(*args, **kwargs)
-
-    def _compile(self, fn: torch.nn.Module) -> Callable:
-        mode = 'reduce-overhead' if self.mode is CompileMode.REDUCE_OVERHEAD else 'default'
-        return torch.compile(fn, backend=self._backend, mode=mode if self._backend ==
-                             'inductor' else None, fullgraph=True, dynamic=None)
-
-    def _call(self, fn: Callable, *args: torch.Tensor):
-        if self._cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
-        out = fn(*args)
-        if self._cuda_graphs:  # CUDA-graph outputs are overwritten by the next replay
-            out = tuple(o.clone() for o in out) if isinstance(out, tuple) else out.clone()
-        return out
+    def steps(self) -> dict[Step, list[tuple[int, ...]]]:
+        """Return every step and the shape keys it compiles, in warm-up order."""
+        s = self.shapes
+        cams_prompts = [(n, t) for n in s.camera_counts for t in s.prompt]
+        steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts,
+                 Step.DENOISE: [(s.denoise_ctx,)],
+                 Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
+                 Step.SEED: [(b,) for b in s.batch]}
+        if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+            steps[Step.TEXT_PREFILL] = cams_prompts
+        return {step: keys for step, keys in steps.items() if step in self._only}
 
     # ---------------------------------------------------------------- warm-up
-    @torch.inference_mode()
-    def warmup(self, cache: KVCache) -> float:
+    def warmup(self, pool: KVCache, *, progress: bool = True) -> float:
         """
-        Compile (and capture) every static shape; keep each function only if it equals eager.
+        Compile, capture and gate every graph on ``pool``; fall back step by step.
 
-        :param cache: the backend's KV pool (read only; marked static for CUDA graphs).
+        :param pool: the backend's KV pool (graphs read and write it by address; zeroed
+            after the gate's probes).
+        :param progress: draw a tqdm bar (one tick per graph).
         :returns: seconds spent, also in ``compile_seconds``.
         """
-        t0 = time.perf_counter()
-        if self._cuda_graphs:
-            torch._dynamo.mark_static_address(cache.k)
-            torch._dynamo.mark_static_address(cache.v)
-        gen = torch.Generator().manual_seed(0)
-        dev, cfg, lim = self.model.device, self.cfg, self.limits
-        self.fallbacks = {}
-        reference = float32_copy(self.model)
-        for pool in (cache.k, cache.v):  # realistic K/V for the gate; zeroed again below
-            pool.normal_(generator=torch.Generator(pool.device).manual_seed(1))
+        from tqdm import tqdm
 
-        def ints(high: int, *shape: int) -> torch.Tensor:
-            return torch.randint(0, high, shape, generator=gen).to(dev)
-        n = cache.num_slots
-        eager_dn = DenoiseGraph(self.model)
-        dn_args = (cache.k, cache.v, ints(n, 1, lim.denoise_ctx_len),
-                   torch.ones(1, lim.denoise_ctx_len, dtype=torch.bool, device=dev),
-                   torch.randn(1, cfg.action_horizon, cfg.action_dim, generator=gen).to(dev),
-                   torch.full((1,), 0.5, device=dev), ints(lim.max_prefix, 1))
-        self._denoise = self._checked('denoise', eager_dn, [dn_args],
-                                      reference and DenoiseGraph(reference))
-        eager_dc = DecodeGraph(self.model)
-        dc_args = [(cache.k, cache.v) + _batch_dynamic((
-                    ints(1000, b, 1), torch.ones(b, 1, dtype=torch.bool, device=dev),
-                    ints(lim.max_prefix, b), ints(n, b, lim.max_ctx),
-                    torch.ones(b, lim.max_ctx, dtype=torch.bool, device=dev)))
-                   for b in self.buckets]
-        self._decode = self._checked('decode', eager_dc, dc_args,
-                                     reference and DecodeGraph(reference))
-        cache.k.zero_()
-        cache.v.zero_()
+        t0 = time.perf_counter()
+        self._pool, self.fallbacks, self._graphs, self.parity = pool, {}, {}, {}
+        if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
+            self.cache = CompileCache(f'{self.cfg!r}|{self.dtype}|{self.device}|'
+                                      f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
+                                      f'{self.fold_norms}')
+            self.cache.activate()
+        reference = float32_copy(self.model)
+        layers = fold_layers(self.model.vlm.layers) if self.fold_norms else self.model.vlm.layers
+        builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
+        probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
+        graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        steps = self.steps()
+        bar = tqdm(total=sum(len(keys) for keys in steps.values()), unit='graph',
+                   desc=f'fast path ({self.mode.value})', disable=not progress)
+        try:
+            with torch.inference_mode(), torch._dynamo.config.patch(
+                    recompile_limit=512, accumulated_recompile_limit=8192):
+                for step, keys in steps.items():
+                    self._warm_step(step, keys, builder, probe, graph_pool, bar)
+        finally:
+            bar.close()
+            pool.k.zero_()
+            pool.v.zero_()
+            del reference, probe
+        if self.cache is not None:
+            self.cache.save()
         self.compile_seconds = time.perf_counter() - t0
-        _LOG.info('torch.compile (%s, %s): %.1f s; denoise %s, decode %s (batch buckets %s)',
-                  self.mode.value, self._backend, self.compile_seconds,
-                  'compiled' if self._denoise is not None else 'EAGER',
-                  'compiled' if self._decode is not None else 'EAGER', self.buckets)
+        counts = self.cache.counts() if self.cache is not None else None
+        _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',
+                  self.mode.value, self.kernels.value,
+                  ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
+                  sum(len(g) for g in self._graphs.values()),
+                  f'; compile cache {counts.hits} hits, {counts.misses} misses'
+                  if counts else '',
+                  f'; EAGER: {", ".join(self.fallbacks)}' if self.fallbacks else '')
         return self.compile_seconds
 
-    def _checked(self, what: str, eager: torch.nn.Module, cases: list[tuple[torch.Tensor, ...]],
-                 reference: torch.nn.Module | None) -> Callable | None:
-        """
-        Compile ``eager``; return it if every case passes the parity gate, else None.
+    def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
+                   probe: ParityProbe, graph_pool: Any, bar: Any) -> None:
+        attempts = [self.kernels]
+        if self.kernels is Kernels.INDUCTOR and self.cuda_graphs:
+            attempts.append(Kernels.EAGER)         # graphs of eager kernels still pay
+        reasons = []
+        for kernels in attempts:
+            t0 = time.perf_counter()
+            try:
+                self._graphs[step] = graphs = {}
+                worst = None
+                for key in keys:
+                    graphs[key] = builder.build(step, key, kernels, cuda_graph=self.cuda_graphs,
+                                                pool=graph_pool)
+                    args = () if step is Step.DENOISE else key
+                    result = getattr(probe, step.value)(*args)
+                    if not result.passed:
+                        raise RuntimeError(f'parity gate failed: {result.describe()}')
+                    if worst is None or result.error / max(result.tolerance, 1e-30) > \
+                            worst.error / max(worst.tolerance, 1e-30):
+                        worst = result
+                    bar.update()
+            except Exception as exc:  # noqa: B902 - any compile/capture/gate failure
+                self._graphs.pop(step, None)
+                reasons.append(f'{kernels.value} kernels: {type(exc).__name__}: {exc}')
+                _LOG.error('fast path: %s with %s kernels failed: %s: %s', step.value,
+                           kernels.value, type(exc).__name__, exc)
+                continue
+            if worst is not None:
+                self.parity[step.value] = worst
+            _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s; worst %s',
+                      step.value, len(keys), kernels.value, time.perf_counter() - t0,
+                      worst.describe() if worst else '-')
+            if kernels is not self.kernels:
+                self.fallbacks[step.value] = f'{reasons[0]}; running eager kernels in graphs'
+            return
+        self.fallbacks[step.value] = '; '.join(reasons) + '; running EAGERLY'
+        _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
+                   self.fallbacks[step.value])
 
-        :param reference: ``eager``'s computation on the float32 copy (None: float32 model).
-        """
-        try:
-            compiled = self._compile(eager)
-            for args in cases:
-                for _ in range(2 if self._cuda_graphs else 1):  # record, then replay
-                    got = self._call(compiled, *args)
-                want = eager(*args)
-                ref = None
-                if reference is not None:
-                    ref_dev = next(reference.parameters()).device
-                    ref = reference(*_upcast(args, ref_dev))
-                got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-                if ref is not None and not isinstance(ref, tuple):
-                    ref = (ref,)
-                name = f'{what} step, shapes {[tuple(a.shape) for a in args[2:]]}'
-                result = check_parity(name, got, want, ref)
-                if not result.passed:
-                    raise RuntimeError(f'parity gate failed: {result.describe()}')
-                _LOG.info('parity gate passed: %s', result.describe())
-        except Exception as exc:  # noqa: B902 - any compiler failure means: run eager
-            reason = f'{type(exc).__name__}: {exc}'
-            _LOG.error('torch.compile of the %s step failed, running it EAGERLY (slow): %s',
-                       what, reason)
-            self.fallbacks[what] = reason
+    def _graph(self, step: Step, key: tuple[int, ...] | None, cache: KVCache | None,
+               shape: object = None) -> StaticCall | None:
+        """Return the graph of ``key`` (None: eager), warning once per step for a misfit."""
+        if cache is not self._pool or step not in self._graphs:
             return None
-        return compiled
+        graph = self._graphs[step].get(key) if key is not None else None
+        if graph is None and step.value not in self._warned:
+            self._warned.add(step.value)
+            _LOG.warning('%s of shape %s is outside the compiled ones (largest %s): eager',
+                         step.value, shape if key is None else key, list(self._graphs[step])[-1])
+        return graph
 
-    # ---------------------------------------------------------------- steps
-    @torch.no_grad()
+    # ---------------------------------------------------------------- calls
+    @torch.inference_mode()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """See ``Pi05Model.encode_images``."""
+        graph = self._graph(Step.VISION, (images.shape[1],) if images.shape[0] == 1 else None,
+                            self._pool)
+        if graph is None or tuple(images.shape[2:]) != tuple(graph.inputs[0].shape[1:]):
+            return self.model.encode_images(images)
+        return graph(images[0]).clone()[None]
+
+    @torch.inference_mode()
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """See ``Pi05Model.lm_logits``."""
+        out = self._seed(hidden)
+        return self.model.lm_logits(hidden) if out is None else out[0].clone()
+
+    @torch.inference_mode()
+    def lm_greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Return ``lm_logits(hidden).argmax(-1)``: ``int64 [B]`` (argmax in the graph)."""
+        out = self._seed(hidden)
+        return self.model.lm_logits(hidden).argmax(-1) if out is None else out[1].clone()
+
+    def _seed(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        b = hidden.shape[0]
+        bucket = bucket_for(b, self.shapes.batch)
+        graph = self._graph(Step.SEED, (bucket,) if bucket else None, self._pool, (b,))
+        if graph is None:
+            return None
+        logits, ids = graph(F.pad(hidden, (0, 0, 0, bucket - b)))
+        return logits[:b], ids[:b]
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor | None, *,
+                image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
+                context: PrefixKV | None = None, cache: KVCache | None = None,
+                slots: torch.Tensor | None = None, reserve: int = 0) -> PrefixKV:
+        """
+        See ``Pi05Model.prefill``; the graph path skips its slot checks (host syncs).
+
+        Graphs serve batch 1 with masks None (every camera and token valid), slots given, in
+        the warm-up pool: a whole prefix (images + prompt) or, in CAUSAL_TEXT, a prompt on an
+        image prefix.
+        """
+        plain = token_mask is None and image_mask is None and slots is not None and \
+            tokens.shape[0] == 1 and reserve == 0
+        t = tokens.shape[1]
+        if plain and context is None and image_embeds is not None:
+            n = image_embeds.shape[1]
+            bucket = bucket_for(t, self.shapes.prompt)
+            graph = self._graph(Step.PREFILL, (n, bucket) if bucket else None, cache)
+            if graph is not None:
+                return self._prefill_graph(graph, tokens, image_embeds, cache, slots, bucket)
+        if plain and context is not None and image_embeds is None and t > 0:
+            ti = self.cfg.image_tokens_per_camera
+            n, rest = divmod(context.slots.shape[1], ti)
+            bucket = bucket_for(t, self.shapes.prompt)
+            graph = self._graph(Step.TEXT_PREFILL, (n, bucket) if bucket and not rest else None,
+                                context.cache if cache is None else cache)
+            if graph is not None and context.batch_size == 1:
+                return self._text_graph(graph, tokens, context, slots, bucket)
+        return self.model.prefill(tokens, token_mask, image_embeds=image_embeds,
+                                  image_mask=image_mask, context=context, cache=cache,
+                                  slots=slots, reserve=reserve)
+
+    def _prefill_graph(self, graph: StaticCall, tokens: torch.Tensor, embeds: torch.Tensor,
+                       cache: KVCache, slots: torch.Tensor, bucket: int) -> PrefixKV:
+        dev, t = tokens.device, tokens.shape[1]
+        count = embeds.shape[1] * self.cfg.image_tokens_per_camera + t
+        p = count + bucket - t
+        used = slots[:, :count].to(torch.int64)
+        hidden = graph(embeds, F.pad(tokens, (0, bucket - t)),
+                       (torch.arange(p, device=dev) < count)[None],
+                       F.pad(used[0], (0, p - count), value=self.null_slot),
+                       torch.full((1,), count - 1, dtype=torch.int64, device=dev))
+        return PrefixKV(cache, used, torch.ones(1, count, dtype=torch.bool, device=dev),
+                        torch.full((1,), count, dtype=torch.int64, device=dev), hidden.clone())
+
+    def _text_graph(self, graph: StaticCall, tokens: torch.Tensor, context: PrefixKV,
+                    slots: torch.Tensor, bucket: int) -> PrefixKV:
+        dev, t = tokens.device, tokens.shape[1]
+        used = slots[:, :t].to(torch.int64)
+        hidden = graph(F.pad(tokens, (0, bucket - t)),
+                       (torch.arange(bucket, device=dev) < t)[None], context.num_tokens,
+                       context.slots.to(torch.int64), context.mask,
+                       F.pad(used[0], (0, bucket - t), value=self.null_slot))
+        return PrefixKV(context.cache, torch.cat([context.slots, used], 1),
+                        torch.cat([context.mask, torch.ones(1, t, dtype=torch.bool,
+                                                            device=dev)], 1),
+                        context.num_tokens + t, hidden.clone())
+
+    @torch.inference_mode()
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
-        """Run ``Pi05Model.denoise`` with the step function compiled (one static shape)."""
-        pad = self.limits.denoise_ctx_len - prefix.slots.shape[1]
-        if (self._denoise is None or pad < 0 or prefix.batch_size != 1
-                or noise.shape[1:] != (self.cfg.action_horizon, self.cfg.action_dim)):
+        """See ``Pi05Model.denoise``: the whole Euler loop is one graph replay."""
+        c = self.shapes.denoise_ctx
+        pad = c - prefix.slots.shape[1]
+        graph = self._graph(Step.DENOISE, (c,), prefix.cache)
+        if (graph is None or pad < 0 or prefix.batch_size != 1
+                or num_steps not in (None, self.cfg.num_denoise_steps)
+                or tuple(noise.shape) != tuple(graph.inputs[3].shape)):
             return self.model.denoise(prefix, noise, num_steps=num_steps)
-        n = self.cfg.num_denoise_steps if num_steps is None else num_steps
-        if n < 1:
-            raise ValueError(f'num_steps must be >= 1, got {n}')
-        dev = self.model.device
-        slots = F.pad(prefix.slots.to(torch.int64), (0, pad))
-        mask = F.pad(prefix.mask, (0, pad))
-        times = euler_times(n).to(dev)[:, None].contiguous()
-        dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
-        cache = prefix.cache
-        x = noise.to(torch.float32)
-        for step in range(n):
-            v = self._call(self._denoise, cache.k, cache.v, slots, mask, x, times[step],
-                           prefix.num_tokens)
-            x = x + dt * v
-        return x
+        return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
+                     F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
 
-    @torch.no_grad()
+    def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                ctx_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        b, c = ctx_slots.shape
+        bb, cb = bucket_for(b, self.shapes.batch), bucket_for(c, self.shapes.ctx)
+        graph = self._graph(Step.DECODE, (bb, cb) if bb and cb else None, cache, (b, c))
+        if graph is None:
+            return None
+        rows, cols, null = bb - b, cb - c, self.null_slot
+        logits, ids = graph(F.pad(tokens, (0, rows)), F.pad(positions, (0, rows)),
+                            F.pad(write_slots, (0, rows), value=null),
+                            F.pad(ctx_slots.to(torch.int64), (0, cols, 0, rows), value=null),
+                            F.pad(ctx_mask, (0, cols, 0, rows)))
+        return logits[:b], ids[:b]
+
+    @torch.inference_mode()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                     write_slots: torch.Tensor, ctx_slots: torch.Tensor,
                     ctx_mask: torch.Tensor) -> torch.Tensor:
-        """
-        Run ``Pi05Model.decode_step`` compiled: batch padded to a bucket, context to max_ctx.
-
-        Padded rows feed token 0 at position 0 with an all-masked context; their outputs are
-        dropped and nothing of theirs is written. A context beyond ``max_ctx`` runs eagerly.
-        """
-        b, c = ctx_slots.shape
-        if self._decode is None or b > self.buckets[-1] or c > self.limits.max_ctx:
-            if self._decode is not None and not self._warned_ctx:
-                self._warned_ctx = True
-                _LOG.warning('decode batch %d / context %d beyond the compiled shapes (%d, %d):'
-                             ' eager', b, c, self.buckets[-1], self.limits.max_ctx)
+        """See ``Pi05Model.decode_step`` (batch padded to a bucket, context to a bucket)."""
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        if out is None:
             return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
                                           ctx_mask)
-        bucket = next(s for s in self.buckets if s >= b)
-        rows, cols = bucket - b, self.limits.max_ctx - c
-        padded = (F.pad(tokens, (0, rows))[:, None],
-                  torch.ones(bucket, 1, dtype=torch.bool, device=tokens.device),
-                  F.pad(positions, (0, rows)),
-                  F.pad(ctx_slots.to(torch.int64), (0, cols, 0, rows)),
-                  F.pad(ctx_mask, (0, cols, 0, rows)))
-        logits, _, k, v = self._call(self._decode, cache.k, cache.v, *_batch_dynamic(padded))
-        cache.k.index_copy_(1, write_slots, k[:, :b, 0])
-        cache.v.index_copy_(1, write_slots, v[:, :b, 0])
-        return logits[:b]
+        return out[0].clone()
+
+    @torch.inference_mode()
+    def decode_greedy(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                      write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                      ctx_mask: torch.Tensor) -> torch.Tensor:
+        """Return ``decode_step(...).argmax(-1)``: ``int64 [B]`` (LM head + argmax in graph)."""
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        if out is None:
+            return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
+                                          ctx_mask).argmax(-1)
+        return out[1].clone()
 
 
-class CompiledTorchBackend(TorchBackend):
-    """``TorchBackend`` on a :class:`CompiledModel`; ``compile_seconds`` = its warm-up."""
-
-    compile_seconds: float
-
-    @classmethod
-    def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-               backend: str | Callable | None = None) -> CompiledTorchBackend:
-        """
-        Build the backend and warm it up (compile + capture every static shape).
-
-        :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
-        :raises ValueError: ``config.compile_mode`` NONE.
-        """
-        cfg = model.cfg
-        limits = EngineLimits.for_model(
-            cfg, num_slots=num_blocks * config.block_size, max_batch=config.max_running_requests,
-            max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
-        compiled = CompiledModel(model, config.compile_mode, limits,
-                                 backend=backend or DEFAULT_COMPILE_BACKEND)
-        out = cls(compiled, num_blocks, config.block_size)  # type: ignore[arg-type]
-        out.compile_seconds = compiled.warmup(out.cache)
-        return out
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
 
 
-__all__ = ['CompiledModel', 'CompiledTorchBackend', 'DEFAULT_COMPILE_BACKEND', 'batch_buckets']
+__all__ = ['CompiledModel']

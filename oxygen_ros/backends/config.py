@@ -18,14 +18,29 @@ class BackendKind(enum.Enum):
 
 
 class CompileMode(enum.Enum):
-    """``torch.compile`` of the torch backend's denoise and decode steps (GPU)."""
+    """
+    How the torch backend runs its per-cycle model calls (``compiled.py``).
+
+    The fast path pads every call to a few static shapes and (on CUDA) captures each in a
+    CUDA graph; the kernels inside come from Inductor or are PyTorch's own.
+    """
 
     NONE = 'none'
-    """Eager PyTorch."""
+    """Eager PyTorch: one kernel launch per op, shapes as they come."""
+    AUTO = 'auto'
+    """``reduce-overhead`` on a CUDA device, ``none`` on the CPU (the node's default)."""
     DEFAULT = 'default'
-    """Inductor kernels, no CUDA graphs."""
+    """Inductor kernels on static shapes, no CUDA graphs (also runs on the CPU)."""
     REDUCE_OVERHEAD = 'reduce-overhead'
-    """Inductor kernels captured in CUDA graphs (static shapes)."""
+    """Inductor kernels captured in CUDA graphs: the fast path (CUDA; on the CPU = default)."""
+    CUDA_GRAPHS = 'cuda-graphs'
+    """PyTorch's eager kernels in CUDA graphs: no compiler (where Triton cannot build)."""
+
+    def resolve(self, device: str) -> CompileMode:
+        """Return the mode to run on ``device`` (``cpu``, ``cuda``, ``cuda:N``): AUTO resolved."""
+        if self is CompileMode.AUTO:
+            return CompileMode.REDUCE_OVERHEAD if device.startswith('cuda') else CompileMode.NONE
+        return self
 
 
 @dataclass(frozen=True, slots=True)

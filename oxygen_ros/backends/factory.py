@@ -19,16 +19,17 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> To
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
-    ``config.compile_mode`` other than NONE compiles the torch backend's denoise and decode
-    steps (``compiled.py``, warm-up included, eager fallback); TensorRT ignores it (its
-    engines are compiled already).
+    ``config.compile_mode`` (AUTO resolved for the device) other than NONE puts every
+    per-cycle model call of the torch backend on the fast path (``compiled.py``: static
+    shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
+    ignores it (its engines are compiled already).
 
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
     """
     if config.backend is BackendKind.TORCH:
-        if config.compile_mode is CompileMode.NONE:
+        if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size)
-        from oxygen_ros.backends.compiled import CompiledTorchBackend
+        from oxygen_ros.backends.fast_backend import CompiledTorchBackend
         return CompiledTorchBackend.create(config, model, num_blocks)
     if config.backend is BackendKind.TENSORRT:
         from oxygen_ros.backends.tensorrt_backend import TensorRTBackend

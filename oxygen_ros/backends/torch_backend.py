@@ -10,6 +10,13 @@ call per token whose K/V goes straight into each request's own blocks.
 Attention reads of a decode step gather the rows' context slots (one ``index_select`` per
 layer inside the model); a fused paged-attention kernel (TensorRT, FlashInfer) reads the
 blocks in place instead.
+
+On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
+memory without blocking, job times are CUDA events read at the end of the cycle, and the
+host waits only twice: for the action chunk (copied into pinned memory behind an event) and
+for the sampled token ids at the end. Models that decode greedily on the device
+(``decode_greedy`` / ``lm_greedy``, the compiled fast path) return token ids instead of
+logits.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ class FrameInputs:
     """
     Model inputs of one frame (the engine builds them from an ``Observation``).
 
-    :ivar images: ``[1, N, 3, S, S]`` valid cameras only, in ``CAMERA_SLOTS`` order, [-1, 1].
+    :ivar images: ``[1, N, 3, S, S]`` valid cameras only, in ``CAMERA_SLOTS`` order, [-1, 1]
+        (on the CPU or the backend's device; the backend moves them).
     :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk.
     """
 
@@ -60,6 +68,24 @@ class BackendOutput:
     forward_seconds: float
 
 
+def to_device(values: torch.Tensor | list | tuple, device: torch.device | str,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+    """
+    Return ``values`` on ``device``; from the CPU to CUDA through pinned memory, not blocking.
+
+    A plain ``.to('cuda')`` of pageable memory waits for the stream; a pinned source copies
+    asynchronously (PyTorch's pinned allocator keeps it until the copy is done).
+
+    :param values: a tensor, or a (nested) list of numbers.
+    :param dtype: for lists (default: inferred); tensors keep theirs.
+    """
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    device = torch.device(device)
+    if device.type != 'cuda' or t.device.type != 'cpu':
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
                 device: torch.device | str = 'cpu') -> torch.Tensor:
     """
@@ -67,17 +93,40 @@ def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
 
     :returns: ``int64 [num_tokens]``.
     """
-    blocks = torch.tensor(block_ids, dtype=torch.int64, device=device)
-    offsets = torch.arange(block_size, dtype=torch.int64, device=device)
-    return (blocks[:, None] * block_size + offsets).flatten()[:num_tokens]
+    blocks = torch.tensor(block_ids, dtype=torch.int64)
+    offsets = torch.arange(block_size, dtype=torch.int64)
+    return to_device((blocks[:, None] * block_size + offsets).flatten()[:num_tokens], device)
+
+
+class _Clock:
+    """Job timing: CUDA events read after the cycle (no sync per job), or a host timer."""
+
+    def __init__(self, device: torch.device, sync: Callable[[], None] | None) -> None:
+        self.events = device.type == 'cuda' and sync is None
+        self.sync = sync or (lambda: None)
+
+    def mark(self) -> object:
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        self.sync()
+        return time.perf_counter()
+
+    def seconds(self, start: object, end: object) -> float:
+        """Return the time between two marks (CUDA: after ``end`` has completed)."""
+        if self.events:
+            end.synchronize()  # type: ignore[attr-defined]
+            return start.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
+        return end - start  # type: ignore[operator]
 
 
 class TorchBackend:
     """
     Executes plans on a ``Pi05Model`` with one ``KVCache`` pool of ``num_blocks`` blocks.
 
-    :param sync: called before reading a timer (``torch.cuda.synchronize`` on CUDA) so that
-        job times are real; defaults to a no-op on CPU.
+    :param sync: called before reading a host timer so that job times are real; None: on
+        CUDA, CUDA events (no sync per job), on the CPU a plain timer.
     """
 
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
@@ -87,9 +136,9 @@ class TorchBackend:
         self.block_size = block_size
         self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=model.dtype,
                              device=self.device)
-        if sync is None and self.device.type == 'cuda':
-            sync = torch.cuda.synchronize
-        self._sync = sync or (lambda: None)
+        self._clock = _Clock(self.device, sync)
+        self._greedy_decode = getattr(model, 'decode_greedy', None)
+        self._greedy_seed = getattr(model, 'lm_greedy', None)
         self._segments: dict[int, PrefixKV] = {}
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
@@ -107,10 +156,6 @@ class TorchBackend:
     def fallbacks(self) -> dict[str, str]:
         """Return compiled steps that run eagerly instead (step -> reason); empty if none."""
         return dict(getattr(self.model, 'fallbacks', {}))
-
-    def _timer(self) -> float:
-        self._sync()
-        return time.perf_counter()
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
@@ -131,93 +176,137 @@ class TorchBackend:
             raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
         self._new = {d.req_id: d for d in plan.new_requests}
         sampled: dict[str, list[torch.Tensor]] = {}
-        timings: list[JobTiming] = []
+        marks: list[tuple[JobKind, object, object, dict[str, int]]] = []
         actions = None
-        forward = 0.0
+        pending: tuple[torch.Tensor, object] | None = None
+        # On CUDA with a graph-replaying model, the chunk is handed over after the next job
+        # is queued: the GPU keeps working while the host publishes.
+        defer = self._clock.events and self._greedy_decode is not None
         for job in plan.jobs:
+            t0 = self._clock.mark()
             if isinstance(job, VisionJob):
                 if frame is None or frame.frame_id != job.frame_id:
                     raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
                                      f'got inputs of {frame.frame_id if frame else None}')
-                t0 = self._timer()
-                self._embeds[job.emb_id] = self.model.encode_images(
-                    frame.images.to(self.cache.dtype))
-                dt = self._timer() - t0
-                timings.append(JobTiming(JobKind.VISION, dt, batch_size=frame.images.shape[1]))
+                images = to_device(frame.images, self.device).to(self.cache.dtype)
+                self._embeds[job.emb_id] = self.model.encode_images(images)
+                info = {'batch_size': frame.images.shape[1]}
             elif isinstance(job, PrefillJob):
-                dt = self._prefill(job)
-                timings.append(JobTiming(JobKind.PREFILL, dt, num_tokens=job.num_tokens))
+                self._prefill(job)
+                info = {'num_tokens': job.num_tokens}
             elif isinstance(job, DenoiseJob):
                 assert frame is not None and frame.frame_id == job.frame_id
                 prefix = self._segments[job.seg_ids[-1]]
-                t0 = self._timer()
-                actions = self.model.denoise(prefix, frame.noise)
-                dt = self._timer() - t0
-                timings.append(JobTiming(JobKind.DENOISE, dt,
-                                         num_tokens=self.model.cfg.num_denoise_steps))
-                if on_actions is not None:
-                    on_actions(actions)
+                actions = self.model.denoise(prefix, to_device(frame.noise, self.device))
+                info = {'num_tokens': self.model.cfg.num_denoise_steps}
             elif isinstance(job, SeedJob):
-                dt = self._seed(job, sampled)
-                timings.append(JobTiming(JobKind.SEED, dt, batch_size=len(job.req_ids)))
+                self._seed(job, sampled)
+                info = {'batch_size': len(job.req_ids)}
             elif isinstance(job, DecodeJob):
-                dt, steps = self._decode(job, sampled)
-                timings.append(JobTiming(JobKind.DECODE, dt, batch_size=len(job.req_ids),
-                                         num_tokens=steps))
+                steps = self._decode(job, sampled)
+                info = {'batch_size': len(job.req_ids), 'num_tokens': steps}
             else:  # pragma: no cover - Job is a closed union
                 raise TypeError(f'unknown job {job!r}')
-            forward += dt
+            marks.append((job.kind, t0, self._clock.mark(), info))
+            if pending is not None:
+                self._deliver(pending, on_actions)
+                pending = None
+            if isinstance(job, DenoiseJob):
+                pending = self._to_host(actions)
+                actions = pending[0]
+                if not defer:
+                    self._deliver(pending, on_actions)
+                    pending = None
+        if pending is not None:
+            self._deliver(pending, on_actions)
         self._embeds.clear()
-        tokens = {req_id: tuple(torch.cat(parts).tolist()) for req_id, parts in sampled.items()}
-        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, tuple(timings)), actions,
-                             forward)
+        tokens = self._token_ids(sampled)
+        timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
+                        for kind, a, b, info in marks)
+        forward = sum(t.seconds for t in timings)
+        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), actions, forward)
+
+    def _to_host(self, actions: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """Start copying the chunk to pinned host memory; return (host tensor, event)."""
+        if actions.device.type != 'cuda':
+            return actions, None
+        host = torch.empty(actions.shape, dtype=actions.dtype, pin_memory=True)
+        host.copy_(actions, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return host, event
+
+    @staticmethod
+    def _deliver(pending: tuple[torch.Tensor, object],
+                 on_actions: Callable[[torch.Tensor], None] | None) -> None:
+        host, event = pending
+        if event is not None:
+            event.synchronize()  # type: ignore[attr-defined]
+        if on_actions is not None:
+            on_actions(host)
+
+    @staticmethod
+    def _token_ids(sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
+        """Copy every sampled id to the host at once (the cycle's one wait for text)."""
+        parts = [p for ps in sampled.values() for p in ps]
+        if not parts:
+            return {}
+        flat = torch.cat([p.reshape(-1) for p in parts]).tolist()
+        out, i = {}, 0
+        for req_id, ps in sampled.items():
+            n = sum(p.numel() for p in ps)
+            out[req_id] = tuple(flat[i:i + n])
+            i += n
+        return out
 
     # -- jobs ----------------------------------------------------------------------------
-    def _prefill(self, job: PrefillJob) -> float:
+    def _prefill(self, job: PrefillJob) -> None:
         dev = self.device
         slots = block_slots(job.block_ids, job.num_tokens, self.block_size, dev)[None]
-        tokens = torch.tensor([job.prompt_token_ids], dtype=torch.int64, device=dev)
-        token_mask = torch.ones_like(tokens, dtype=torch.bool)
+        tokens = to_device([job.prompt_token_ids], dev, torch.int64)
         if job.segment_kind is SegmentKind.TEXT:
             assert job.parent_seg_id is not None
             kwargs = {'context': self._segments[job.parent_seg_id]}
         else:
             assert job.emb_id is not None
-            embeds = self._embeds[job.emb_id]
-            kwargs = {'image_embeds': embeds,
-                      'image_mask': torch.ones(embeds.shape[:2], dtype=torch.bool, device=dev)}
-        t0 = self._timer()
-        prefix = self.model.prefill(tokens, token_mask, cache=self.cache, slots=slots, **kwargs)
-        dt = self._timer() - t0
-        self._segments[job.seg_id] = prefix
-        return dt
+            kwargs = {'image_embeds': self._embeds[job.emb_id]}
+        # masks None: every camera and prompt token is valid (the model need not check)
+        self._segments[job.seg_id] = self.model.prefill(tokens, None, cache=self.cache,
+                                                        slots=slots, **kwargs)
 
-    def _seed(self, job: SeedJob, sampled: dict[str, list[torch.Tensor]]) -> float:
+    def _seed(self, job: SeedJob, sampled: dict[str, list[torch.Tensor]]) -> None:
         datas = [self._new[req_id] for req_id in job.req_ids]
         prefixes = [self._segments[d.seg_ids[-1]] for d in datas]
-        t0 = self._timer()
         hidden = torch.cat([p.last_hidden for p in prefixes])
-        first = self.model.lm_logits(hidden).argmax(dim=-1)
-        dt = self._timer() - t0
+        if self._greedy_seed is not None:
+            first = self._greedy_seed(hidden)
+        else:
+            first = self.model.lm_logits(hidden).argmax(dim=-1)
         for i, (data, prefix) in enumerate(zip(datas, prefixes)):
-            assert int(prefix.num_tokens[0]) == data.num_prefix_tokens
+            if self.device.type == 'cpu':  # a host sync on CUDA: checked on the CPU only
+                assert int(prefix.num_tokens[0]) == data.num_prefix_tokens
             decode = block_slots(data.block_ids, data.max_tokens - 1, self.block_size,
                                  self.device)
             self._rows[data.req_id] = _RowState(
                 slots=torch.cat([prefix.slots[0, :data.num_prefix_tokens], decode]),
                 num_prefix_tokens=data.num_prefix_tokens, num_fed=0, last_token=first[i])
             sampled.setdefault(data.req_id, []).append(first[i:i + 1])
-        return dt
 
-    def _decode(self, job: DecodeJob,
-                sampled: dict[str, list[torch.Tensor]]) -> tuple[float, int]:
+    def _decode(self, job: DecodeJob, sampled: dict[str, list[torch.Tensor]]) -> int:
+        """
+        Run up to ``job.max_steps`` greedy steps; return the steps run.
+
+        On the CPU the loop stops early once every row has emitted EOS; on CUDA it runs every
+        step (knowing that would need a host sync per step; the scheduler drops tokens after
+        EOS, and a row's K/V stays inside the slots reserved for its budget).
+        """
         dev = self.device
         rows = [self._rows[req_id] for req_id in job.req_ids]
         num_rows = len(rows)
-        steps = torch.tensor(job.num_steps, dtype=torch.int64, device=dev)
+        steps = to_device(list(job.num_steps), dev, torch.int64)
         # context length of each row before this job: prefix + tokens already fed
         lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
-        base = torch.tensor(lengths, dtype=torch.int64, device=dev)
+        base = to_device(lengths, dev, torch.int64)
         longest = max(lengths)
         width = max(n + s for n, s in zip(lengths, job.num_steps))
         all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
@@ -231,8 +320,7 @@ class TorchBackend:
         done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
         null_slots = torch.full((num_rows,), NULL_BLOCK_ID * self.block_size, dtype=torch.int64,
                                 device=dev)
-        eos = job.eos_token_id
-        t0 = self._timer()
+        eos = job.eos_token_id if dev.type == 'cpu' else None
         steps_run = 0
         for s in range(job.max_steps):
             active = s < steps                               # [B] rows with a step left
@@ -241,18 +329,20 @@ class TorchBackend:
             ctx_len = longest + s
             ctx_slots = all_slots[:, :ctx_len]
             ctx_mask = cols[None, :ctx_len] < pos[:, None]
-            logits = self.model.decode_step(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
-            tokens = logits.argmax(dim=-1)
+            if self._greedy_decode is not None:
+                tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
+            else:
+                tokens = self.model.decode_step(tokens, pos, self.cache, write, ctx_slots,
+                                                ctx_mask).argmax(dim=-1)
             out[:, s] = tokens
             steps_run = s + 1
             if eos is not None:
                 done |= tokens == eos
                 if bool((done | ~(s + 1 < steps)).all()):
                     break
-        dt = self._timer() - t0
         for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
             n = min(n, steps_run)
             r.num_fed += n
             r.last_token = out[i, n - 1]
             sampled.setdefault(req_id, []).append(out[i, :n])
-        return dt, steps_run
+        return steps_run

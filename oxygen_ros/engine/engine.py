@@ -250,12 +250,11 @@ class Engine:
         num_cams = prepared.num_cameras
         frame = FrameSpec(fid, num_cams * self.model_cfg.image_tokens_per_camera, num_cams,
                           action)
-        dev = self.backend.device
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        images = torch.from_numpy(prepared.images)[None].to(dev)
-        return frame, FrameInputs(fid, images, noise.to(dev))
+        images = torch.from_numpy(prepared.images)[None]   # the backend uploads them
+        return frame, FrameInputs(fid, images, noise)
 
     def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
         rejected = []

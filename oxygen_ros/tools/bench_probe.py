@@ -97,8 +97,8 @@ class ComponentProbe:
         num = tokens.shape[1] + (kw['image_embeds'].shape[1] *
                                  kw['image_embeds'].shape[2] if 'image_embeds' in kw else 0)
         slots = torch.arange(num, device=tokens.device)[None] + kw.pop('offset', 0)
-        mask = torch.ones_like(tokens, dtype=torch.bool)
-        return self._time(name, lambda: self.model.prefill(tokens, mask, cache=self.cache,
+        # mask None: every token valid, as the backend calls it (the fast path needs that)
+        return self._time(name, lambda: self.model.prefill(tokens, None, cache=self.cache,
                                                            slots=slots, **kw))
 
     @torch.inference_mode()

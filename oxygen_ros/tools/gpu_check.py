@@ -66,7 +66,7 @@ def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> 
 
 def _backend(name: str, args: argparse.Namespace, model, num_blocks: int):
     """Return (backend, warm-up seconds) for ``name``."""
-    from oxygen_ros.backends import compiled
+    from oxygen_ros.backends import fast_backend
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
     from oxygen_ros.backends.torch_backend import TorchBackend
@@ -78,8 +78,8 @@ def _backend(name: str, args: argparse.Namespace, model, num_blocks: int):
     if name == 'eager':
         return TorchBackend(model, num_blocks, 16), 0.0
     if name == 'compiled':
-        b = compiled.CompiledTorchBackend.create(cfg.backend_config(), model, num_blocks,
-                                                 backend=args.compile_backend)
+        b = fast_backend.CompiledTorchBackend.create(cfg.backend_config(), model, num_blocks,
+                                                     backend=args.compile_backend)
         return b, b.compile_seconds
     b = TensorRTBackend.create(cfg.backend_config(), model, num_blocks)
     return b, b.compile_seconds
