@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-START = '''
+START = """
 import json, logging, torch
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
@@ -34,7 +34,7 @@ comp.warmup(KVCache(model.cfg.vlm, 1024), progress=False)
 counts = comp.cache.counts()
 print(json.dumps({'hits': counts.hits, 'misses': counts.misses, 'loaded': comp.cache.loaded,
                   'artifacts': str(comp.cache.artifacts), 'fallbacks': comp.fallbacks}))
-'''
+"""
 
 
 def _start(cache: Path) -> dict:
