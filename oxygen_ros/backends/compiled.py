@@ -151,12 +151,21 @@ class CompiledModel:
                                       f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
                                       f'{self.fold_norms}')
             self.cache.activate()
-        reference = float32_copy(self.model)
-        layers = fold_layers(self.model.vlm.layers) if self.fold_norms else self.model.vlm.layers
-        builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
-        probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
-        graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
         steps = self.steps()
+        try:
+            reference = float32_copy(self.model)
+            layers = (fold_layers(self.model.vlm.layers) if self.fold_norms
+                      else self.model.vlm.layers)
+            builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
+            probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
+            graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
+            reason = f'fast path set-up failed: {type(exc).__name__}: {exc}; running EAGERLY'
+            _LOG.error('%s', reason)
+            self.fallbacks = {step.value: reason for step in steps}
+            pool.k.zero_()
+            pool.v.zero_()
+            return time.perf_counter() - t0
         bar = tqdm(total=sum(len(keys) for keys in steps.values()), unit='graph',
                    desc=f'fast path ({self.mode.value})', disable=not progress)
         try:
@@ -170,7 +179,10 @@ class CompiledModel:
             pool.v.zero_()
             del reference, probe
         if self.cache is not None:
-            self.cache.save()
+            try:
+                self.cache.save()
+            except OSError as exc:
+                _LOG.error('cannot write the compile cache: %s', exc)
         self.compile_seconds = time.perf_counter() - t0
         counts = self.cache.counts() if self.cache is not None else None
         _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',

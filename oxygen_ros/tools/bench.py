@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from oxygen_ros.backends.errors import BackendUnavailableError
+    from oxygen_ros.backends.torch_backend import block_slots
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
@@ -145,6 +146,27 @@ def main(argv: list[str] | None = None) -> int:
                            torch.from_numpy(prepared.images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
 
+    oxygen = engines[Policy.OXYGEN]
+
+    def probe_round(decode_batch: int | None = None) -> None:
+        """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
+        need = probe.slots_needed(decode_batch or probe.batch)
+        blocks = oxygen.scheduler.kv.pool.allocate(-(-need // base.block_size))
+        if blocks is None:     # pool full: the probe's own cache (eager calls)
+            logging.warning('KV pool full: probing on a private cache (eager calls)')
+            cache = slots = None
+        else:
+            cache = oxygen.backend.cache
+            slots = block_slots(tuple(blocks), need, base.block_size, oxygen.backend.device)
+        try:
+            if decode_batch is None:
+                probe.measure_once(cache, slots)
+            else:
+                probe.measure_decode('decode_b', decode_batch, cache, slots)
+        finally:
+            if blocks is not None:
+                oxygen.scheduler.kv.pool.decref(blocks)
+
     records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
                for pol in engines}
     bar = tqdm(range(total_frames), desc='frames', disable=args.no_progress, unit='frame')
@@ -162,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f'{pol.value}: no action chunk for frame {f}')
             rec['actions'].append(out.action.actions)
         if f % args.probe_every == 0:
-            probe.measure_once()
+            probe_round()
     for pol, eng in engines.items():       # let the last text requests finish (not timed)
         while eng.num_running or eng.num_pending:
             _collect(records[pol], eng.step(None), measured=False)
     for _ in range(3):
-        probe.measure_once()
+        probe_round()
 
     comp = probe.result()
     iso, oxy = records[Policy.ISOLATED], records[Policy.OXYGEN]
@@ -179,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.batch = max(1, int(round(observed_batch)))
         probe._samples.pop('decode_b', None)
         for _ in range(5):
-            probe._decode('decode_b', probe.batch)
+            probe_round(probe.batch)
         comp = probe.result()
     ideal_iso = comp.isolated_frame(n_text, budget)
     ideal_oxy = comp.oxygen_frame(n_text, int(summary['oxygen']['tokens_per_cycle_p50']),
