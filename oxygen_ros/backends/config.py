@@ -53,7 +53,7 @@ class BackendConfig:
     """
 
     backend: BackendKind = BackendKind.TORCH
-    compile_mode: CompileMode = CompileMode.NONE
+    compile_mode: CompileMode = CompileMode.AUTO
     device: str = 'cpu'
     block_size: int = 16
     max_running_requests: int = 32

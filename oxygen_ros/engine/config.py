@@ -29,7 +29,8 @@ class EngineConfig:
     :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's.
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
-    :param compile_mode: ``torch.compile`` of the torch backend's steps (GPU; eager fallback).
+    :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
+        compiled kernels in CUDA graphs on CUDA, eager on the CPU.
     :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
         dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
     :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
@@ -54,7 +55,7 @@ class EngineConfig:
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
-    compile_mode: CompileMode = CompileMode.NONE
+    compile_mode: CompileMode = CompileMode.AUTO
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
     policy: Policy = Policy.OXYGEN
