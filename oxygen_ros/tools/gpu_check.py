@@ -29,10 +29,12 @@ import json
 import logging
 from pathlib import Path
 import platform
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable
 
@@ -63,6 +65,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--repeats', type=int, default=20)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--json', type=Path, default=None, help='write (merge) the results here')
+    p.add_argument('--out-dir', type=Path, default=None,
+                   help='write (merge) into OUT_DIR/<date>-<gpu>.json (docs/gpu)')
     p.add_argument('--bench-frames', type=int, default=40)
     p.add_argument('--max-running', type=int, default=32, help='largest decode batch')
     p.add_argument('--gpu', default=None, help='GPU name for the roofline (default: detected)')
@@ -169,8 +173,11 @@ def _pipeline_parity(args: argparse.Namespace, model, num_blocks: int, outputs: 
     from oxygen_ros.backends.parity_probe import float32_copy
     from oxygen_ros.backends.torch_backend import TorchBackend
 
-    if 'eager' not in outputs or 'compiled' not in outputs:
+    if 'compiled' not in outputs:
         return {}
+    if 'eager' not in outputs:
+        outputs['eager'] = _components(TorchBackend(model, num_blocks, 16), args, lambda: None,
+                                       timed=False)['outputs']
     ref = None
     reference = float32_copy(model)
     if reference is not None:
@@ -257,7 +264,9 @@ def _run_components(args: argparse.Namespace, report: dict) -> bool:
                   file=sys.stderr)
         print(f'\n{name}: warm-up {warm:.1f} s\n{format_table(rows, gpu)}')
         del backend
-    report['pipeline_parity'] = _pipeline_parity(args, model, num_blocks, outputs)
+    parity = _pipeline_parity(args, model, num_blocks, outputs)
+    if parity:                     # a call without the compiled backend keeps an earlier one
+        report['pipeline_parity'] = parity
     return failed
 
 
@@ -265,8 +274,9 @@ def _run_bench(args: argparse.Namespace, report: dict) -> bool:
     from oxygen_ros.tools.bench import main as bench_main
 
     failed = False
+    tmp = Path(tempfile.mkdtemp(prefix='oxygen-gpu-check-'))   # merged into the report
     for name in args.backends:
-        out = (args.json.parent if args.json else Path('.')) / f'bench_{name}.json'
+        out = tmp / f'bench_{name}.json'
         rc = bench_main(['--preset', args.preset, '--cameras', str(args.cameras),
                          '--decode-budget', '30', '--tokens-per-cycle', '5', '--text-every', '1',
                          '--dtype', args.dtype, '--device', args.device,
@@ -310,8 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     from oxygen_ros.tools.bench_roofline import show
 
+    env = _environment(args)
+    if args.json is None and args.out_dir is not None:
+        slug = re.sub(r'[^a-z0-9]+', '-', env['device_name'].lower()).strip('-')
+        args.json = args.out_dir / f"{env['date']}-{slug}.json"
     report = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
-    report.update(_environment(args))
+    report.update(env)
     failed = False
     if 'components' in args.phases:
         failed |= _run_components(args, report)
@@ -326,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(f'wrote {args.json}')
     return 1 if failed else 0
 
 
