@@ -138,20 +138,18 @@ class ComponentProbe:
         self._use(cache, slots, self.num_slots)
         m = self.model
         embeds = self._time('vision', lambda: m.encode_images(self.images))
-        img_mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
-        full = self._prefill('prefill_action', self.action, image_embeds=embeds,
-                             image_mask=img_mask)
-        self._prefill('prefill_text', self.text, image_embeds=embeds, image_mask=img_mask)
+        full = self._prefill('prefill_action', self.action, image_embeds=embeds)
+        self._prefill('prefill_text', self.text, image_embeds=embeds)
         if self.mode is PrefixAttention.CAUSAL_TEXT:
             empty = self.action[:, :0]
-            image = self._prefill('prefill_image', empty, image_embeds=embeds,
-                                  image_mask=img_mask)
+            image = self._prefill('prefill_image', empty, image_embeds=embeds)
             base = int(image.num_tokens[0])
             self._prefill('prefill_action_text', self.action, context=image, offset=base)
             self._prefill('prefill_text_only', self.text, context=image,
                           offset=base + self.action.shape[1])
         self._time('denoise', lambda: m.denoise(full, self.noise))
-        self._time('seed', lambda: m.lm_logits(full.last_hidden).argmax(-1))
+        seed = getattr(m, 'lm_greedy', None) or (lambda h: m.lm_logits(h).argmax(-1))
+        self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
             self._decode(name, b)
 
@@ -170,8 +168,11 @@ class ComponentProbe:
         ctx_mask = torch.ones(batch, ctx, dtype=torch.bool, device=dev)
         tokens = torch.full((batch,), 2, dtype=torch.int64, device=dev)
         pos = torch.full((batch,), ctx, dtype=torch.int64, device=dev)
-        self._time(name, lambda: self.model.decode_step(tokens, pos, self.cache, write,
-                                                        ctx_slots, ctx_mask).argmax(-1))
+        greedy = getattr(self.model, 'decode_greedy', None)   # as the engine calls it
+        if greedy is None:
+            def greedy(*args):
+                return self.model.decode_step(*args).argmax(-1)
+        self._time(name, lambda: greedy(tokens, pos, self.cache, write, ctx_slots, ctx_mask))
 
     def result(self) -> Components:
         """Return the median of every component measured so far."""
