@@ -22,7 +22,7 @@ export AMENT_PREFIX_PATH := $(abspath $(VENV))
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test demo sim bench lint clean
+.PHONY: setup test demo sim bench lint clean gpu-check
 
 setup: $(STAMP) $(IFACE_STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
@@ -79,3 +79,14 @@ lint: setup
 
 clean:
 	rm -rf build install log .pytest_cache out
+
+# On a CUDA machine (issue 10): GPU tests, then the full-size figures into docs/gpu/<date>-<gpu>.json.
+# Each line fits a 10-minute command; GPU_PYTHON is a Python with a CUDA build of torch.
+GPU_PYTHON ?= python3
+GPU_OUT ?= docs/gpu
+gpu-check:
+	$(GPU_PYTHON) -m pytest -m gpu test/gpu -x -q -p no:cacheprovider
+	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases components --backends compiled --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases components --backends eager --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases bench --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases start --out-dir $(GPU_OUT)

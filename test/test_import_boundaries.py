@@ -1,7 +1,9 @@
 """Layers import in one direction only, and nothing heavy happens at import (architecture §1)."""
 
+import ast
 import json
 import os
+from pathlib import Path
 import pkgutil
 import subprocess
 import sys
@@ -10,6 +12,27 @@ import oxygen_ros
 import pytest
 
 ALL = sorted(m.name for m in pkgutil.walk_packages(oxygen_ros.__path__, 'oxygen_ros.'))
+
+LAYERS = {
+    'kv': set(),
+    'sched': {'kv', 'config'},
+    'model': {'config', 'resources'},
+    'backends': {'model', 'kv', 'sched', 'config', 'resources'},
+    'engine': {'backends', 'model', 'kv', 'sched', 'control', 'config', 'observation',
+               'resources'},
+    'ros': {'engine', 'model', 'kv', 'sched', 'control', 'config', 'observation', 'resources',
+            'signals'},
+    'sim': {'ros', 'control', 'config', 'resources', 'signals'},
+    'tools': {'sim', 'ros', 'engine', 'backends', 'model', 'kv', 'sched', 'control', 'config',
+              'observation', 'resources', 'signals'},
+    'control': {'config'},
+    'config': set(),
+    'observation': set(),
+    'resources': set(),
+    'signals': set(),
+}
+"""Which other parts of oxygen_ros each part may import (any import: top level, in a function
+or under TYPE_CHECKING)."""
 
 
 def loaded_after_import(modules: list[str]) -> set[str]:
@@ -33,14 +56,6 @@ def test_pure_layers_use_the_standard_library_only(layer):
     assert not {'torch', 'numpy', 'rclpy'} & loaded
     assert not [m for m in loaded if m.startswith(('oxygen_ros.model', 'oxygen_ros.engine',
                                                    'oxygen_ros.ros', 'oxygen_ros.tools'))]
-
-
-def test_control_layer_is_numpy_only():
-    loaded = loaded_after_import(of('oxygen_ros.control'))
-    assert not {'torch', 'rclpy'} & loaded
-    assert not [m for m in loaded if m.startswith(('oxygen_ros.model', 'oxygen_ros.engine',
-                                                   'oxygen_ros.ros', 'oxygen_ros.tools',
-                                                   'oxygen_ros.sched', 'oxygen_ros.kv'))]
 
 
 def test_model_imports_no_ros_and_no_other_layer():
@@ -72,7 +87,8 @@ def test_control_is_plain_python_reusable_on_a_robot():
     loaded = loaded_after_import(of('oxygen_ros.control'))
     assert not {'rclpy', 'mujoco', 'torch', 'trajectory_msgs'} & loaded
     assert not [m for m in loaded if m.startswith(('oxygen_ros.ros', 'oxygen_ros.sim',
-                                                   'oxygen_ros.tools', 'oxygen_ros.engine'))]
+                                                   'oxygen_ros.tools', 'oxygen_ros.engine',
+                                                   'oxygen_ros.model', 'oxygen_ros.backends'))]
 
 
 def test_sim_pieces_below_the_wrapper_import_no_ros_and_no_torch():
@@ -83,3 +99,98 @@ def test_sim_pieces_below_the_wrapper_import_no_ros_and_no_torch():
     loaded = loaded_after_import(of('oxygen_ros.sim'))  # with the rclpy wrapper
     assert 'torch' not in loaded
     assert not [m for m in loaded if m.startswith(('oxygen_ros.engine', 'oxygen_ros.model'))]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """
+    Return ``{module: oxygen_ros modules it imports}`` read from the source with ``ast``.
+
+    Every import counts, wherever it sits (module level, inside a function, under
+    ``TYPE_CHECKING``): a lazy import is still a dependency. ``from pkg import name`` points
+    at ``pkg.name`` when that is a module, else at ``pkg``.
+    """
+    root = Path(oxygen_ros.__file__).parent
+    modules = {}
+    for path in root.rglob('*.py'):
+        parts = path.relative_to(root.parent).with_suffix('').parts
+        modules['.'.join(parts[:-1] if parts[-1] == '__init__' else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                    node.module.split('.')[0] == 'oxygen_ros':
+                for alias in node.names:
+                    sub = f'{node.module}.{alias.name}'
+                    targets.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name.split('.')[0] == 'oxygen_ros')
+            assert not (isinstance(node, ast.ImportFrom) and node.level), \
+                f'{name}: relative import'
+        graph[name] = targets - {name}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Return the strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def _part(module: str) -> str:
+    return module.split('.')[1] if module.count('.') else ''
+
+
+def test_no_import_cycles_among_modules():
+    graph = import_graph()
+    assert len(graph) == len(ALL) + 1            # every module (and the package) was read
+    assert find_cycles(graph) == []
+
+
+def test_find_cycles_finds_one():
+    assert find_cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+    assert find_cycles({'a': {'b'}, 'b': set()}) == []
+
+
+def test_every_import_follows_the_layers():
+    graph = import_graph()
+    assert set(LAYERS) == {_part(m) for m in graph if m != 'oxygen_ros'}
+    wrong = sorted(f'{src} -> {dst}' for src, targets in graph.items() for dst in targets
+                   if src != 'oxygen_ros' and _part(dst) != _part(src)
+                   and _part(dst) not in LAYERS[_part(src)])
+    assert wrong == []
+
+
+def test_backends_import_no_ros_no_engine_and_tensorrt_only_when_selected():
+    loaded = loaded_after_import(of('oxygen_ros.backends'))
+    assert not {'rclpy', 'tensorrt', 'pycuda'} & loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.engine', 'oxygen_ros.ros',
+                                                   'oxygen_ros.tools'))]

@@ -1,1 +1,1 @@
-"""Backends executing scheduler outputs on tensors, and the engine loop."""
+"""The OxyGen engine: configuration, observation inputs, model loading, the control cycle."""

@@ -7,30 +7,14 @@ Engine configuration and the values it hands back per cycle (no torch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-import enum
 
 import numpy as np
 
+from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.scheduler import Policy
-
-
-class BackendKind(enum.Enum):
-    TORCH = 'torch'
-    TENSORRT = 'tensorrt'
-
-
-class CompileMode(enum.Enum):
-    """``torch.compile`` of the torch backend's denoise and decode steps (GPU)."""
-
-    NONE = 'none'
-    """Eager PyTorch."""
-    DEFAULT = 'default'
-    """Inductor kernels, no CUDA graphs."""
-    REDUCE_OVERHEAD = 'reduce-overhead'
-    """Inductor kernels captured in CUDA graphs (static shapes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +29,8 @@ class EngineConfig:
     :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's.
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
-    :param compile_mode: ``torch.compile`` of the torch backend's steps (GPU; eager fallback).
+    :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
+        compiled kernels in CUDA graphs on CUDA, eager on the CPU.
     :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
         dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
     :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
@@ -70,7 +55,7 @@ class EngineConfig:
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
-    compile_mode: CompileMode = CompileMode.NONE
+    compile_mode: CompileMode = CompileMode.AUTO
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
     policy: Policy = Policy.OXYGEN
@@ -117,6 +102,14 @@ class EngineConfig:
         if self.cameras is not None:
             changes['cameras'] = tuple(self.cameras)
         return cfg.with_overrides(**changes) if changes else cfg
+
+    def backend_config(self) -> BackendConfig:
+        """Return the fields a backend needs (``backends.factory.make_backend``)."""
+        return BackendConfig(
+            backend=self.backend, compile_mode=self.compile_mode, device=self.device,
+            block_size=self.block_size, max_running_requests=self.max_running_requests,
+            decode_budget=self.decode_budget, trt_precision=self.trt_precision,
+            engine_cache_dir=self.engine_cache_dir)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,13 @@ import time
 from typing import Callable, Mapping
 
 import numpy as np
+from oxygen_ros.backends.factory import make_backend
+from oxygen_ros.backends.torch_backend import FrameInputs
 from oxygen_ros.control.smoothing import rtc_prefix_weights
-from oxygen_ros.engine.backends import make_backend
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
-from oxygen_ros.engine.torch_backend import FrameInputs
 from oxygen_ros.model.normalize import Normalizer, NormStats
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
@@ -100,7 +100,7 @@ class Engine:
             max_running_requests=config.max_running_requests,
             eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
         self.scheduler = Scheduler(sched_cfg)
-        self.backend = make_backend(config, self.model, sched_cfg.num_blocks)
+        self.backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks)
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
         self._pending: deque[_Pending] = deque()
@@ -183,6 +183,16 @@ class Engine:
     @property
     def num_pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """
+        Return the compiled steps that fell back to eager execution: step -> reason.
+
+        Empty when nothing was compiled or everything compiled passed its parity gate. The
+        node reports each on ``/diagnostics`` (WARN); ``oxygen-gpu-check`` fails on any.
+        """
+        return self.backend.fallbacks
 
     # -- the control cycle ---------------------------------------------------------------
     def prepare(self, obs: Observation) -> PreparedObservation:
@@ -268,13 +278,12 @@ class Engine:
         num_cams = prepared.num_cameras
         frame = FrameSpec(fid, num_cams * self.model_cfg.image_tokens_per_camera, num_cams,
                           action)
-        dev = self.backend.device
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        images = torch.from_numpy(prepared.images)[None].to(dev)
+        images = torch.from_numpy(prepared.images)[None]   # the backend uploads them
         guidance = self._rtc_guidance(prepared.stamp_ns, rtc) if rtc is not None else None
-        return frame, FrameInputs(fid, images, noise.to(dev), guidance)
+        return frame, FrameInputs(fid, images, noise, guidance)
 
     def _rtc_guidance(self, stamp_ns: int, rtc: RtcRequest) -> RtcGuidance | None:
         """

@@ -41,7 +41,7 @@ class RMSNorm(nn.Module):
         :param modulation: unused (same call signature as :class:`AdaRMSNorm`).
         :returns: ``([..., W] in x.dtype, None)``: no residual gate.
         """
-        y = _normalize(x, self.eps) * (1.0 + self.weight.float())
+        y = rms_normalize(x, self.eps) * (1.0 + self.weight.float())
         return y.to(x.dtype), None
 
 
@@ -83,11 +83,12 @@ class AdaRMSNorm(nn.Module):
         if modulation.dim() == 2:
             modulation = modulation[:, None]
         scale, shift, gate = modulation.chunk(3, dim=-1)
-        y = _normalize(x, self.eps) * (1.0 + scale.float()) + shift.float()
+        y = rms_normalize(x, self.eps) * (1.0 + scale.float()) + shift.float()
         return y.to(x.dtype), gate.to(x.dtype)
 
 
-def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Return ``x / rms(x)`` in float32 (the statistics of every RMSNorm, spec §1.3)."""
     xf = x.float()
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
 
@@ -170,6 +171,13 @@ class AttentionMask:
     bias: torch.Tensor
     layout: QueryLayout
 
+    @staticmethod
+    def layout_for(num_queries: int, num_heads: int, num_kv_heads: int) -> QueryLayout:
+        """Return the query layout :meth:`build` picks for ``num_queries`` queries."""
+        if num_queries > FOLD_MAX_QUERIES or num_heads == num_kv_heads:
+            return QueryLayout.HEADS
+        return QueryLayout.FOLDED
+
     @classmethod
     def build(cls, mask: torch.Tensor, num_heads: int, num_kv_heads: int,
               dtype: torch.dtype) -> AttentionMask:
@@ -184,7 +192,7 @@ class AttentionMask:
         """
         b, s, p = mask.shape
         groups = num_heads // num_kv_heads
-        layout = QueryLayout.HEADS if s > FOLD_MAX_QUERIES or groups == 1 else QueryLayout.FOLDED
+        layout = cls.layout_for(s, num_heads, num_kv_heads)
         mask = mask[:, None]
         if layout is QueryLayout.FOLDED and s > 1:  # s == 1 broadcasts over the G rows
             mask = mask[:, :, None].expand(b, 1, groups, s, p).reshape(b, 1, groups * s, p)
@@ -219,5 +227,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 __all__ = [
     'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'QueryLayout', 'RMSNorm', 'apply_rope', 'attention',
-    'gated_residual', 'rope_cos_sin',
+    'gated_residual', 'rms_normalize', 'rope_cos_sin',
 ]

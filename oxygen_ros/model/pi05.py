@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 
 from oxygen_ros.config import ModelConfig, PrefixAttention
-from oxygen_ros.model.flow import euler_times, sincos_time_embedding
+from oxygen_ros.model.denoise import (
+    denoise_context, DenoiseContext, euler_loop, euler_modulations, velocity)
+from oxygen_ros.model.flow import sincos_time_embedding
 from oxygen_ros.model.gemma import GemmaExpert, NormKind
 from oxygen_ros.model.init import init_parameters
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import (
     AdaRMSNorm, attention, AttentionMask, RMSNorm, rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask
-from oxygen_ros.model.prefix import pack_prefix, PackedPrefix
+from oxygen_ros.model.prefix import check_new_slots, pack_prefix, PackedPrefix
 from oxygen_ros.model.siglip import SiglipTower
 
 import torch
@@ -156,7 +158,7 @@ class Pi05Model(nn.Module):
 
     # ---------------------------------------------------------------- prefill
     @torch.no_grad()
-    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor, *,
+    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor | None, *,
                 image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
                 context: PrefixKV | None = None, cache: KVCache | None = None,
                 slots: torch.Tensor | None = None, reserve: int = 0) -> PrefixKV:
@@ -169,7 +171,7 @@ class Pi05Model(nn.Module):
         (CAUSAL_TEXT) (spec §1.5, §2.3).
 
         :param tokens: ``int64 [B, T]`` prompt ids (T may be 0).
-        :param token_mask: ``bool [B, T]`` True for real prompt tokens.
+        :param token_mask: ``bool [B, T]`` True for real prompt tokens; None: all real.
         :param image_embeds: ``[B, N, Ti, W]`` from :meth:`encode_images`, or None.
         :param image_mask: ``bool [B, N]`` valid cameras (default all valid).
         :param context: a prefix already in the cache that the new tokens attend to; only
@@ -186,6 +188,8 @@ class Pi05Model(nn.Module):
         """
         if reserve < 0:
             raise ValueError(f'reserve must be >= 0, got {reserve}')
+        if token_mask is None:
+            token_mask = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
         packed = pack_prefix(self, tokens, token_mask, image_embeds, image_mask)
         b, p = packed.valid.shape
         if context is not None:
@@ -208,7 +212,7 @@ class Pi05Model(nn.Module):
             slots = (torch.arange(b, device=self.device)[:, None] * stride
                      + torch.arange(p, device=self.device))
         else:
-            slots = _check_slots(slots, cache, packed, context)
+            slots = check_new_slots(slots, cache, packed, context)
         last_hidden = self._run_prefill(packed, cache, slots, base, context)
         last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
                                   0.0 if context is None else context.last_hidden)
@@ -275,6 +279,34 @@ class Pi05Model(nn.Module):
         return h[:, 0]
 
     # ---------------------------------------------------------------- denoise
+    def denoise_context(self, prefix: PrefixKV, horizon: int | None = None) -> DenoiseContext:
+        """
+        Gather a cached prefix for :meth:`velocity` (see ``denoise.denoise_context``).
+
+        :param horizon: action tokens H (default ``cfg.action_horizon``).
+        """
+        h = self.cfg.action_horizon if horizon is None else horizon
+        return denoise_context(self, prefix.cache.k, prefix.cache.v, prefix.slots, prefix.mask,
+                               prefix.num_tokens, h)
+
+    def velocity(self, ctx: DenoiseContext, x_t: torch.Tensor,
+                 t: torch.Tensor | float) -> torch.Tensor:
+        """
+        Return the flow-matching velocity ``v(x_t, t)`` on a prefix, eager and differentiable.
+
+        One Euler step of :meth:`denoise` is ``x + dt * velocity(ctx, x, t)``; guided
+        denoising (e.g. real-time chunking) calls it under ``torch.enable_grad()`` and takes
+        ``torch.autograd.grad`` w.r.t. ``x_t`` (see ``denoise.velocity``).
+
+        :param ctx: from :meth:`denoise_context` (built outside ``torch.inference_mode``
+            when gradients are wanted).
+        :param x_t: ``float [B, H, A]``.
+        :param t: a float or ``float32 [B]``; 1 = noise, 0 = data.
+        :returns: ``float32 [B, H, A]``.
+        :raises ValueError: ``x_t`` does not fit ``ctx``.
+        """
+        return velocity(self, ctx, x_t, t)
+
     @torch.no_grad()
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
@@ -284,7 +316,7 @@ class Pi05Model(nn.Module):
         Euler from t=1 (noise) to t=0 in ``num_steps`` steps, ``x += dt * v`` with
         ``dt = -1/N``; x and t float32. Only the action expert runs, on the H suffix tokens
         (ar ``[1, 0, ...]``: they see the valid prefix and each other; positions
-        ``num_tokens + arange(H)``). The prefix K/V is gathered once per call into a buffer
+        ``num_tokens + arange(H)``). The prefix K/V is gathered once per call into buffers
         whose suffix part each step overwrites; the cache is never written. The adaRMS
         modulations depend only on t and are computed for all steps before the loop.
 
@@ -301,40 +333,8 @@ class Pi05Model(nn.Module):
                 or noise.shape[2] != self.cfg.action_dim or noise.shape[1] < 1):
             raise ValueError(f'noise must be [{prefix.batch_size}, H, {self.cfg.action_dim}], '
                              f'got {tuple(noise.shape)}')
-        ex, dev = self.cfg.expert, self.device
-        b, horizon, _ = noise.shape
-        p = prefix.slots.shape[1]
-        num_layers = ex.depth
-        cache = prefix.cache
-        kv_shape = (num_layers, b, ex.num_kv_heads, p + horizon, ex.head_dim)
-        kbuf = torch.empty(kv_shape, dtype=self.dtype, device=dev)
-        vbuf = torch.empty(kv_shape, dtype=self.dtype, device=dev)
-        flat = prefix.slots.reshape(-1)
-        for buf, src in ((kbuf, cache.k), (vbuf, cache.v)):
-            gathered = src.index_select(1, flat).view(num_layers, b, p, ex.num_kv_heads, -1)
-            buf[:, :, :, :p] = gathered.transpose(2, 3)
-        mask = torch.cat([prefix.mask[:, None, :].expand(b, horizon, p),
-                          torch.ones(b, horizon, horizon, dtype=torch.bool, device=dev)], 2)
-        amask = AttentionMask.build(mask, ex.num_heads, ex.num_kv_heads, self.dtype)
-        positions = prefix.num_tokens[:, None] + torch.arange(horizon, device=dev)
-        cos, sin = rope_cos_sin(positions, ex.head_dim, self.cfg.rope_base)
-        cond = self.time_condition(euler_times(n).to(dev))
-        mod_in, mod_post, mod_final = self.expert.modulations(cond)
-        dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()  # the float32 value
-        w_out = self.action_out_proj.weight.float()
-        b_out = self.action_out_proj.bias.float()
-        x = noise.to(torch.float32)
-        for step in range(n):
-            h = self.action_in_proj(x.to(self.dtype))
-            for i, layer in enumerate(self.expert.layers):
-                q, k, v, gate = layer.project_qkv(h, cos, sin, mod_in[i, step])
-                kbuf[i, :, :, p:] = k.transpose(1, 2)
-                vbuf[i, :, :, p:] = v.transpose(1, 2)
-                h = layer.finish(h, attention(q, kbuf[i], vbuf[i], amask), gate,
-                                 mod_post[i, step])
-            h, _ = self.expert.final_norm(h, mod_final[step])
-            x = x + dt * F.linear(h.float(), w_out, b_out)
-        return x
+        ctx = self.denoise_context(prefix, noise.shape[1])
+        return euler_loop(self, ctx, noise, euler_modulations(self, n, self.device))
 
     # ---------------------------------------------------------------- decode
     @torch.no_grad()
@@ -402,24 +402,6 @@ def build_model(cfg: ModelConfig, *, dtype: torch.dtype = torch.float32,
     model = model.set_precision(dtype).to_empty(device=device)
     init_parameters(model)
     return model.eval()
-
-
-def _check_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPrefix,
-                 context: PrefixKV | None) -> torch.Tensor:
-    b, p = packed.valid.shape
-    if slots is None:
-        raise ValueError('slots are required when writing into a given cache or context')
-    if slots.dim() != 2 or slots.shape[0] != b or slots.shape[1] < p:
-        raise ValueError(f'slots must be [{b}, >= {p}] (P_new = {p}), got {tuple(slots.shape)}')
-    slots = slots[:, :p].to(torch.int64)
-    if bool((slots < 0).any()) or bool((slots >= cache.num_slots).any()):
-        raise ValueError(f'slots out of range [0, {cache.num_slots})')
-    written = slots[packed.valid]
-    if written.unique().numel() != written.numel():
-        raise ValueError('slots of valid new tokens must be distinct')
-    if context is not None and bool(torch.isin(written, context.slots[context.mask]).any()):
-        raise ValueError('slots of new tokens overlap the context')
-    return slots
 
 
 __all__ = ['Pi05Model', 'build_model']

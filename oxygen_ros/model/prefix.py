@@ -10,14 +10,30 @@ saves their compute and cache space.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from oxygen_ros.config import ModelConfig
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.masks import text_ar
 
 import torch
 
-if TYPE_CHECKING:
-    from oxygen_ros.model.pi05 import Pi05Model
+
+class PrefixEmbedder(Protocol):
+    """What prefix packing needs of a model (``Pi05Model`` is one; no import of it here)."""
+
+    cfg: ModelConfig
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Activation dtype of the VLM."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the embeddings live."""
+
+    def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Return ``E[tokens] * sqrt(W)`` (spec §1.3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +55,7 @@ class PackedPrefix:
     all_valid: bool
 
 
-def padded_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+def padded_prefix(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.Tensor,
                   image_embeds: torch.Tensor | None, image_mask: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
@@ -80,7 +96,7 @@ def padded_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tens
     return torch.cat(embeds, 1), torch.cat(valid, 1), torch.cat(ar, 1)
 
 
-def pack_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor,
+def pack_prefix(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.Tensor,
                 image_embeds: torch.Tensor | None,
                 image_mask: torch.Tensor | None) -> PackedPrefix:
     """
@@ -107,4 +123,28 @@ def pack_prefix(model: Pi05Model, tokens: torch.Tensor, token_mask: torch.Tensor
                         bool(packed_valid.all()))
 
 
-__all__ = ['PackedPrefix', 'pack_prefix', 'padded_prefix']
+def check_new_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPrefix,
+                    context: PrefixKV | None) -> torch.Tensor:
+    """
+    Return the first ``P_new`` columns of ``slots`` after checking them (host syncs).
+
+    :raises ValueError: missing, misshapen, out of range, duplicate, or overlapping the
+        context.
+    """
+    b, p = packed.valid.shape
+    if slots is None:
+        raise ValueError('slots are required when writing into a given cache or context')
+    if slots.dim() != 2 or slots.shape[0] != b or slots.shape[1] < p:
+        raise ValueError(f'slots must be [{b}, >= {p}] (P_new = {p}), got {tuple(slots.shape)}')
+    slots = slots[:, :p].to(torch.int64)
+    if bool((slots < 0).any()) or bool((slots >= cache.num_slots).any()):
+        raise ValueError(f'slots out of range [0, {cache.num_slots})')
+    written = slots[packed.valid]
+    if written.unique().numel() != written.numel():
+        raise ValueError('slots of valid new tokens must be distinct')
+    if context is not None and bool(torch.isin(written, context.slots[context.mask]).any()):
+        raise ValueError('slots of new tokens overlap the context')
+    return slots
+
+
+__all__ = ['PackedPrefix', 'PrefixEmbedder', 'check_new_slots', 'pack_prefix', 'padded_prefix']

@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from oxygen_ros.model.flow import euler_times
-from oxygen_ros.model.kv_cache import PrefixKV
-from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 import torch
-import torch.nn.functional as F  # noqa: N812
 
 Velocity = Callable[[torch.Tensor, int], torch.Tensor]
 """``velocity(x float32 [B, H, A], step) -> float32 [B, H, A]``, the flow at ``times[step]``."""
@@ -107,47 +104,4 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
     return x
 
 
-def prefix_velocity(model: object, prefix: PrefixKV, horizon: int, num_steps: int) -> Velocity:
-    """
-    Return the action expert's velocity on a cached prefix as a differentiable ``Velocity``.
-
-    The same computation as ``Pi05Model.denoise``'s step (spec §1.8, §2.1) without its
-    in-place K/V buffer, so that autograd can run through it: per layer the prefix K/V
-    (gathered once, outside inference mode) is concatenated with the step's suffix K/V.
-
-    :param model: a ``Pi05Model``.
-    :param prefix: the cached prefix of the chunk.
-    :param horizon: H, action tokens.
-    :param num_steps: N, Euler steps (the velocity at ``euler_times(N)[step]``).
-    """
-    ex, dev, dtype = model.cfg.expert, model.device, model.dtype
-    with torch.inference_mode(False):
-        slots = prefix.slots.clone()
-        b, p = slots.shape
-        flat = slots.reshape(-1)
-        kv = [src.index_select(1, flat).clone().view(ex.depth, b, p, ex.num_kv_heads, -1)
-              .transpose(2, 3) for src in (prefix.cache.k, prefix.cache.v)]
-        allowed = torch.cat([prefix.mask.clone()[:, None, :].expand(b, horizon, p),
-                             torch.ones(b, horizon, horizon, dtype=torch.bool, device=dev)], 2)
-        amask = AttentionMask.build(allowed, ex.num_heads, ex.num_kv_heads, dtype)
-        positions = prefix.num_tokens.clone()[:, None] + torch.arange(horizon, device=dev)
-        cos, sin = rope_cos_sin(positions, ex.head_dim, model.cfg.rope_base)
-        with torch.no_grad():
-            cond = model.time_condition(euler_times(num_steps).to(dev))
-            mod_in, mod_post, mod_final = model.expert.modulations(cond)
-        w_out = model.action_out_proj.weight.float()
-        b_out = model.action_out_proj.bias.float()
-
-    def velocity(x: torch.Tensor, step: int) -> torch.Tensor:
-        h = model.action_in_proj(x.to(dtype))
-        for i, layer in enumerate(model.expert.layers):
-            q, k, v, gate = layer.project_qkv(h, cos, sin, mod_in[i, step])
-            keys = torch.cat([kv[0][i], k.transpose(1, 2)], dim=2)
-            values = torch.cat([kv[1][i], v.transpose(1, 2)], dim=2)
-            h = layer.finish(h, attention(q, keys, values, amask), gate, mod_post[i, step])
-        h, _ = model.expert.final_norm(h, mod_final[step])
-        return F.linear(h.float(), w_out, b_out)
-    return velocity
-
-
-__all__ = ['RtcGuidance', 'Velocity', 'guidance_weight', 'guided_sample', 'prefix_velocity']
+__all__ = ['RtcGuidance', 'Velocity', 'guidance_weight', 'guided_sample']

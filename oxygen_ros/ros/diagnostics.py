@@ -8,7 +8,8 @@ Levels, worst first:
   is active and no action chunk was published for more than ``max_observation_age`` seconds.
 - WARN: inputs were rejected since the previous status, text requests were rejected since
   then, limits clipped an action chunk since then, the achieved control rate is below 90 % of
-  the target, or the KV pool is over 90 % full.
+  the target, the KV pool is over 90 % full, or a compiled step fell back to eager execution
+  (``Engine.fallbacks``, named).
 - OK: acting at rate (or inactive / unconfigured with nothing wrong).
 
 Times are node-clock seconds (ROS time, ``/clock`` under ``use_sim_time``), so rates are in
@@ -21,6 +22,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 import enum
 import threading
+from typing import Mapping
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
@@ -97,6 +99,7 @@ class EngineDiagnostics:
             self._period_texts_rejected = 0
             self._last_text_rejection = ''
             self._failure = ''
+            self._fallbacks: dict[str, str] = {}
 
     def set_state(self, label: str, now_s: float) -> None:
         """Record the lifecycle state (``active`` starts the no-action clock)."""
@@ -144,6 +147,11 @@ class EngineDiagnostics:
             self._clips['velocity'] += clips.velocity
             self._clips['chunks'] += 1 if clips.total else 0
             self._period_clips += clips.total
+
+    def set_fallbacks(self, fallbacks: Mapping[str, str]) -> None:
+        """Record the compiled steps running eagerly (step -> reason); WARN while any."""
+        with self._lock:
+            self._fallbacks = dict(fallbacks)
 
     def record_failure(self, message: str) -> None:
         """Mark the engine as failed (ERROR until the next ``reset``)."""
@@ -204,8 +212,10 @@ class EngineDiagnostics:
                max_age_s: float) -> tuple[Level, str]:
         if self._failure:
             return Level.ERROR, f'engine failed: {self._failure}'
+        slow = (f'compiled step(s) running eagerly: {", ".join(sorted(self._fallbacks))}'
+                if self._fallbacks else '')
         if self._active_since is None:
-            return Level.OK, self._state
+            return (Level.WARN, f'{self._state}; {slow}') if slow else (Level.OK, self._state)
         since = max(self._last_chunk_s or self._active_since, self._active_since)
         if now_s - since > max_age_s:
             why = f'; last rejection {self._last_rejection}' if self._last_rejection else ''
@@ -223,6 +233,8 @@ class EngineDiagnostics:
             warnings.append(f'{self._period_texts_rejected} text request(s) rejected')
         if self._period_clips:
             warnings.append(f'limits clipped {self._period_clips} action value(s)')
+        if slow:
+            warnings.append(slow)
         if warnings:
             return Level.WARN, '; '.join(warnings)
         return Level.OK, f'acting at {rate:.1f} Hz'
@@ -263,6 +275,7 @@ class EngineDiagnostics:
                    for issue in InputIssue]
         values += [('last rejection', self._last_rejection),
                    ('random weights', 'yes' if self.random_weights else 'no')]
+        values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
         if self._failure:
             values.append(('engine error', self._failure))
         return values

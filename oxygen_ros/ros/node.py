@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
 import sys
 import threading
 import time
@@ -47,6 +46,7 @@ from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import JOINT_STATES_TOPIC, qos_profile, QosRole
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros_interfaces.msg import DecodedText
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
@@ -152,6 +152,7 @@ class OxygenNode(LifecycleNode):
             f'engine {cfg.preset} ready in {time.monotonic() - t0:.1f} s ({weights}); '
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}')
+        self._diag.set_fallbacks(engine.fallbacks)
         self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
         self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
                                        cfg.rtc_max_guidance_weight)
@@ -457,9 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = [NODE_NAME, *(sys.argv[1:] if argv is None else argv)]
     logging.basicConfig(level=logging.INFO, format='[%(levelname)s] [%(name)s]: %(message)s')
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event_on_signals()
     try:
         node = OxygenNode()
     except (InvalidParameterTypeException, InvalidParameterValueException) as exc:

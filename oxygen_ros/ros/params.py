@@ -23,7 +23,7 @@ from oxygen_ros.config import (
     ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention)
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -85,6 +85,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('device', 'cpu', "torch device: 'cpu', 'cuda', 'cuda:N'", read_only=True),
     ParamSpec('backend', BackendKind.TORCH.value,
               f'execution backend: {_choices([b.value for b in BackendKind])}', read_only=True),
+    ParamSpec('compile_mode', CompileMode.AUTO.value, "torch backend fast path: 'auto' = "
+              "'reduce-overhead' (compiled kernels in CUDA graphs) on CUDA, 'none' (eager) on "
+              f'the CPU; {_choices([m.value for m in CompileMode])}', read_only=True),
     ParamSpec('policy', Policy.OXYGEN.value, "'oxygen' (one shared prefill per cycle) or "
               "'isolated' (the baseline: one prefill per job)", read_only=True),
     ParamSpec('prefix_attention', '', "'' = the preset's; "
@@ -162,7 +165,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 """Every parameter of the node, in declaration order (``preset`` first)."""
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
-_ENUMS = {'backend': BackendKind, 'policy': Policy, 'chunk_smoothing': ChunkSmoothing}
+_ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
+          'compile_mode': CompileMode, 'policy': Policy}
 
 
 def model_defaults(model: ModelConfig) -> dict[str, list]:
@@ -400,6 +404,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             tokenizer=v['tokenizer'] or None, norm_stats=v['norm_stats'] or None,
             dtype=str(v['dtype']), device=str(v['device']),
             backend=_enum('backend', v['backend']), policy=_enum('policy', v['policy']),
+            compile_mode=_enum('compile_mode', v['compile_mode']),
             prefix_attention=prefix_attention, cameras=node.cameras,
             tokens_per_cycle=int(v['tokens_per_cycle']),
             decode_budget=int(v['decode_budget']) or None,

@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
     from oxygen_ros.sim.node import NODE_NAME, SimNode, summary_line
-    from oxygen_ros.tools.signals import stop_event_on_signals
+    from oxygen_ros.signals import stop_event_on_signals
 
     args = [NODE_NAME, *(sys.argv[1:] if argv is None else argv)]
     stop = stop_event_on_signals()

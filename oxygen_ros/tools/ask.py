@@ -29,7 +29,7 @@ from typing import Sequence, TextIO
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
-from oxygen_ros.tools.signals import stop_event_on_signals
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros_interfaces.action import Ask
 import rclpy
 from rclpy.action import ActionClient

@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
 
-    from oxygen_ros.engine.backends import BackendUnavailableError
+    from oxygen_ros.backends.errors import BackendUnavailableError
+    from oxygen_ros.backends.torch_backend import block_slots
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
@@ -145,6 +146,27 @@ def main(argv: list[str] | None = None) -> int:
                            torch.from_numpy(prepared.images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
 
+    oxygen = engines[Policy.OXYGEN]
+
+    def probe_round(decode_batch: int | None = None) -> None:
+        """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
+        need = probe.slots_needed(decode_batch or probe.batch)
+        blocks = oxygen.scheduler.kv.pool.allocate(-(-need // base.block_size))
+        if blocks is None:     # pool full: the probe's own cache (eager calls)
+            logging.warning('KV pool full: probing on a private cache (eager calls)')
+            cache = slots = None
+        else:
+            cache = oxygen.backend.cache
+            slots = block_slots(tuple(blocks), need, base.block_size, oxygen.backend.device)
+        try:
+            if decode_batch is None:
+                probe.measure_once(cache, slots)
+            else:
+                probe.measure_decode('decode_b', decode_batch, cache, slots)
+        finally:
+            if blocks is not None:
+                oxygen.scheduler.kv.pool.decref(blocks)
+
     records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
                for pol in engines}
     bar = tqdm(range(total_frames), desc='frames', disable=args.no_progress, unit='frame')
@@ -162,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f'{pol.value}: no action chunk for frame {f}')
             rec['actions'].append(out.action.actions)
         if f % args.probe_every == 0:
-            probe.measure_once()
+            probe_round()
     for pol, eng in engines.items():       # let the last text requests finish (not timed)
         while eng.num_running or eng.num_pending:
             _collect(records[pol], eng.step(None), measured=False)
     for _ in range(3):
-        probe.measure_once()
+        probe_round()
 
     comp = probe.result()
     iso, oxy = records[Policy.ISOLATED], records[Policy.OXYGEN]
@@ -179,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.batch = max(1, int(round(observed_batch)))
         probe._samples.pop('decode_b', None)
         for _ in range(5):
-            probe._decode('decode_b', probe.batch)
+            probe_round(probe.batch)
         comp = probe.result()
     ideal_iso = comp.isolated_frame(n_text, budget)
     ideal_oxy = comp.oxygen_frame(n_text, int(summary['oxygen']['tokens_per_cycle_p50']),
@@ -193,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
         'device': args.device, 'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s,
+        'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
@@ -257,6 +280,8 @@ def _print(r: dict) -> None:
           f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
           f"{r['action_max_abs_diff']:.2e}; text equal {r['text_equal']} "
           f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
+    for policy, steps in r['fallbacks'].items():
+        print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
 
 
 if __name__ == '__main__':

@@ -59,7 +59,11 @@ class Components:
 
 class ComponentProbe:
     """
-    Times the model's entry points on one frame's shapes with a private KV cache.
+    Times the model's entry points on one frame's shapes.
+
+    By default in a private KV cache. A compiled model replays its graphs only on the pool it
+    was warmed up on, so :meth:`measure_once` can be given that pool and free slots of it
+    (``num_slots`` of them, e.g. blocks borrowed from the engine's block pool).
 
     :param images: ``[1, N, 3, S, S]`` a frame's valid cameras.
     :param action_ids, text_ids: the frame's action prompt and a text request's prompt.
@@ -76,12 +80,31 @@ class ComponentProbe:
         self.text = torch.tensor([text_ids], device=dev)
         self.batch = max(batch, 1)
         self.context = context_tokens
-        slots = max(self.batch * (context_tokens + 1), 4 * (images.shape[1] *
-                    model.cfg.image_tokens_per_camera + len(action_ids) + len(text_ids)))
-        self.cache = KVCache(model.cfg.vlm, slots, dtype=dtype, device=dev)
+        self._prefix_slots = 4 * (images.shape[1] * model.cfg.image_tokens_per_camera +
+                                  len(action_ids) + len(text_ids))
+        self.num_slots = self.slots_needed(self.batch)
+        self.own_cache = KVCache(model.cfg.vlm, self.num_slots, dtype=dtype, device=dev)
+        self.cache = self.own_cache
+        self.slots = torch.arange(self.num_slots, device=dev)
         self.noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim,
                                  generator=torch.Generator().manual_seed(0)).to(dev)
         self._samples: dict[str, list[float]] = {}
+
+    def slots_needed(self, batch: int) -> int:
+        """Return the KV slots a round (or a decode at ``batch`` rows) writes."""
+        return max(batch * (self.context + 1), self._prefix_slots)
+
+    def _use(self, cache: KVCache | None, slots: torch.Tensor | None, need: int) -> None:
+        if cache is None:
+            if self.own_cache.num_slots < need:
+                self.own_cache = KVCache(self.model.cfg.vlm, need, dtype=self.model.dtype,
+                                         device=self.model.device)
+            self.cache = self.own_cache
+            self.slots = torch.arange(need, device=self.own_cache.device)
+        else:
+            if slots is None or slots.numel() < need:
+                raise ValueError(f'the probe needs {need} free slots')
+            self.cache, self.slots = cache, slots.to(torch.int64)
 
     def _time(self, name: str, fn: Callable[[], object]) -> object:
         if self.model.device.type == 'cuda':
@@ -96,44 +119,60 @@ class ComponentProbe:
     def _prefill(self, name: str, tokens: torch.Tensor, **kw: object):
         num = tokens.shape[1] + (kw['image_embeds'].shape[1] *
                                  kw['image_embeds'].shape[2] if 'image_embeds' in kw else 0)
-        slots = torch.arange(num, device=tokens.device)[None] + kw.pop('offset', 0)
-        mask = torch.ones_like(tokens, dtype=torch.bool)
-        return self._time(name, lambda: self.model.prefill(tokens, mask, cache=self.cache,
+        offset = kw.pop('offset', 0)
+        slots = self.slots[offset:offset + num][None]
+        # mask None: every token valid, as the backend calls it (the fast path needs that)
+        return self._time(name, lambda: self.model.prefill(tokens, None, cache=self.cache,
                                                            slots=slots, **kw))
 
     @torch.inference_mode()
-    def measure_once(self) -> None:
-        """Time every component once (call it repeatedly, interleaved with the runs)."""
+    def measure_once(self, cache: KVCache | None = None,
+                     slots: torch.Tensor | None = None) -> None:
+        """
+        Time every component once (call it repeatedly, interleaved with the runs).
+
+        :param cache: the KV pool to use (default: the probe's own).
+        :param slots: ``int64 [>= num_slots]`` slots of ``cache`` free for the probe.
+        :raises ValueError: too few slots.
+        """
+        self._use(cache, slots, self.num_slots)
         m = self.model
         embeds = self._time('vision', lambda: m.encode_images(self.images))
-        img_mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
-        full = self._prefill('prefill_action', self.action, image_embeds=embeds,
-                             image_mask=img_mask)
-        self._prefill('prefill_text', self.text, image_embeds=embeds, image_mask=img_mask)
+        full = self._prefill('prefill_action', self.action, image_embeds=embeds)
+        self._prefill('prefill_text', self.text, image_embeds=embeds)
         if self.mode is PrefixAttention.CAUSAL_TEXT:
             empty = self.action[:, :0]
-            image = self._prefill('prefill_image', empty, image_embeds=embeds,
-                                  image_mask=img_mask)
+            image = self._prefill('prefill_image', empty, image_embeds=embeds)
             base = int(image.num_tokens[0])
             self._prefill('prefill_action_text', self.action, context=image, offset=base)
             self._prefill('prefill_text_only', self.text, context=image,
                           offset=base + self.action.shape[1])
         self._time('denoise', lambda: m.denoise(full, self.noise))
-        self._time('seed', lambda: m.lm_logits(full.last_hidden).argmax(-1))
+        seed = getattr(m, 'lm_greedy', None) or (lambda h: m.lm_logits(h).argmax(-1))
+        self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
             self._decode(name, b)
+
+    @torch.inference_mode()
+    def measure_decode(self, name: str, batch: int, cache: KVCache | None = None,
+                       slots: torch.Tensor | None = None) -> None:
+        """Time one decode step of ``batch`` rows (``slots_needed(batch)`` free slots)."""
+        self._use(cache, slots, self.slots_needed(batch))
+        self._decode(name, batch)
 
     def _decode(self, name: str, batch: int) -> None:
         dev = self.cache.device
         ctx = self.context
-        base = torch.arange(batch, device=dev)[:, None] * (ctx + 1)
-        ctx_slots = base + torch.arange(ctx, device=dev)[None]
+        rows = self.slots[:batch * (ctx + 1)].view(batch, ctx + 1)
+        ctx_slots, write = rows[:, :ctx], rows[:, ctx]
         ctx_mask = torch.ones(batch, ctx, dtype=torch.bool, device=dev)
-        write = (base[:, 0] + ctx)
         tokens = torch.full((batch,), 2, dtype=torch.int64, device=dev)
         pos = torch.full((batch,), ctx, dtype=torch.int64, device=dev)
-        self._time(name, lambda: self.model.decode_step(tokens, pos, self.cache, write,
-                                                        ctx_slots, ctx_mask).argmax(-1))
+        greedy = getattr(self.model, 'decode_greedy', None)   # as the engine calls it
+        if greedy is None:
+            def greedy(*args):
+                return self.model.decode_step(*args).argmax(-1)
+        self._time(name, lambda: greedy(tokens, pos, self.cache, write, ctx_slots, ctx_mask))
 
     def result(self) -> Components:
         """Return the median of every component measured so far."""

@@ -29,9 +29,9 @@ import threading
 import time
 from typing import Sequence
 
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag_topics import (
     bag_qos, check_known_type, message_class, Storage, typestore)
-from oxygen_ros.tools.signals import stop_event_on_signals
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node

@@ -47,8 +47,8 @@ import time
 from typing import Sequence
 
 from oxygen_ros.ros.convert import ns_to_stamp, stamp_to_ns
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag_topics import has_header, message_class, qos_profile, qos_role
-from oxygen_ros.tools.signals import stop_event_on_signals
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node

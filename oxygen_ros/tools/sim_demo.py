@@ -24,8 +24,8 @@ import time
 from typing import Sequence
 
 from oxygen_ros.resources import config_file, share_dir
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.demo import Child, ros_environment
-from oxygen_ros.tools.signals import stop_event_on_signals
 from oxygen_ros.tools.sim_bag import CHUNK_TOPIC, read_run, RECORDED_TOPICS, trim
 from oxygen_ros.tools.sim_figures import plot_trajectories, save_frame, write_video
 from oxygen_ros.tools.sim_report import compare_table, compute_metrics, SimMetrics, summary

@@ -101,24 +101,30 @@ def tiny_prefix():
     return model, prefix, noise
 
 
-def test_prefix_velocity_is_the_models_denoise_step(tiny_prefix):
-    from oxygen_ros.model.rtc import prefix_velocity
+def model_velocity(model, prefix, horizon, n):
+    """Return the model's velocity as a ``Velocity`` (as the torch backend builds it)."""
+    with torch.inference_mode(False):
+        ctx = model.denoise_context(prefix, horizon)
+    times = euler_times(n).tolist()
+    return lambda x, step: model.velocity(ctx, x, times[step])
+
+
+def test_the_models_velocity_sampled_unguided_is_its_denoise(tiny_prefix):
     model, prefix, noise = tiny_prefix
     n = model.cfg.num_denoise_steps
     with torch.inference_mode():
         want = model.denoise(prefix, noise)
-        got = guided_sample(prefix_velocity(model, prefix, noise.shape[1], n), noise, n, None)
+        got = guided_sample(model_velocity(model, prefix, noise.shape[1], n), noise, n, None)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_guided_denoise_of_the_model_follows_the_previous_chunk(tiny_prefix):
-    from oxygen_ros.model.rtc import prefix_velocity
     model, prefix, noise = tiny_prefix
     n, horizon = model.cfg.num_denoise_steps, model.cfg.action_horizon
     target = torch.randn(noise.shape, generator=torch.Generator().manual_seed(7))
     weights = torch.tensor(rtc_prefix_weights(horizon, delay=1, overlap=3), dtype=torch.float32)
     with torch.inference_mode():
-        velocity = prefix_velocity(model, prefix, horizon, n)
+        velocity = model_velocity(model, prefix, horizon, n)
         free = guided_sample(velocity, noise, n, None)
         guided = guided_sample(velocity, noise, n, RtcGuidance(target, weights, 5.0))
     assert (guided - target)[:, 0].abs().mean() < 0.5 * (free - target)[:, 0].abs().mean()

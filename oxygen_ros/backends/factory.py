@@ -9,34 +9,35 @@ TensorRT and the compiler are imported only when selected.
 
 from __future__ import annotations
 
-from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
-from oxygen_ros.engine.torch_backend import TorchBackend
+from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
+from oxygen_ros.backends.errors import BackendUnavailableError
+from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
 
 
-class BackendUnavailableError(RuntimeError):
-    """The selected backend cannot run here (its package or device is missing)."""
-
-
-def make_backend(config: EngineConfig, model: Pi05Model, num_blocks: int) -> TorchBackend:
+def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> TorchBackend:
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
-    ``config.compile_mode`` other than NONE compiles the torch backend's denoise and decode
-    steps (``compiled.py``, warm-up included, eager fallback); TensorRT ignores it (its
-    engines are compiled already).
+    ``config.compile_mode`` (AUTO resolved for the device) other than NONE puts every
+    per-cycle model call of the torch backend on the fast path (``compiled.py``: static
+    shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
+    ignores it (its engines are compiled already).
 
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
     """
     if config.backend is BackendKind.TORCH:
-        if config.compile_mode is CompileMode.NONE:
+        if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size)
-        from oxygen_ros.engine.compiled import CompiledTorchBackend
+        from oxygen_ros.backends.fast_backend import CompiledTorchBackend
         return CompiledTorchBackend.create(config, model, num_blocks)
     if config.backend is BackendKind.TENSORRT:
-        from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
-        from oxygen_ros.engine.trt_profiles import TrtPrecision
+        from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
+        from oxygen_ros.backends.trt_profiles import TrtPrecision
         return TensorRTBackend.create(config, model, num_blocks,
                                       precision=TrtPrecision(config.trt_precision),
                                       cache_dir=config.engine_cache_dir)
     raise ValueError(f'unknown backend {config.backend!r}')
+
+
+__all__ = ['BackendUnavailableError', 'make_backend']

@@ -1,4 +1,4 @@
-"""Shared fixtures: one random tiny model per prefix attention mode (built once per session)."""
+"""Shared fixtures: the tokenizer and random tiny models (built once per session, on demand)."""
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig

@@ -29,9 +29,9 @@ import enum
 import hashlib
 import json
 
+from oxygen_ros.backends.onnx_graphs import GraphName, GraphSpec
+from oxygen_ros.backends.onnx_manifest import ExportManifest
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
-from oxygen_ros.engine.onnx_graphs import GraphName, GraphSpec
-from oxygen_ros.engine.onnx_manifest import ExportManifest
 
 CTX_ALIGN = 64
 """Context lengths (prefix, decode context) are rounded up to a multiple of this."""

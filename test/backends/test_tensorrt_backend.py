@@ -14,20 +14,20 @@ import sys
 import types
 
 import numpy as np
+from oxygen_ros.backends import tensorrt_backend, trt_runtime
+from oxygen_ros.backends.errors import BackendUnavailableError
+from oxygen_ros.backends.graph_runner import GraphRunner
+from oxygen_ros.backends.onnx_export import export_graphs
+from oxygen_ros.backends.onnx_graphs import GraphName
+from oxygen_ros.backends.onnx_manifest import load_manifest
+from oxygen_ros.backends.ort_runtime import OrtExecutor
+from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
+from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.trt_profiles import (
+    DimRange, engine_cache_key, EngineLimits, input_shapes, profile_index, TrtPrecision)
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
-from oxygen_ros.engine import tensorrt_backend, trt_runtime
-from oxygen_ros.engine.backends import BackendUnavailableError
 from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.graph_runner import GraphRunner
-from oxygen_ros.engine.onnx_export import export_graphs
-from oxygen_ros.engine.onnx_graphs import GraphName
-from oxygen_ros.engine.onnx_manifest import load_manifest
-from oxygen_ros.engine.ort_runtime import OrtExecutor
-from oxygen_ros.engine.tensorrt_backend import TensorRTBackend
-from oxygen_ros.engine.torch_backend import TorchBackend
-from oxygen_ros.engine.trt_profiles import (
-    DimRange, engine_cache_key, EngineLimits, input_shapes, profile_index, TrtPrecision)
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.workload import make_observation
@@ -201,13 +201,13 @@ def test_cuda_and_version_are_checked_before_anything_is_built(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     cfg = EngineConfig(preset='tiny', backend=BackendKind.TENSORRT)
     with pytest.raises(BackendUnavailableError, match=r"needs a CUDA GPU.*'--backend torch'"):
-        TensorRTBackend.create(cfg, None, 10)
+        TensorRTBackend.create(cfg.backend_config(), None, 10)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     with pytest.raises(BackendUnavailableError, match="runs on device 'cuda', got 'cpu'"):
-        TensorRTBackend.create(cfg, None, 10)
+        TensorRTBackend.create(cfg.backend_config(), None, 10)
     fake.__version__ = '8.6.1'
     with pytest.raises(BackendUnavailableError, match='found tensorrt 8.6.1, too old'):
-        TensorRTBackend.create(cfg, None, 10)
+        TensorRTBackend.create(cfg.backend_config(), None, 10)
 
 
 def test_profiles_and_limits():
@@ -233,7 +233,7 @@ def test_profiles_and_limits():
 
 
 def load_spec(name):
-    from oxygen_ros.engine.onnx_graphs import graph_specs
+    from oxygen_ros.backends.onnx_graphs import graph_specs
     from oxygen_ros.model.pi05 import Pi05Model
     with torch.device('meta'):
         model = Pi05Model(get_preset('tiny'))

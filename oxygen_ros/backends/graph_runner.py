@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Protocol
 
+from oxygen_ros.backends.onnx_graphs import GraphName
 from oxygen_ros.config import ModelConfig, PrefixAttention
-from oxygen_ros.engine.onnx_graphs import GraphName
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import check_image_batch
@@ -100,7 +100,7 @@ class GraphRunner:
         return out
 
     # ---------------------------------------------------------------- prefill
-    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor, *,
+    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor | None, *,
                 image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
                 context: PrefixKV | None = None, cache: KVCache | None = None,
                 slots: torch.Tensor | None = None) -> PrefixKV:
@@ -113,7 +113,7 @@ class GraphRunner:
         prompt as T new tokens. Batch 1 only (the backends' jobs).
 
         :param tokens: ``int64 [1, T]``.
-        :param token_mask: ``bool [1, T]``.
+        :param token_mask: ``bool [1, T]`` (None: all True).
         :param image_embeds: ``[1, N, Ti, W]`` (no context).
         :param image_mask: ``bool [1, N]`` (default all valid).
         :param context: a CAUSAL_TEXT prefix in ``cache`` the new tokens attend.
@@ -122,6 +122,8 @@ class GraphRunner:
         :returns: the prefix over context + new tokens.
         :raises ValueError: bad shapes or slots, no cache, or a context with BIDIRECTIONAL.
         """
+        if token_mask is None:
+            token_mask = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
         if tokens.dim() != 2 or tokens.shape != token_mask.shape or tokens.shape[0] != 1:
             raise ValueError(f'tokens and token_mask must both be [1, T], got '
                              f'{tuple(tokens.shape)} and {tuple(token_mask.shape)}')

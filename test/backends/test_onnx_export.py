@@ -15,12 +15,12 @@ import shutil
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from oxygen_ros.backends.graph_runner import GraphRunner
+from oxygen_ros.backends.onnx_export import export_graphs, WEIGHTS_FILE, WeightStorage
+from oxygen_ros.backends.onnx_graphs import GraphName
+from oxygen_ros.backends.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.ort_runtime import OrtExecutor
 from oxygen_ros.config import get_preset, PrefixAttention
-from oxygen_ros.engine.graph_runner import GraphRunner
-from oxygen_ros.engine.onnx_export import export_graphs, WEIGHTS_FILE, WeightStorage
-from oxygen_ros.engine.onnx_graphs import GraphName
-from oxygen_ros.engine.onnx_manifest import load_manifest, weights_sha256
-from oxygen_ros.engine.ort_runtime import OrtExecutor
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
 from oxygen_ros.model.weights import save_checkpoint

@@ -26,13 +26,13 @@ import time
 from typing import Any, Callable
 import weakref
 
-from oxygen_ros.engine.backends import BackendUnavailableError
-from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.graph_runner import GraphRunner
-from oxygen_ros.engine.onnx_export import export_graphs
-from oxygen_ros.engine.onnx_manifest import load_manifest, weights_sha256
-from oxygen_ros.engine.torch_backend import TorchBackend
-from oxygen_ros.engine.trt_profiles import EngineLimits, TrtPrecision
+from oxygen_ros.backends.config import BackendConfig
+from oxygen_ros.backends.errors import BackendUnavailableError
+from oxygen_ros.backends.graph_runner import GraphRunner
+from oxygen_ros.backends.onnx_export import export_graphs
+from oxygen_ros.backends.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.trt_profiles import EngineLimits, TrtPrecision
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -136,7 +136,7 @@ class TensorRTBackend(TorchBackend):
         self.compile_seconds = compile_seconds
 
     @classmethod
-    def create(cls, config: EngineConfig, model: Pi05Model, num_blocks: int, *,
+    def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                precision: TrtPrecision = TrtPrecision.GRAPH,
                cache_dir: str | Path | None = None,
                cuda_graphs: bool = True) -> TensorRTBackend:
@@ -154,7 +154,7 @@ class TensorRTBackend(TorchBackend):
         """
         trt = import_tensorrt()
         device = require_cuda(config.device)
-        from oxygen_ros.engine.trt_runtime import load_engines, TrtExecutor
+        from oxygen_ros.backends.trt_runtime import load_engines, TrtExecutor
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         t0 = time.perf_counter()

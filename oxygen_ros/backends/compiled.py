@@ -1,0 +1,395 @@
+"""
+The fast path: every per-cycle model call at static shapes, in CUDA graphs, parity-gated.
+
+Why CUDA graphs, captured by us (``torch.cuda.CUDAGraph``), around Inductor kernels: on an
+H100 (2026-11-22, ``../shared/gpu``) eager π0.5 leaves the GPU idle between launches (vision:
+3.3 ms of kernels in 358 launches, 12.5 ms wall; prefill: 9.9 ms of kernels in 947
+launches, 21 ms wall); Inductor without graphs did not pay (prefill 10.8-12.6 ms), Inductor
+with graphs did (vision 2.9 ms). So the graph is what matters, and capturing it ourselves
+(as vLLM does) rather than through ``mode='reduce-overhead'`` lets one graph hold a whole
+call: the model call, its K/V writes into the pool, the 10 Euler steps of a chunk, the LM
+head and greedy argmax, on buffers we own (no copy of outputs per replay, no re-recording
+because a pool is mutated or an address moved). The kernels inside come from Inductor
+(``CompileMode.REDUCE_OVERHEAD``) or are PyTorch's own (``CUDA_GRAPHS``, no compiler: what is
+left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
+
+Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
+bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise at the longest
+prefix, decode per batch bucket (up to ``max_running_requests``) and context bucket, seed per
+batch bucket. Padding is masked, so results equal eager on the valid part (float32 1e-5 in
+the tests). Graph simplifications: Q/K/V is one fused projection in the model itself; the time
+MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed Euler times
+(``DenoiseCall``); RMSNorm scales folded into the next linear (``model/folding.py``) with eager
+kernels only (Inductor fuses the multiply into the norm anyway, and folding costs 2.6 GB of
+weights at full size).
+
+Warm-up compiles, captures and gates every graph (``parity.py``, probes in
+``parity_probe.py``), with a progress bar and a log line per step; Inductor's artifacts are
+cached on disk (``compile_cache.py``). A step whose graphs fail (compiler error, capture
+error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log with the
+reason and the measured error, and ``fallbacks`` (step -> reason), which the engine exposes,
+the node shows on ``/diagnostics`` and ``oxygen-gpu-check`` fails on. A call outside the
+compiled shapes (a longer context, a batch > ``max_running_requests``) runs eagerly with a
+warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Collection, Iterator
+
+from oxygen_ros.backends.buckets import bucket_for, StaticShapes
+from oxygen_ros.backends.compile_cache import CompileCache
+from oxygen_ros.backends.config import CompileMode
+from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.parity import ParityResult
+from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
+from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.config import PrefixAttention
+from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.folding import fold_layers
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.pi05 import Pi05Model
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+_LOG = logging.getLogger(__name__)
+
+
+class CompiledModel:
+    """
+    ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
+
+    Same signatures and results as the model (``encode_images``, ``prefill``, ``denoise``,
+    ``decode_step``, ``lm_logits``) plus ``decode_greedy`` / ``lm_greedy`` (token ids from
+    the graph's argmax). A call takes a graph when it has a compiled shape, batch 1 where
+    the graph has one, masks None (every token valid) and the KV pool given to
+    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
+
+    :param model: the eager model (weights shared; also the fallback).
+    :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).
+    :param limits: longest prefix, decode context and batch.
+    :param backend: ``torch.compile`` backend for Inductor kernels.
+    :param block_size: KV block size (block 0 is the null block padded tokens write to).
+    :param fold_norms: fold RMSNorm scales into the linears; default: with eager kernels.
+    :param only: put only these steps on the fast path (default: all); the others run
+        eagerly (not a fallback: nothing was asked).
+    :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
+    """
+
+    def __init__(self, model: Pi05Model, mode: CompileMode, limits: EngineLimits, *,
+                 backend: str | Callable = 'inductor', block_size: int = 16,
+                 fold_norms: bool | None = None, only: Collection[Step] | None = None) -> None:
+        mode = mode.resolve(model.device.type)
+        if mode is CompileMode.NONE:
+            raise ValueError('CompiledModel needs a compile mode other than NONE')
+        self.model = model
+        self.cfg = model.cfg
+        self.mode = mode
+        self.limits = limits
+        self.block_size = block_size
+        self.null_slot = NULL_BLOCK_ID * block_size
+        self.cuda_graphs = mode is not CompileMode.DEFAULT and model.device.type == 'cuda'
+        self.kernels = Kernels.EAGER if mode is CompileMode.CUDA_GRAPHS else Kernels.INDUCTOR
+        self.fold_norms = self.kernels is Kernels.EAGER if fold_norms is None else fold_norms
+        self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
+                                             max_ctx=limits.max_ctx,
+                                             denoise_ctx=limits.denoise_ctx_len)
+        self.compile_seconds = 0.0
+        self.fallbacks: dict[str, str] = {}
+        """Compiled steps that run eagerly instead: step name -> reason."""
+        self.parity: dict[str, ParityResult] = {}
+        """The gate's closest call (largest error / tolerance) per step that passed."""
+        self.cache: CompileCache | None = None
+        self._backend = backend
+        self._only = frozenset(Step) if only is None else frozenset(only)
+        self._graphs: dict[Step, dict[tuple[int, ...], StaticCall]] = {}
+        self._pool: KVCache | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.model.parameters()
+
+    def steps(self) -> dict[Step, list[tuple[int, ...]]]:
+        """Return every step and the shape keys it compiles, in warm-up order."""
+        s = self.shapes
+        cams_prompts = [(n, t) for n in s.camera_counts for t in s.prompt]
+        steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts,
+                 Step.DENOISE: [(s.denoise_ctx,)],
+                 Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
+                 Step.SEED: [(b,) for b in s.batch]}
+        if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+            steps[Step.TEXT_PREFILL] = cams_prompts
+        return {step: keys for step, keys in steps.items() if step in self._only}
+
+    # ---------------------------------------------------------------- warm-up
+    def warmup(self, pool: KVCache, *, progress: bool = True) -> float:
+        """
+        Compile, capture and gate every graph on ``pool``; fall back step by step.
+
+        :param pool: the backend's KV pool (graphs read and write it by address; zeroed
+            after the gate's probes).
+        :param progress: draw a tqdm bar (one tick per graph).
+        :returns: seconds spent, also in ``compile_seconds``.
+        """
+        from tqdm import tqdm
+
+        t0 = time.perf_counter()
+        self._pool, self.fallbacks, self._graphs, self.parity = pool, {}, {}, {}
+        if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
+            self.cache = CompileCache(f'{self.cfg!r}|{self.dtype}|{self.device}|'
+                                      f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
+                                      f'{self.fold_norms}')
+            self.cache.activate()
+        steps = self.steps()
+        try:
+            reference = float32_copy(self.model)
+            layers = (fold_layers(self.model.vlm.layers) if self.fold_norms
+                      else self.model.vlm.layers)
+            builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
+            probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
+            graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+        except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
+            reason = f'fast path set-up failed: {type(exc).__name__}: {exc}; running EAGERLY'
+            _LOG.error('%s', reason)
+            self.fallbacks = {step.value: reason for step in steps}
+            pool.k.zero_()
+            pool.v.zero_()
+            return time.perf_counter() - t0
+        bar = tqdm(total=sum(len(keys) for keys in steps.values()), unit='graph',
+                   desc=f'fast path ({self.mode.value})', disable=not progress)
+        try:
+            with torch.inference_mode(), torch._dynamo.config.patch(
+                    recompile_limit=512, accumulated_recompile_limit=8192):
+                for step, keys in steps.items():
+                    self._warm_step(step, keys, builder, probe, graph_pool, bar)
+        finally:
+            bar.close()
+            pool.k.zero_()
+            pool.v.zero_()
+            del reference, probe
+        if self.cache is not None:
+            try:
+                self.cache.save()
+            except OSError as exc:
+                _LOG.error('cannot write the compile cache: %s', exc)
+        self.compile_seconds = time.perf_counter() - t0
+        counts = self.cache.counts() if self.cache is not None else None
+        _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',
+                  self.mode.value, self.kernels.value,
+                  ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
+                  sum(len(g) for g in self._graphs.values()),
+                  f'; compile cache {counts.hits} hits, {counts.misses} misses'
+                  if counts else '',
+                  f'; EAGER: {", ".join(self.fallbacks)}' if self.fallbacks else '')
+        return self.compile_seconds
+
+    def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
+                   probe: ParityProbe, graph_pool: Any, bar: Any) -> None:
+        attempts = [self.kernels]
+        if self.kernels is Kernels.INDUCTOR and self.cuda_graphs:
+            attempts.append(Kernels.EAGER)         # graphs of eager kernels still pay
+        reasons = []
+        for kernels in attempts:
+            t0 = time.perf_counter()
+            try:
+                self._graphs[step] = graphs = {}
+                worst = None
+                for key in keys:
+                    graphs[key] = builder.build(step, key, kernels, cuda_graph=self.cuda_graphs,
+                                                pool=graph_pool)
+                    args = () if step is Step.DENOISE else key
+                    result = getattr(probe, step.value)(*args)
+                    if not result.passed:
+                        raise RuntimeError(f'parity gate failed: {result.describe()}')
+                    if worst is None or result.error / max(result.tolerance, 1e-30) > \
+                            worst.error / max(worst.tolerance, 1e-30):
+                        worst = result
+                    bar.update()
+            except Exception as exc:  # noqa: B902 - any compile/capture/gate failure
+                self._graphs.pop(step, None)
+                reasons.append(f'{kernels.value} kernels: {type(exc).__name__}: {exc}')
+                _LOG.error('fast path: %s with %s kernels failed: %s: %s', step.value,
+                           kernels.value, type(exc).__name__, exc)
+                continue
+            if worst is not None:
+                self.parity[step.value] = worst
+            _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s; worst %s',
+                      step.value, len(keys), kernels.value, time.perf_counter() - t0,
+                      worst.describe() if worst else '-')
+            if kernels is not self.kernels:
+                self.fallbacks[step.value] = f'{reasons[0]}; running eager kernels in graphs'
+            return
+        self.fallbacks[step.value] = '; '.join(reasons) + '; running EAGERLY'
+        _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
+                   self.fallbacks[step.value])
+
+    def _graph(self, step: Step, key: tuple[int, ...] | None, cache: KVCache | None,
+               shape: object = None) -> StaticCall | None:
+        """Return the graph of ``key`` (None: eager), warning once per step for a misfit."""
+        if cache is not self._pool or step not in self._graphs:
+            return None
+        graph = self._graphs[step].get(key) if key is not None else None
+        if graph is None and step.value not in self._warned:
+            self._warned.add(step.value)
+            _LOG.warning('%s of shape %s is outside the compiled ones (largest %s): eager',
+                         step.value, shape if key is None else key, list(self._graphs[step])[-1])
+        return graph
+
+    # ---------------------------------------------------------------- calls
+    @torch.inference_mode()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """See ``Pi05Model.encode_images``."""
+        graph = self._graph(Step.VISION, (images.shape[1],) if images.shape[0] == 1 else None,
+                            self._pool)
+        if graph is None or tuple(images.shape[2:]) != tuple(graph.inputs[0].shape[1:]):
+            return self.model.encode_images(images)
+        return graph(images[0]).clone()[None]
+
+    @torch.inference_mode()
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """See ``Pi05Model.lm_logits``."""
+        out = self._seed(hidden)
+        return self.model.lm_logits(hidden) if out is None else out[0].clone()
+
+    @torch.inference_mode()
+    def lm_greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Return ``lm_logits(hidden).argmax(-1)``: ``int64 [B]`` (argmax in the graph)."""
+        out = self._seed(hidden)
+        return self.model.lm_logits(hidden).argmax(-1) if out is None else out[1].clone()
+
+    def _seed(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        b = hidden.shape[0]
+        bucket = bucket_for(b, self.shapes.batch)
+        graph = self._graph(Step.SEED, (bucket,) if bucket else None, self._pool, (b,))
+        if graph is None:
+            return None
+        logits, ids = graph(F.pad(hidden, (0, 0, 0, bucket - b)))
+        return logits[:b], ids[:b]
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, token_mask: torch.Tensor | None, *,
+                image_embeds: torch.Tensor | None = None, image_mask: torch.Tensor | None = None,
+                context: PrefixKV | None = None, cache: KVCache | None = None,
+                slots: torch.Tensor | None = None, reserve: int = 0) -> PrefixKV:
+        """
+        See ``Pi05Model.prefill``; the graph path skips its slot checks (host syncs).
+
+        Graphs serve batch 1 with masks None (every camera and token valid), slots given, in
+        the warm-up pool: a whole prefix (images + prompt) or, in CAUSAL_TEXT, a prompt on an
+        image prefix.
+        """
+        plain = token_mask is None and image_mask is None and slots is not None and \
+            tokens.shape[0] == 1 and reserve == 0
+        t = tokens.shape[1]
+        if plain and context is None and image_embeds is not None:
+            n = image_embeds.shape[1]
+            bucket = bucket_for(t, self.shapes.prompt)
+            graph = self._graph(Step.PREFILL, (n, bucket) if bucket else None, cache)
+            if graph is not None:
+                return self._prefill_graph(graph, tokens, image_embeds, cache, slots, bucket)
+        if plain and context is not None and image_embeds is None and t > 0:
+            ti = self.cfg.image_tokens_per_camera
+            n, rest = divmod(context.slots.shape[1], ti)
+            bucket = bucket_for(t, self.shapes.prompt)
+            graph = self._graph(Step.TEXT_PREFILL, (n, bucket) if bucket and not rest else None,
+                                context.cache if cache is None else cache)
+            if graph is not None and context.batch_size == 1:
+                return self._text_graph(graph, tokens, context, slots, bucket)
+        return self.model.prefill(tokens, token_mask, image_embeds=image_embeds,
+                                  image_mask=image_mask, context=context, cache=cache,
+                                  slots=slots, reserve=reserve)
+
+    def _prefill_graph(self, graph: StaticCall, tokens: torch.Tensor, embeds: torch.Tensor,
+                       cache: KVCache, slots: torch.Tensor, bucket: int) -> PrefixKV:
+        dev, t = tokens.device, tokens.shape[1]
+        count = embeds.shape[1] * self.cfg.image_tokens_per_camera + t
+        p = count + bucket - t
+        used = slots[:, :count].to(torch.int64)
+        hidden = graph(embeds, F.pad(tokens, (0, bucket - t)),
+                       (torch.arange(p, device=dev) < count)[None],
+                       F.pad(used[0], (0, p - count), value=self.null_slot),
+                       torch.full((1,), count - 1, dtype=torch.int64, device=dev))
+        return PrefixKV(cache, used, torch.ones(1, count, dtype=torch.bool, device=dev),
+                        torch.full((1,), count, dtype=torch.int64, device=dev), hidden.clone())
+
+    def _text_graph(self, graph: StaticCall, tokens: torch.Tensor, context: PrefixKV,
+                    slots: torch.Tensor, bucket: int) -> PrefixKV:
+        dev, t = tokens.device, tokens.shape[1]
+        used = slots[:, :t].to(torch.int64)
+        hidden = graph(F.pad(tokens, (0, bucket - t)),
+                       (torch.arange(bucket, device=dev) < t)[None], context.num_tokens,
+                       context.slots.to(torch.int64), context.mask,
+                       F.pad(used[0], (0, bucket - t), value=self.null_slot))
+        return PrefixKV(context.cache, torch.cat([context.slots, used], 1),
+                        torch.cat([context.mask, torch.ones(1, t, dtype=torch.bool,
+                                                            device=dev)], 1),
+                        context.num_tokens + t, hidden.clone())
+
+    @torch.inference_mode()
+    def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
+                num_steps: int | None = None) -> torch.Tensor:
+        """See ``Pi05Model.denoise``: the whole Euler loop is one graph replay."""
+        c = self.shapes.denoise_ctx
+        pad = c - prefix.slots.shape[1]
+        graph = self._graph(Step.DENOISE, (c,), prefix.cache)
+        if (graph is None or pad < 0 or prefix.batch_size != 1
+                or num_steps not in (None, self.cfg.num_denoise_steps)
+                or tuple(noise.shape) != tuple(graph.inputs[3].shape)):
+            return self.model.denoise(prefix, noise, num_steps=num_steps)
+        return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
+                     F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
+
+    def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                ctx_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        b, c = ctx_slots.shape
+        bb, cb = bucket_for(b, self.shapes.batch), bucket_for(c, self.shapes.ctx)
+        graph = self._graph(Step.DECODE, (bb, cb) if bb and cb else None, cache, (b, c))
+        if graph is None:
+            return None
+        rows, cols, null = bb - b, cb - c, self.null_slot
+        logits, ids = graph(F.pad(tokens, (0, rows)), F.pad(positions, (0, rows)),
+                            F.pad(write_slots, (0, rows), value=null),
+                            F.pad(ctx_slots.to(torch.int64), (0, cols, 0, rows), value=null),
+                            F.pad(ctx_mask, (0, cols, 0, rows)))
+        return logits[:b], ids[:b]
+
+    @torch.inference_mode()
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                    write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                    ctx_mask: torch.Tensor) -> torch.Tensor:
+        """See ``Pi05Model.decode_step`` (batch padded to a bucket, context to a bucket)."""
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        if out is None:
+            return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
+                                          ctx_mask)
+        return out[0].clone()
+
+    @torch.inference_mode()
+    def decode_greedy(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                      write_slots: torch.Tensor, ctx_slots: torch.Tensor,
+                      ctx_mask: torch.Tensor) -> torch.Tensor:
+        """Return ``decode_step(...).argmax(-1)``: ``int64 [B]`` (LM head + argmax in graph)."""
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        if out is None:
+            return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
+                                          ctx_mask).argmax(-1)
+        return out[1].clone()
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
+
+
+__all__ = ['CompiledModel']

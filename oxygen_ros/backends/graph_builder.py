@@ -1,0 +1,176 @@
+"""
+Building the fast path's graphs: compile, capture and gate one step at every static shape.
+
+For each step (vision, prefill, text prefill, denoise, decode, seed) and each of its shapes
+(``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA graph will hold:
+the static-shape model call (``model/static_calls.py``), compiled or not, followed by the
+in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
+
+Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
+silent graph break) or PyTorch's eager ones. One compiled function serves every shape of a
+step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``), so Inductor compiles a
+step once or twice (sizes 1 are specialized), not once per bucket; the CUDA graphs are still
+one per shape. The denoise step compiles the velocity of ONE Euler step (N times less
+Inductor work than the unrolled loop); the CUDA graph of the whole loop replays all N.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable
+
+from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.static_calls import (
+    DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
+import torch
+from torch import nn
+
+
+class Step(str, enum.Enum):
+    """A per-cycle model call of the engine (``JobKind`` plus the text prefill)."""
+
+    VISION = 'vision'
+    PREFILL = 'prefill'
+    TEXT_PREFILL = 'text_prefill'
+    DENOISE = 'denoise'
+    DECODE = 'decode'
+    SEED = 'seed'
+
+
+class Kernels(enum.Enum):
+    """Where a graph's kernels come from."""
+
+    INDUCTOR = 'inductor'
+    """``torch.compile`` (Triton on CUDA, C++ on the CPU)."""
+    EAGER = 'eager'
+    """PyTorch's own kernels: no compiler needed (what still works where Triton does not)."""
+
+
+class GraphBuilder:
+    """
+    Makes the capturable function of each step and shape.
+
+    :param model: the eager model (weights shared).
+    :param layers: the VLM layers to run (the model's or norm-folded ones).
+    :param pool: the KV pool every graph reads and writes by address.
+    :param compiler: ``torch.compile`` backend for INDUCTOR kernels (``'inductor'``; tests
+        pass ``'aot_eager'`` or a callable).
+    """
+
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList, pool: KVCache, *,
+                 compiler: str | Callable = 'inductor') -> None:
+        self.model = model
+        self.pool = pool
+        self.compiler = compiler
+        self.calls: dict[Step, nn.Module] = {
+            Step.VISION: VisionCall(model), Step.PREFILL: PrefillCall(model, layers),
+            Step.TEXT_PREFILL: ExtendCall(model, layers), Step.DECODE: DecodeCall(model, layers),
+            Step.SEED: SeedCall(model)}
+        self.denoise = DenoiseCall(model)
+        self._compiled: dict[Step, Callable] = {}
+
+    def _kernel(self, step: Step, kernels: Kernels) -> Callable:
+        if kernels is Kernels.EAGER:
+            if step is Step.DENOISE:
+                self.denoise.step = self.denoise.velocity_step
+                return self.denoise
+            return self.calls[step]
+        if step not in self._compiled:
+            target = self.denoise.velocity_step if step is Step.DENOISE else self.calls[step]
+            self._compiled[step] = torch.compile(target, backend=self.compiler, fullgraph=True)
+        if step is Step.DENOISE:
+            self.denoise.step = self._compiled[step]
+            return self.denoise
+        return self._compiled[step]
+
+    def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *, cuda_graph: bool,
+              pool: Any = None) -> StaticCall:
+        """
+        Return the step at shape ``key`` on its own buffers, captured if ``cuda_graph``.
+
+        Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
+        DENOISE ``(context slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
+
+        :raises Exception: whatever compiling or capturing raised (the caller falls back).
+        """
+        fn, example, dynamic = getattr(self, f'_{step.value}')(self._kernel(step, kernels), key)
+        return StaticCall(fn, (self.pool.k, self.pool.v), example, cuda_graph=cuda_graph,
+                          pool=pool, dynamic=dynamic)
+
+    # -- one function per step: (fn(k_pool, v_pool, *inputs), example inputs, dynamic dims)
+    def _empty(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype or self.model.dtype, device=self.pool.device)
+
+    def _vision(self, call: Callable, key: tuple[int, ...]):
+        size = self.model.cfg.vision.image_size
+
+        def fn(k_pool, v_pool, images):
+            return call(images)
+        return fn, (self._empty(key[0], 3, size, size),), {0: (0,)}
+
+    def _prefill(self, call: Callable, key: tuple[int, ...]):
+        cfg = self.model.cfg
+        n, t = key
+        p = n * cfg.image_tokens_per_camera + t
+
+        def fn(k_pool, v_pool, embeds, tokens, valid, slots, last):
+            hidden, k, v = call(embeds, tokens, valid, last)
+            k_pool.index_copy_(1, slots, k.to(k_pool.dtype))
+            v_pool.index_copy_(1, slots, v.to(v_pool.dtype))
+            return hidden
+        i64 = torch.int64
+        example = (self._empty(1, n, cfg.image_tokens_per_camera, cfg.vlm.width),
+                   self._empty(1, t, dtype=i64), self._empty(1, p, dtype=torch.bool),
+                   self._empty(p, dtype=i64), self._empty(1, dtype=i64))
+        return fn, example, {0: (1,), 1: (1,), 2: (1,), 3: (0,)}
+
+    def _text_prefill(self, call: Callable, key: tuple[int, ...]):
+        n, t = key
+        c = n * self.model.cfg.image_tokens_per_camera
+
+        def fn(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask, slots):
+            hidden, k, v = call(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask)
+            k_pool.index_copy_(1, slots, k[:, 0].to(k_pool.dtype))
+            v_pool.index_copy_(1, slots, v[:, 0].to(v_pool.dtype))
+            return hidden
+        i64 = torch.int64
+        example = (self._empty(1, t, dtype=i64), self._empty(1, t, dtype=torch.bool),
+                   self._empty(1, dtype=i64), self._empty(1, c, dtype=i64),
+                   self._empty(1, c, dtype=torch.bool), self._empty(t, dtype=i64))
+        return fn, example, {0: (1,), 1: (1,), 3: (1,), 4: (1,), 5: (0,)}
+
+    def _denoise(self, call: Callable, key: tuple[int, ...]):
+        cfg = self.model.cfg
+        c = key[0]
+
+        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise):
+            return call(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise)
+        i64 = torch.int64
+        example = (self._empty(1, c, dtype=i64), self._empty(1, c, dtype=torch.bool),
+                   self._empty(1, dtype=i64),
+                   self._empty(1, cfg.action_horizon, cfg.action_dim, dtype=torch.float32))
+        return fn, example, {}
+
+    def _decode(self, call: Callable, key: tuple[int, ...]):
+        b, c = key
+
+        def fn(k_pool, v_pool, tokens, positions, write, ctx_slots, ctx_mask):
+            logits, ids, k, v = call(k_pool, v_pool, tokens, positions, ctx_slots, ctx_mask)
+            k_pool.index_copy_(1, write, k.to(k_pool.dtype))
+            v_pool.index_copy_(1, write, v.to(v_pool.dtype))
+            return logits, ids
+        i64 = torch.int64
+        example = (self._empty(b, dtype=i64), self._empty(b, dtype=i64),
+                   self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
+                   self._empty(b, c, dtype=torch.bool))
+        return fn, example, {0: (0,), 1: (0,), 2: (0,), 3: (0, 1), 4: (0, 1)}
+
+    def _seed(self, call: Callable, key: tuple[int, ...]):
+        def fn(k_pool, v_pool, hidden):
+            return call(hidden)
+        return fn, (self._empty(key[0], self.model.cfg.vlm.width),), {0: (0,)}
+
+
+__all__ = ['GraphBuilder', 'Kernels', 'Step']

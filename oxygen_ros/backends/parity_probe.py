@@ -1,0 +1,227 @@
+"""
+Probe inputs for the parity gate: every compiled graph against eager, and eager in float32.
+
+Each probe runs one step at one static shape three ways on the same inputs: through the fast
+path (which must pick that very graph: the probe's sizes fall inside the bucket, below its top
+when there is room, so padding is exercised), through the eager model in its dtype, and
+through the eager float32 copy (``float32_copy``; None for a float32 model). Outputs that a
+step writes into the KV pool are compared too. The pool is filled with random K/V first (an
+all-zero pool would hide a wrong attention), probes write only the probe region
+``[block_size, block_size + probe_slots)`` and the caller zeroes the pool afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from oxygen_ros.backends.buckets import StaticShapes
+from oxygen_ros.backends.parity import check_parity, ParityResult
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.pi05 import Pi05Model
+import torch
+
+_LOG = logging.getLogger(__name__)
+
+
+def float32_copy(model: Pi05Model) -> Pi05Model | None:
+    """
+    Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
+
+    The parity gate's reference. Built on the model's device; where that runs out of
+    memory, on the CPU (slower, same numbers).
+    """
+    if model.dtype == torch.float32:
+        return None
+    for device in dict.fromkeys((model.device, torch.device('cpu'))):
+        try:
+            with torch.device('meta'):
+                ref = Pi05Model(model.cfg)
+            ref = ref.to_empty(device=device)
+            ref.load_state_dict(model.state_dict())
+            return ref.eval()
+        except torch.OutOfMemoryError:
+            _LOG.warning('no memory for a float32 copy of the model on %s', device)
+    raise RuntimeError('no memory for the float32 reference model of the parity gate')
+
+
+def _inside(size: int, buckets: tuple[int, ...], room: int) -> int:
+    """Return a size that falls into bucket ``size``: up to ``room`` below it, above the last."""
+    below = max([b for b in buckets if b < size], default=0)
+    return max(below + 1, size - room)
+
+
+class ParityProbe:
+    """
+    Gate probes over one KV pool.
+
+    :param fast: the fast model (``CompiledModel``: Pi05Model-like calls that use the graphs).
+    :param model: the eager model.
+    :param reference: its float32 copy, or None.
+    :param pool: the KV pool the graphs were captured on.
+    :param shapes: the compiled shapes.
+    :param base: first probe slot (after the null block).
+    :raises ValueError: the pool is too small for the probes.
+    """
+
+    def __init__(self, fast: Any, model: Pi05Model, reference: Pi05Model | None,
+                 pool: KVCache, shapes: StaticShapes, base: int) -> None:
+        self.fast, self.model, self.ref, self.pool, self.shapes = (
+            fast, model, reference, pool, shapes)
+        self.base = base
+        self.size = base + max(shapes.ctx[-1], shapes.denoise_ctx) + shapes.batch[-1]
+        if self.size > pool.num_slots:
+            raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
+                             f'probes need ({self.size})')
+        self.gen = torch.Generator().manual_seed(0)
+        dev = pool.device
+        for k in (pool.k, pool.v):
+            k.normal_(generator=torch.Generator(dev).manual_seed(1))
+        self.ref_dev = next(reference.parameters()).device if reference is not None else None
+        self.ref_pool = (KVCache(model.cfg.vlm, self.size, device=self.ref_dev)
+                         if reference is not None else None)
+        cfg = model.cfg
+        size = cfg.vision.image_size
+        self.images = (torch.rand(1, max(shapes.camera_counts), 3, size, size,
+                                  generator=self.gen) * 2 - 1).to(dev, model.dtype)
+        with torch.inference_mode():
+            self.embeds = model.encode_images(self.images)
+        self.prefix: PrefixKV | None = None
+
+    # -- helpers -------------------------------------------------------------------------
+    def _ints(self, high: int, *shape: int) -> torch.Tensor:
+        return torch.randint(3, high, shape, generator=self.gen).to(self.pool.device)
+
+    def _slots(self, start: int, count: int) -> torch.Tensor:
+        return torch.arange(self.base + start, self.base + start + count,
+                            device=self.pool.device)
+
+    def _r(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() if x.is_floating_point() else x).to(self.ref_dev)
+
+    def _sync_ref_pool(self) -> None:
+        """Copy the probe region of the pool into the float32 pool (the same K/V, upcast)."""
+        if self.ref_pool is not None:
+            self.ref_pool.k.copy_(self.pool.k[:, :self.size].float())
+            self.ref_pool.v.copy_(self.pool.v[:, :self.size].float())
+
+    def _ref_prefix(self, prefix: PrefixKV) -> PrefixKV:
+        return PrefixKV(self.ref_pool, prefix.slots.to(self.ref_dev), prefix.mask.to(self.ref_dev),
+                        prefix.num_tokens.to(self.ref_dev), self._r(prefix.last_hidden))
+
+    def _kv(self, pool: KVCache, slots: torch.Tensor) -> list[torch.Tensor]:
+        idx = slots.reshape(-1).to(pool.device)
+        return [pool.k[:, idx].clone(), pool.v[:, idx].clone()]
+
+    def _gate(self, name: str, fast: list, eager: list, ref: list | None) -> ParityResult:
+        return check_parity(name, fast, eager, ref)
+
+    # -- probes --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def vision(self, n: int) -> ParityResult:
+        images = self.images[:, :n]
+        fast = [self.fast.encode_images(images)]
+        eager = [self.model.encode_images(images)]
+        ref = [self.ref.encode_images(self._r(images))] if self.ref is not None else None
+        return self._gate(f'vision {n} camera(s)', fast, eager, ref)
+
+    @torch.inference_mode()
+    def prefill(self, n: int, bucket: int) -> ParityResult:
+        t = _inside(bucket, self.shapes.prompt, 3)
+        tokens = self._ints(1000, 1, t)
+        count = n * self.model.cfg.image_tokens_per_camera + t
+        slots = self._slots(0, count)[None]
+        embeds = self.embeds[:, :n]
+        runs = []
+        for model, pool in ((self.fast, self.pool), (self.model, self.pool)):
+            p = model.prefill(tokens, None, image_embeds=embeds, cache=pool, slots=slots)
+            runs.append([p.last_hidden] + self._kv(pool, slots))
+        ref = None
+        if self.ref is not None:
+            p = self.ref.prefill(self._r(tokens), None, image_embeds=self._r(embeds),
+                                 cache=self.ref_pool, slots=self._r(slots))
+            ref = [p.last_hidden] + self._kv(self.ref_pool, slots)
+        return self._gate(f'prefill {n} camera(s) + {t} tokens (bucket {bucket})', *runs, ref)
+
+    @torch.inference_mode()
+    def text_prefill(self, n: int, bucket: int) -> ParityResult:
+        ti = self.model.cfg.image_tokens_per_camera
+        image = self.model.prefill(self._ints(1000, 1, 0), None, image_embeds=self.embeds[:, :n],
+                                   cache=self.pool, slots=self._slots(0, n * ti)[None])
+        self._sync_ref_pool()
+        t = _inside(bucket, self.shapes.prompt, 3)
+        tokens = self._ints(1000, 1, t)
+        slots = self._slots(n * ti, t)[None]
+        runs = []
+        for model in (self.fast, self.model):
+            p = model.prefill(tokens, None, context=image, cache=self.pool, slots=slots)
+            runs.append([p.last_hidden] + self._kv(self.pool, slots))
+        ref = None
+        if self.ref is not None:
+            p = self.ref.prefill(self._r(tokens), None, context=self._ref_prefix(image),
+                                 cache=self.ref_pool, slots=self._r(slots))
+            ref = [p.last_hidden] + self._kv(self.ref_pool, slots)
+        return self._gate(f'text prefill {t} tokens on {n} camera(s) (bucket {bucket})', *runs,
+                          ref)
+
+    def _main_prefix(self) -> PrefixKV:
+        """Return the eager prefix the denoise, decode and seed probes read (all cameras)."""
+        if self.prefix is None:
+            n = max(self.shapes.camera_counts)
+            tokens = self._ints(1000, 1, 8)
+            count = n * self.model.cfg.image_tokens_per_camera + 8
+            self.prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
+                                             cache=self.pool,
+                                             slots=self._slots(0, count)[None])
+            self._sync_ref_pool()
+        return self.prefix
+
+    @torch.inference_mode()
+    def denoise(self) -> ParityResult:
+        prefix = self._main_prefix()
+        cfg = self.model.cfg
+        noise = torch.randn(1, cfg.action_horizon, cfg.action_dim,
+                            generator=self.gen).to(self.pool.device)
+        fast = [self.fast.denoise(prefix, noise)]
+        eager = [self.model.denoise(prefix, noise)]
+        ref = ([self.ref.denoise(self._ref_prefix(prefix), self._r(noise))]
+               if self.ref is not None else None)
+        return self._gate(f'denoise, {cfg.num_denoise_steps} steps', fast, eager, ref)
+
+    @torch.inference_mode()
+    def decode(self, bucket_b: int, bucket_c: int) -> ParityResult:
+        self._main_prefix()
+        b = _inside(bucket_b, self.shapes.batch, 1)
+        c = _inside(bucket_c, self.shapes.ctx, 5)
+        dev = self.pool.device
+        ctx_slots = self._slots(0, c)[None].expand(b, c).contiguous()
+        lengths = torch.tensor([max(1, c - r) for r in range(b)], device=dev)
+        ctx_mask = torch.arange(c, device=dev)[None] < lengths[:, None]
+        tokens = self._ints(1000, b)
+        write = self._slots(self.size - self.base - b, b)
+        runs = []
+        for model in (self.fast, self.model):
+            logits = model.decode_step(tokens, lengths, self.pool, write, ctx_slots, ctx_mask)
+            runs.append([logits] + self._kv(self.pool, write))
+        ref = None
+        if self.ref is not None:
+            logits = self.ref.decode_step(self._r(tokens), self._r(lengths), self.ref_pool,
+                                          self._r(write), self._r(ctx_slots),
+                                          self._r(ctx_mask))
+            ref = [logits] + self._kv(self.ref_pool, write)
+        return self._gate(f'decode batch {b} context {c} (bucket {bucket_b} x {bucket_c})',
+                          *runs, ref)
+
+    @torch.inference_mode()
+    def seed(self, bucket: int) -> ParityResult:
+        prefix = self._main_prefix()
+        b = _inside(bucket, self.shapes.batch, 1)
+        noise = torch.randn(b, prefix.last_hidden.shape[1], generator=self.gen)
+        hidden = (prefix.last_hidden + 0.1 * noise.to(self.pool.device)).to(self.model.dtype)
+        fast = [self.fast.lm_logits(hidden)]
+        eager = [self.model.lm_logits(hidden)]
+        ref = [self.ref.lm_logits(self._r(hidden))] if self.ref is not None else None
+        return self._gate(f'seed batch {b} (bucket {bucket})', fast, eager, ref)
+
+
+__all__ = ['ParityProbe', 'float32_copy']

@@ -1,0 +1,374 @@
+"""
+The PyTorch backend: runs a ``SchedulerOutput`` on ``Pi05Model`` over one preallocated KV pool.
+
+All K/V lives in one ``KVCache`` allocated at start-up (``[L, num_slots, Hkv, D]``); every job
+reads and writes it through slot indices derived from the block ids of the plan (slot =
+block_id * block_size + offset). Nothing is stacked, split or reallocated per request or per
+step: a decode batch of requests from different frames and lengths is one ``decode_step``
+call per token whose K/V goes straight into each request's own blocks.
+
+Attention reads of a decode step gather the rows' context slots (one ``index_select`` per
+layer inside the model); a fused paged-attention kernel (TensorRT, FlashInfer) reads the
+blocks in place instead.
+
+On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
+memory without blocking, job times are CUDA events read at the end of the cycle, and the
+host waits only twice: for the action chunk (copied into pinned memory behind an event) and
+for the sampled token ids at the end. Models that decode greedily on the device
+(``decode_greedy`` / ``lm_greedy``, the compiled fast path) return token ids instead of
+logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import time
+from typing import Callable
+
+from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.flow import euler_times
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import guided_sample, RtcGuidance
+from oxygen_ros.sched.output import (
+    DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
+    SchedulerOutput, SeedJob, SegmentKind, VisionJob)
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInputs:
+    """
+    Model inputs of one frame (the engine builds them from an ``Observation``).
+
+    :ivar images: ``[1, N, 3, S, S]`` valid cameras only, in ``CAMERA_SLOTS`` order, [-1, 1]
+        (on the CPU or the backend's device; the backend moves them).
+    :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk.
+    :ivar guidance: real-time chunking toward the previous chunk, or None.
+    """
+
+    frame_id: int
+    images: torch.Tensor
+    noise: torch.Tensor
+    guidance: RtcGuidance | None = None
+
+
+@dataclass(slots=True)
+class _RowState:
+    """A running text request: where its tokens go and what it feeds next."""
+
+    slots: torch.Tensor            # int64 [P + max_tokens - 1]: prefix slots, then decode slots
+    num_prefix_tokens: int
+    num_fed: int                   # generated tokens already fed (their K/V is cached)
+    last_token: torch.Tensor       # int64 [] on device: the token to feed next
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOutput:
+    """A ``RunnerOutput`` plus the action chunk (normalized, padded) and forward time."""
+
+    runner: RunnerOutput
+    actions: torch.Tensor | None
+    forward_seconds: float
+
+
+def to_device(values: torch.Tensor | list | tuple, device: torch.device | str,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+    """
+    Return ``values`` on ``device``; from the CPU to CUDA through pinned memory, not blocking.
+
+    A plain ``.to('cuda')`` of pageable memory waits for the stream; a pinned source copies
+    asynchronously (PyTorch's pinned allocator keeps it until the copy is done).
+
+    :param values: a tensor, or a (nested) list of numbers.
+    :param dtype: for lists (default: inferred); tensors keep theirs.
+    """
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    device = torch.device(device)
+    if device.type != 'cuda' or t.device.type != 'cpu':
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
+                device: torch.device | str = 'cpu') -> torch.Tensor:
+    """
+    Return the slot of each of ``num_tokens`` tokens stored in ``block_ids``.
+
+    :returns: ``int64 [num_tokens]``.
+    """
+    blocks = torch.tensor(block_ids, dtype=torch.int64)
+    offsets = torch.arange(block_size, dtype=torch.int64)
+    return to_device((blocks[:, None] * block_size + offsets).flatten()[:num_tokens], device)
+
+
+class _Clock:
+    """Job timing: CUDA events read after the cycle (no sync per job), or a host timer."""
+
+    def __init__(self, device: torch.device, sync: Callable[[], None] | None) -> None:
+        self.events = device.type == 'cuda' and sync is None
+        self.sync = sync or (lambda: None)
+
+    def mark(self) -> object:
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        self.sync()
+        return time.perf_counter()
+
+    def seconds(self, start: object, end: object) -> float:
+        """Return the time between two marks (CUDA: after ``end`` has completed)."""
+        if self.events:
+            end.synchronize()  # type: ignore[attr-defined]
+            return start.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
+        return end - start  # type: ignore[operator]
+
+
+class TorchBackend:
+    """
+    Executes plans on a ``Pi05Model`` with one ``KVCache`` pool of ``num_blocks`` blocks.
+
+    :param sync: called before reading a host timer so that job times are real; None: on
+        CUDA, CUDA events (no sync per job), on the CPU a plain timer.
+    """
+
+    def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
+                 sync: Callable[[], None] | None = None) -> None:
+        self.model = model
+        self.device = model.device
+        self.block_size = block_size
+        self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=model.dtype,
+                             device=self.device)
+        self._clock = _Clock(self.device, sync)
+        self._greedy_decode = getattr(model, 'decode_greedy', None)
+        self._greedy_seed = getattr(model, 'lm_greedy', None)
+        self._segments: dict[int, PrefixKV] = {}
+        self._rows: dict[str, _RowState] = {}
+        self._embeds: dict[int, torch.Tensor] = {}
+        self._new: dict[str, NewRequestData] = {}
+
+    @property
+    def num_live_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def num_live_rows(self) -> int:
+        return len(self._rows)
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Return compiled steps that run eagerly instead (step -> reason); empty if none."""
+        return dict(getattr(self.model, 'fallbacks', {}))
+
+    @torch.inference_mode()
+    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
+                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
+        """
+        Run every job of ``plan`` in order.
+
+        :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
+        :param on_actions: called with the action chunk as soon as it is denoised, before
+            the text jobs that follow it in the plan (so it can be published at once).
+        :raises ValueError: the plan needs a frame it was not given.
+        """
+        for req_id in plan.finished_req_ids:
+            self._rows.pop(req_id, None)
+        for seg_id in plan.freed_seg_ids:
+            self._segments.pop(seg_id, None)
+        if plan.block_size != self.block_size:
+            raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
+        self._new = {d.req_id: d for d in plan.new_requests}
+        sampled: dict[str, list[torch.Tensor]] = {}
+        marks: list[tuple[JobKind, object, object, dict[str, int]]] = []
+        actions = None
+        pending: tuple[torch.Tensor, object] | None = None
+        # On CUDA with a graph-replaying model, the chunk is handed over after the next job
+        # is queued: the GPU keeps working while the host publishes.
+        defer = self._clock.events and self._greedy_decode is not None
+        for job in plan.jobs:
+            t0 = self._clock.mark()
+            if isinstance(job, VisionJob):
+                if frame is None or frame.frame_id != job.frame_id:
+                    raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
+                                     f'got inputs of {frame.frame_id if frame else None}')
+                images = to_device(frame.images, self.device).to(self.cache.dtype)
+                self._embeds[job.emb_id] = self.model.encode_images(images)
+                info = {'batch_size': frame.images.shape[1]}
+            elif isinstance(job, PrefillJob):
+                self._prefill(job)
+                info = {'num_tokens': job.num_tokens}
+            elif isinstance(job, DenoiseJob):
+                assert frame is not None and frame.frame_id == job.frame_id
+                prefix = self._segments[job.seg_ids[-1]]
+                noise = to_device(frame.noise, self.device)
+                if frame.guidance is None:
+                    actions = self.model.denoise(prefix, noise)
+                else:
+                    actions = self._guided_denoise(prefix, noise, frame.guidance)
+                info = {'num_tokens': self.model.cfg.num_denoise_steps}
+            elif isinstance(job, SeedJob):
+                self._seed(job, sampled)
+                info = {'batch_size': len(job.req_ids)}
+            elif isinstance(job, DecodeJob):
+                steps = self._decode(job, sampled)
+                info = {'batch_size': len(job.req_ids), 'num_tokens': steps}
+            else:  # pragma: no cover - Job is a closed union
+                raise TypeError(f'unknown job {job!r}')
+            marks.append((job.kind, t0, self._clock.mark(), info))
+            if pending is not None:
+                self._deliver(pending, on_actions)
+                pending = None
+            if isinstance(job, DenoiseJob):
+                pending = self._to_host(actions)
+                actions = pending[0]
+                if not defer:
+                    self._deliver(pending, on_actions)
+                    pending = None
+        if pending is not None:
+            self._deliver(pending, on_actions)
+        self._embeds.clear()
+        tokens = self._token_ids(sampled)
+        timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
+                        for kind, a, b, info in marks)
+        forward = sum(t.seconds for t in timings)
+        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), actions, forward)
+
+    def _guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
+                        guidance: RtcGuidance) -> torch.Tensor:
+        """
+        Denoise with real-time chunking: eager, one backward through the expert per step.
+
+        The fast path's graphs cannot take gradients: the eager model it wraps runs this
+        (``model/rtc.py``; about 3x the cost of a plain denoise).
+        """
+        eager = getattr(self.model, 'model', self.model)  # CompiledModel wraps the eager one
+        n = eager.cfg.num_denoise_steps
+        with torch.inference_mode(False):  # the context must be usable by autograd
+            ctx = eager.denoise_context(prefix, noise.shape[1])
+        times = euler_times(n).tolist()
+        on_device = RtcGuidance(to_device(guidance.target, self.device),
+                                to_device(guidance.weights, self.device), guidance.max_weight)
+        return guided_sample(lambda x, step: eager.velocity(ctx, x, times[step]), noise, n,
+                             on_device)
+
+    def _to_host(self, actions: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """Start copying the chunk to pinned host memory; return (host tensor, event)."""
+        if actions.device.type != 'cuda':
+            return actions, None
+        host = torch.empty(actions.shape, dtype=actions.dtype, pin_memory=True)
+        host.copy_(actions, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return host, event
+
+    @staticmethod
+    def _deliver(pending: tuple[torch.Tensor, object],
+                 on_actions: Callable[[torch.Tensor], None] | None) -> None:
+        host, event = pending
+        if event is not None:
+            event.synchronize()  # type: ignore[attr-defined]
+        if on_actions is not None:
+            on_actions(host)
+
+    @staticmethod
+    def _token_ids(sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
+        """Copy every sampled id to the host at once (the cycle's one wait for text)."""
+        parts = [p for ps in sampled.values() for p in ps]
+        if not parts:
+            return {}
+        flat = torch.cat([p.reshape(-1) for p in parts]).tolist()
+        out, i = {}, 0
+        for req_id, ps in sampled.items():
+            n = sum(p.numel() for p in ps)
+            out[req_id] = tuple(flat[i:i + n])
+            i += n
+        return out
+
+    # -- jobs ----------------------------------------------------------------------------
+    def _prefill(self, job: PrefillJob) -> None:
+        dev = self.device
+        slots = block_slots(job.block_ids, job.num_tokens, self.block_size, dev)[None]
+        tokens = to_device([job.prompt_token_ids], dev, torch.int64)
+        if job.segment_kind is SegmentKind.TEXT:
+            assert job.parent_seg_id is not None
+            kwargs = {'context': self._segments[job.parent_seg_id]}
+        else:
+            assert job.emb_id is not None
+            kwargs = {'image_embeds': self._embeds[job.emb_id]}
+        # masks None: every camera and prompt token is valid (the model need not check)
+        self._segments[job.seg_id] = self.model.prefill(tokens, None, cache=self.cache,
+                                                        slots=slots, **kwargs)
+
+    def _seed(self, job: SeedJob, sampled: dict[str, list[torch.Tensor]]) -> None:
+        datas = [self._new[req_id] for req_id in job.req_ids]
+        prefixes = [self._segments[d.seg_ids[-1]] for d in datas]
+        hidden = torch.cat([p.last_hidden for p in prefixes])
+        if self._greedy_seed is not None:
+            first = self._greedy_seed(hidden)
+        else:
+            first = self.model.lm_logits(hidden).argmax(dim=-1)
+        for i, (data, prefix) in enumerate(zip(datas, prefixes)):
+            if self.device.type == 'cpu':  # a host sync on CUDA: checked on the CPU only
+                assert int(prefix.num_tokens[0]) == data.num_prefix_tokens
+            decode = block_slots(data.block_ids, data.max_tokens - 1, self.block_size,
+                                 self.device)
+            self._rows[data.req_id] = _RowState(
+                slots=torch.cat([prefix.slots[0, :data.num_prefix_tokens], decode]),
+                num_prefix_tokens=data.num_prefix_tokens, num_fed=0, last_token=first[i])
+            sampled.setdefault(data.req_id, []).append(first[i:i + 1])
+
+    def _decode(self, job: DecodeJob, sampled: dict[str, list[torch.Tensor]]) -> int:
+        """
+        Run up to ``job.max_steps`` greedy steps; return the steps run.
+
+        On the CPU the loop stops early once every row has emitted EOS; on CUDA it runs every
+        step (knowing that would need a host sync per step; the scheduler drops tokens after
+        EOS, and a row's K/V stays inside the slots reserved for its budget).
+        """
+        dev = self.device
+        rows = [self._rows[req_id] for req_id in job.req_ids]
+        num_rows = len(rows)
+        steps = to_device(list(job.num_steps), dev, torch.int64)
+        # context length of each row before this job: prefix + tokens already fed
+        lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
+        base = to_device(lengths, dev, torch.int64)
+        longest = max(lengths)
+        width = max(n + s for n, s in zip(lengths, job.num_steps))
+        all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
+        for i, r in enumerate(rows):
+            n = min(width, r.slots.numel())
+            all_slots[i, :n] = r.slots[:n]
+        cols = torch.arange(width, device=dev)
+        row_idx = torch.arange(num_rows, device=dev)
+        tokens = torch.stack([r.last_token for r in rows])
+        out = torch.empty(num_rows, job.max_steps, dtype=torch.int64, device=dev)
+        done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
+        null_slots = torch.full((num_rows,), NULL_BLOCK_ID * self.block_size, dtype=torch.int64,
+                                device=dev)
+        eos = job.eos_token_id if dev.type == 'cpu' else None
+        steps_run = 0
+        for s in range(job.max_steps):
+            active = s < steps                               # [B] rows with a step left
+            pos = base + s                                   # rope position = context length
+            write = torch.where(active, all_slots[row_idx, pos.clamp(max=width - 1)], null_slots)
+            ctx_len = longest + s
+            ctx_slots = all_slots[:, :ctx_len]
+            ctx_mask = cols[None, :ctx_len] < pos[:, None]
+            if self._greedy_decode is not None:
+                tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
+            else:
+                tokens = self.model.decode_step(tokens, pos, self.cache, write, ctx_slots,
+                                                ctx_mask).argmax(dim=-1)
+            out[:, s] = tokens
+            steps_run = s + 1
+            if eos is not None:
+                done |= tokens == eos
+                if bool((done | ~(s + 1 < steps)).all()):
+                    break
+        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
+            n = min(n, steps_run)
+            r.num_fed += n
+            r.last_token = out[i, n - 1]
+            sampled.setdefault(req_id, []).append(out[i, :n])
+        return steps_run

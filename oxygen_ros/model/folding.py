@@ -1,0 +1,92 @@
+"""
+Norm weights folded into the following linear: a graph simplification of the VLM expert.
+
+A Gemma RMSNorm scales the normalized input by ``(1 + w)`` before the Q/K/V projection (input
+norm) and before the gated MLP (post-attention norm), so ``W (x̂ ⊙ (1 + w)) = (W diag(1 + w))
+x̂``: the scale moves into the weight columns once, and each norm at run time is the bare
+``x̂`` (one multiply kernel fewer per norm; realtime-vla, arXiv 2510.26742, does the same).
+Q, K and V are one fused projection already (``GemmaLayer.qkv``, fused at load by
+``weights.py``).
+
+Precision: ``W diag(1 + w)`` is computed in float32 from the float32 norm weight (openpi keeps
+it float32 in a 16-bit model, spec §1.10) and rounded once to the weight dtype. In float32 the
+folded layer equals the original to rounding (tests: 1e-5); in bfloat16 it rounds at another
+point than openpi (the weight, not the activation), a difference of the size of bfloat16's
+own, which the backends' parity gate measures against a float32 run.
+
+The folded weights are new tensors (the model is untouched and still runs unfolded), so they
+cost memory: in the full-size VLM expert 1.3 G parameters (2.6 GB in bfloat16).
+"""
+
+from __future__ import annotations
+
+from oxygen_ros.model.gemma import GemmaLayer
+from oxygen_ros.model.layers import apply_rope, rms_normalize, RMSNorm
+
+import torch
+from torch import nn
+import torch.nn.functional as F  # noqa: N812
+
+
+def fold_scale(weight: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
+    """
+    Return ``weight diag(1 + norm.weight)`` in ``weight``'s dtype, computed in float32.
+
+    :param weight: ``[out, W]`` a linear weight reading the norm's output.
+    """
+    return (weight.float() * (1.0 + norm.weight.float())[None, :]).to(weight.dtype)
+
+
+class FoldedGemmaLayer(nn.Module):
+    """
+    A plain-RMSNorm :class:`GemmaLayer` with both norm scales folded into its linears.
+
+    Same ``project_qkv`` / ``finish`` interface and results as the layer it is built from.
+    The output projection and the MLP's down projection are the original modules (shared).
+
+    :raises ValueError: the layer uses adaptive norms (their scale depends on t).
+    """
+
+    def __init__(self, layer: GemmaLayer) -> None:
+        super().__init__()
+        if not isinstance(layer.input_norm, RMSNorm) or not isinstance(layer.post_norm,
+                                                                       RMSNorm):
+            raise ValueError('only plain RMSNorm layers can be folded (adaRMS scales depend on '
+                             'the flow-matching time)')
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            layer.num_heads, layer.num_kv_heads, layer.head_dim)
+        self.eps = layer.input_norm.eps
+        with torch.no_grad():
+            self.register_buffer('qkv_weight', fold_scale(layer.qkv.weight, layer.input_norm))
+            self.register_buffer('gate_up_weight',
+                                 fold_scale(layer.mlp.gate_up.weight, layer.post_norm))
+        self.o = layer.o
+        self.down = layer.mlp.down
+
+    def project_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    modulation: None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        """Return q, k (post-RoPE), v and no gate, as ``GemmaLayer.project_qkv``."""
+        b, s, _ = x.shape
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        y = rms_normalize(x, self.eps).to(x.dtype)
+        q, k, v = F.linear(y, self.qkv_weight).split([h * d, hkv * d, hkv * d], dim=-1)
+        q = apply_rope(q.view(b, s, h, d), cos, sin)
+        k = apply_rope(k.view(b, s, hkv, d), cos, sin)
+        return q, k, v.view(b, s, hkv, d), None
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor, gate: None = None,
+               modulation: None = None) -> torch.Tensor:
+        """Return the layer output, as ``GemmaLayer.finish`` (o-proj, residual, MLP, residual)."""
+        x = x + self.o(attn)
+        y = rms_normalize(x, self.eps).to(x.dtype)
+        g, u = F.linear(y, self.gate_up_weight).chunk(2, dim=-1)
+        return x + self.down(F.gelu(g, approximate='tanh') * u)
+
+
+def fold_layers(layers: nn.ModuleList) -> nn.ModuleList:
+    """Return a :class:`FoldedGemmaLayer` for each plain-RMSNorm layer of ``layers``."""
+    return nn.ModuleList(FoldedGemmaLayer(layer) for layer in layers)
+
+
+__all__ = ['FoldedGemmaLayer', 'fold_layers', 'fold_scale']

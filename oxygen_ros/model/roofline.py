@@ -1,0 +1,125 @@
+"""
+Work per model call from the config: FLOPs and bytes moved, for roofline bounds (pure).
+
+A call can be no faster than ``max(bytes / bandwidth, flops / peak)`` on a GPU. The counts
+follow spec §5 ([C], computed from the shapes of §1):
+
+- vision: per image, the 27 SigLIP blocks' linears (``2 * Ti * params``) + attention
+  (``4 * Ti^2 * Wv`` per block) + patch stem and projector; weights read once (~0.22 TFLOP,
+  0.8 GB for pi05 in bf16).
+- prefill of P tokens: ``2 * P * (VLM layer params)`` + attention ``8 * H * D * pairs`` per
+  layer (``pairs`` = query-key pairs: P^2 bidirectional) and the K/V written (P * 18 KiB in
+  bf16); ~3.3 TFLOP at P = 818.
+- denoise, N Euler steps of H action tokens on a P-token prefix: per step the action
+  expert's matrices (0.31 G params: 0.62 GB in bf16) and the prefix K/V are read; the
+  adaRMS ``Dense`` is not (the fast path computes the modulations of the fixed times once
+  per load).
+- decode step of B rows over C context tokens: every VLM layer weight (3.96 GB in bf16) and
+  the tied LM head (1.05 GB) once per step whatever B, plus B * C * 18 KiB of K/V.
+- seed: the LM head over B hidden states.
+
+Norm weights (a few KB) and activations that stay in cache are left out; activation traffic
+of the big-batch calls (prefill, vision) is not counted (they are compute-bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oxygen_ros.config import GemmaConfig, ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class CallCost:
+    """FLOPs and bytes read or written by one call."""
+
+    flops: float
+    num_bytes: float
+
+    def bound_seconds(self, bandwidth: float, flops_per_s: float) -> float:
+        """Return ``max(bytes / bandwidth, flops / flops_per_s)`` (bytes/s, FLOP/s)."""
+        return max(self.num_bytes / bandwidth, self.flops / flops_per_s)
+
+    def __add__(self, other: CallCost) -> CallCost:
+        return CallCost(self.flops + other.flops, self.num_bytes + other.num_bytes)
+
+
+def gemma_layer_linear_params(g: GemmaConfig) -> int:
+    """Return one Gemma layer's matrix parameters: Q/K/V, output, gated MLP (no norms)."""
+    attn = g.width * (g.num_heads + 2 * g.num_kv_heads) * g.head_dim + \
+        g.num_heads * g.head_dim * g.width
+    return attn + 3 * g.width * g.mlp_dim
+
+
+def _attention_flops(g: GemmaConfig, pairs: float) -> float:
+    """Return QK^T and PV FLOPs of ``pairs`` query-key pairs over all layers."""
+    return 4.0 * g.num_heads * g.head_dim * pairs * g.depth
+
+
+def kv_bytes_per_token(cfg: ModelConfig, dtype_bytes: int) -> int:
+    """Return K + V bytes of one cached token, all layers (18 KiB for pi05 in bf16)."""
+    return cfg.vlm.depth * 2 * cfg.vlm.num_kv_heads * cfg.vlm.head_dim * dtype_bytes
+
+
+def vision_cost(cfg: ModelConfig, num_images: int, dtype_bytes: int = 2) -> CallCost:
+    """Return the cost of encoding ``num_images`` images (SigLIP + projector)."""
+    v = cfg.vision
+    t = v.num_tokens
+    block = v.width * 3 * v.width + v.width * v.width + 2 * v.width * v.mlp_dim
+    stem = 3 * v.patch_size ** 2 * v.width
+    projector = v.width * cfg.vlm.width
+    per_image = 2.0 * t * (v.depth * block + stem + projector) + 4.0 * t * t * v.width * v.depth
+    stem_bytes = 4 if dtype_bytes < 4 else dtype_bytes   # openpi keeps them float32
+    weights = (v.depth * block + projector) * dtype_bytes + (stem + t * v.width) * stem_bytes
+    return CallCost(num_images * per_image, float(weights))
+
+
+def prefill_cost(cfg: ModelConfig, num_tokens: int, *, context: int = 0,
+                 causal: bool = False, dtype_bytes: int = 2) -> CallCost:
+    """
+    Return the cost of a prefill of ``num_tokens`` new tokens on ``context`` cached ones.
+
+    :param causal: the new tokens attend causally among themselves (else bidirectionally).
+    """
+    g = cfg.vlm
+    n = num_tokens
+    pairs = n * context + (n * (n + 1) / 2 if causal else n * n)
+    flops = 2.0 * n * g.depth * gemma_layer_linear_params(g) + _attention_flops(g, pairs)
+    kv = kv_bytes_per_token(cfg, dtype_bytes)
+    weights = g.depth * gemma_layer_linear_params(g) * dtype_bytes
+    return CallCost(flops, float(weights + (n + context) * kv))
+
+
+def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None = None,
+                 dtype_bytes: int = 2) -> CallCost:
+    """Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix."""
+    e = cfg.expert
+    n = cfg.num_denoise_steps if num_steps is None else num_steps
+    h = cfg.action_horizon
+    matrices = e.depth * gemma_layer_linear_params(e)
+    io = 2 * cfg.action_dim * e.width
+    per_step = 2.0 * h * (matrices + io) + _attention_flops(e, h * (prefix_tokens + h))
+    per_step_bytes = (matrices + io) * dtype_bytes + \
+        prefix_tokens * kv_bytes_per_token(cfg, dtype_bytes)
+    return CallCost(n * per_step, float(n * per_step_bytes))
+
+
+def decode_cost(cfg: ModelConfig, batch: int, context_tokens: int, *,
+                dtype_bytes: int = 2) -> CallCost:
+    """Return the cost of one greedy decode step of ``batch`` rows (LM head included)."""
+    g = cfg.vlm
+    layers = g.depth * gemma_layer_linear_params(g)
+    head = cfg.vocab_size * g.width
+    flops = 2.0 * batch * (layers + head) + _attention_flops(g, batch * (context_tokens + 1))
+    kv = batch * (context_tokens + 1) * kv_bytes_per_token(cfg, dtype_bytes)
+    return CallCost(flops, float((layers + head) * dtype_bytes + kv))
+
+
+def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
+    """Return the cost of the LM head over ``batch`` hidden states (first token, spec §2.2)."""
+    head = cfg.vocab_size * cfg.vlm.width
+    return CallCost(2.0 * batch * head, float(head * dtype_bytes))
+
+
+__all__ = ['CallCost', 'decode_cost', 'denoise_cost', 'gemma_layer_linear_params',
+           'kv_bytes_per_token', 'prefill_cost', 'seed_cost', 'vision_cost']

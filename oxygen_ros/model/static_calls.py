@@ -1,0 +1,254 @@
+"""
+The model's per-cycle calls as static-shape functions: no host sync, no data-dependent shape.
+
+What a compiler (``torch.compile(fullgraph=True)``) and a CUDA graph need: every shape is
+fixed by the inputs' shapes, nothing reads a tensor value on the host, and the KV pool is
+only read (new K/V are returned; the caller writes them, inside the same CUDA graph).
+Variable lengths become padding with masks, so that a few buckets of shapes serve every
+call:
+
+================  ==========================================================================
+call              padding
+================  ==========================================================================
+``VisionCall``    none (one shape per camera count)
+``PrefillCall``   prompt padded at its end to a bucket; padded tokens are masked as keys and
+                  attend only themselves, so valid tokens' K/V and hidden states are those of
+                  the unpadded prefix (spec §1.5: positions = index among valid tokens)
+``ExtendCall``    T new tokens on a cached context (decode step T = 1, or a prompt on an image
+                  prefix): new tokens padded at the end, context padded with masked slots
+``DecodeCall``    ``ExtendCall`` with T = 1 plus the LM head and greedy argmax
+``DenoiseCall``   the prefix context padded with masked slots; all N Euler steps in one call,
+                  the adaRMS modulations of the N fixed times computed once (constructor)
+``SeedCall``      LM head + argmax of a batch of hidden states
+================  ==========================================================================
+
+Each equals the eager ``Pi05Model`` entry point on the valid part (tests: float32, 1e-5).
+The VLM layers are passed in, so that the norm-folded layers (``folding.py``) or the model's
+own can be used.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from oxygen_ros.model.denoise import (
+    denoise_context, DenoiseContext, euler_modulations, expert_velocity)
+from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
+from oxygen_ros.model.masks import make_attn_mask, text_ar
+from oxygen_ros.model.pi05 import Pi05Model
+
+import torch
+from torch import nn
+import torch.nn.functional as F  # noqa: N812
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Return ``x[b, index[b]]`` as ``[B, 1, ...]`` for ``x [B, S, ...]``, ``index [B]``."""
+    shape = (x.shape[0], 1) + tuple(x.shape[2:])
+    return torch.gather(x, 1, index.view(-1, 1, *([1] * (x.dim() - 2))).expand(shape))
+
+
+def _lm_head(model: Pi05Model, hidden: torch.Tensor) -> torch.Tensor:
+    """``Pi05Model.lm_logits`` without its no_grad decorator: ``float32 [B, V]``."""
+    y, _ = model.vlm.final_norm(hidden)
+    return F.linear(y, model.embedding).float()
+
+
+class VisionCall(nn.Module):
+    """``images [M, 3, S, S]`` in [-1, 1] -> ``image tokens [M, Ti, W]`` (SigLIP + projector)."""
+
+    def __init__(self, model: Pi05Model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model.projector(self.model.vision(images))
+
+
+class PrefillCall(nn.Module):
+    """
+    A whole prefix ``[image tokens | prompt padded to T]`` through the VLM expert, batch 1.
+
+    ``forward(image_embeds [1, N, Ti, W], tokens [1, T], valid [1, N*Ti + T], last [1])``
+    returns ``(last_hidden [1, W], k [L, N*Ti + T, Hkv, D], v [...])``: K/V of every
+    position (padding included, to be written to a null slot) and the hidden state at index
+    ``last`` (the last valid token) after the last layer.
+    """
+
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, image_embeds: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        m = self.model
+        cfg = m.cfg
+        b, n, ti, w = image_embeds.shape
+        h = torch.cat([image_embeds.reshape(b, n * ti, w).to(m.dtype), m.embed_text(tokens)],
+                      1)
+        p = h.shape[1]
+        ar = torch.cat([torch.zeros(b, n * ti, dtype=torch.int64, device=h.device),
+                        torch.full_like(tokens, text_ar(cfg.prefix_attention))], 1)
+        eye = torch.eye(p, dtype=torch.bool, device=h.device)
+        mask = make_attn_mask(valid, ar) | eye          # padding queries attend themselves
+        positions = torch.arange(p, device=h.device).expand(b, p)
+        cos, sin = rope_cos_sin(positions, cfg.vlm.head_dim, cfg.rope_base)
+        full = AttentionMask.build(mask, cfg.vlm.num_heads, cfg.vlm.num_kv_heads, m.dtype)
+        tail = AttentionMask.build(_rows(mask, last), cfg.vlm.num_heads, cfg.vlm.num_kv_heads,
+                                   m.dtype)
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            q, k, v, _ = layer.project_qkv(h, cos, sin)
+            ks.append(k[0])
+            vs.append(v[0])
+            kt, vt = k.transpose(1, 2), v.transpose(1, 2)
+            if i < len(self.layers) - 1:
+                h = layer.finish(h, attention(q, kt, vt, full), None)
+            else:  # only the last valid token is needed after the last layer
+                h = layer.finish(_rows(h, last), attention(_rows(q, last), kt, vt, tail), None)
+        return h[:, 0], torch.stack(ks), torch.stack(vs)
+
+
+class ExtendCall(nn.Module):
+    """
+    T new text tokens per row on a cached context: a decode step (T = 1) or a text prefill.
+
+    ``forward(k_pool, v_pool, tokens [B, T], token_valid [B, T], positions [B],
+    ctx_slots [B, C], ctx_mask [B, C])`` returns ``(last_hidden [B, W], k [L, B, T, Hkv, D],
+    v [...])``: new token i of row b sits at rope position ``positions[b] + i``, attends the
+    context where ``ctx_mask`` and the valid new tokens up to itself (causal, spec §2.2, §2.3);
+    ``last_hidden`` is the output at the last valid new token. The pool is read, not written.
+    """
+
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, tokens: torch.Tensor,
+                token_valid: torch.Tensor, positions: torch.Tensor, ctx_slots: torch.Tensor,
+                ctx_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        m = self.model
+        vlm = m.cfg.vlm
+        b, t = tokens.shape
+        c = ctx_slots.shape[1]
+        dev = tokens.device
+        h = m.embed_text(tokens)
+        cos, sin = rope_cos_sin(positions[:, None] + torch.arange(t, device=dev),
+                                vlm.head_dim, m.cfg.rope_base)
+        own = make_attn_mask(token_valid, torch.ones_like(tokens)) | torch.eye(
+            t, dtype=torch.bool, device=dev)
+        mask = torch.cat([ctx_mask[:, None, :].expand(b, t, c), own], 2)
+        last = (token_valid.sum(1) - 1).clamp(min=0)
+        full = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, m.dtype)
+        tail = AttentionMask.build(_rows(mask, last), vlm.num_heads, vlm.num_kv_heads, m.dtype)
+        flat = ctx_slots.reshape(-1)
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            q, k, v, _ = layer.project_qkv(h, cos, sin)
+            ks.append(k)
+            vs.append(v)
+            kk = torch.cat([k_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
+                            .to(m.dtype), k], 1).transpose(1, 2)
+            vv = torch.cat([v_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
+                            .to(m.dtype), v], 1).transpose(1, 2)
+            if i < len(self.layers) - 1:
+                h = layer.finish(h, attention(q, kk, vv, full), None)
+            else:
+                h = layer.finish(_rows(h, last), attention(_rows(q, last), kk, vv, tail), None)
+        return h[:, 0], torch.stack(ks), torch.stack(vs)
+
+
+class DecodeCall(nn.Module):
+    """
+    One greedy decode step of B rows: ``ExtendCall`` with T = 1, LM head and argmax.
+
+    ``forward(k_pool, v_pool, tokens [B], positions [B], ctx_slots [B, C], ctx_mask [B, C])``
+    returns ``(logits float32 [B, V], next ids int64 [B], k [L, B, Hkv, D], v [...])``: the
+    same as ``Pi05Model.decode_step`` (which writes K/V itself) followed by ``argmax``.
+    """
+
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
+        super().__init__()
+        self.model = model
+        self.extend = ExtendCall(model, layers)
+
+    def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, tokens: torch.Tensor,
+                positions: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        valid = torch.ones(tokens.shape[0], 1, dtype=torch.bool, device=tokens.device)
+        hidden, k, v = self.extend(k_pool, v_pool, tokens[:, None], valid, positions, ctx_slots,
+                                   ctx_mask)
+        logits = _lm_head(self.model, hidden)
+        return logits, logits.argmax(-1), k[:, :, 0], v[:, :, 0]
+
+
+class SeedCall(nn.Module):
+    """``hidden [B, W]`` -> ``(logits float32 [B, V], greedy ids int64 [B])`` (spec §2.2)."""
+
+    def __init__(self, model: Pi05Model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = _lm_head(self.model, hidden)
+        return logits, logits.argmax(-1)
+
+
+VelocityStep = Callable[..., torch.Tensor]
+"""``(keys, values, bias, cos, sin, x, mod_in, mod_post, mod_final) -> v``."""
+
+
+class DenoiseCall(nn.Module):
+    """
+    The whole flow-matching loop of one action chunk, N Euler steps in one call (batch 1).
+
+    ``forward(k_pool, v_pool, ctx_slots [1, C], ctx_mask [1, C], num_tokens [1],
+    noise [1, H, A])`` returns the actions ``float32 [1, H, A]``, as ``Pi05Model.denoise``.
+    The Euler times are fixed, so the time MLP and every adaRMS ``Dense`` are evaluated once,
+    here, for the N times (the model's ``denoise`` does it once per call).
+
+    ``step`` is the velocity of one step on plain tensors (``velocity_step``); a compiler
+    may replace it (``torch.compile`` of one step compiles ~N times faster than of the loop,
+    and a CUDA graph of this whole ``forward`` still makes the loop one replay).
+    """
+
+    def __init__(self, model: Pi05Model, num_steps: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        n = model.cfg.num_denoise_steps if num_steps is None else num_steps
+        with torch.no_grad():
+            mod_in, mod_post, mod_final = euler_modulations(model, n, model.device)
+        self.num_steps = n
+        self.mods = [(mod_in[:, s].contiguous(), mod_post[:, s].contiguous(),
+                      mod_final[s].contiguous()) for s in range(n)]
+        self.dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
+        self.step: VelocityStep = self.velocity_step
+
+    def velocity_step(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                      bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor,
+                      mod_in: torch.Tensor, mod_post: torch.Tensor,
+                      mod_final: torch.Tensor) -> torch.Tensor:
+        """Return ``expert_velocity`` on a context given as tensors (writes its suffix K/V)."""
+        ex = self.model.cfg.expert
+        layout = AttentionMask.layout_for(x.shape[1], ex.num_heads, ex.num_kv_heads)
+        ctx = DenoiseContext(tuple(keys), tuple(values), AttentionMask(bias, layout), cos, sin,
+                             keys[0].shape[2] - x.shape[1])
+        return expert_velocity(self.model, ctx, x, mod_in, mod_post, mod_final)
+
+    def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, ctx_slots: torch.Tensor,
+                ctx_mask: torch.Tensor, num_tokens: torch.Tensor,
+                noise: torch.Tensor) -> torch.Tensor:
+        ctx = denoise_context(self.model, k_pool, v_pool, ctx_slots, ctx_mask, num_tokens,
+                              noise.shape[1])
+        x = noise.to(torch.float32)
+        keys, values = list(ctx.keys), list(ctx.values)
+        for mod_in, mod_post, mod_final in self.mods:
+            x = x + self.dt * self.step(keys, values, ctx.mask.bias, ctx.cos, ctx.sin, x,
+                                        mod_in, mod_post, mod_final)
+        return x
+
+
+__all__ = ['DecodeCall', 'DenoiseCall', 'ExtendCall', 'PrefillCall', 'SeedCall',
+           'VelocityStep', 'VisionCall']

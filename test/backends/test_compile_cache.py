@@ -1,0 +1,66 @@
+"""
+A second start reuses the compiled code: PyTorch's compile caches under ``$OXYGEN_ROS_CACHE``.
+
+Each start is a fresh interpreter (as a node restart is) warming up the fast path's seed step
+with Inductor; torch's own counters (``fxgraph_cache_hit`` / ``fxgraph_cache_miss``) say
+whether Inductor compiled or reused. Not timed: hits and misses are what a faster start is
+made of.
+"""
+
+import json
+import os
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+START = """
+import json, logging, torch
+from oxygen_ros.backends.compiled import CompiledModel
+from oxygen_ros.backends.config import CompileMode
+from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.config import get_preset
+from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.pi05 import build_model
+logging.basicConfig(level=logging.INFO)
+torch.manual_seed(0)
+model = build_model(get_preset('tiny'))
+limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2, max_decode_tokens=8)
+comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor', only=[Step.SEED])
+comp.warmup(KVCache(model.cfg.vlm, 1024), progress=False)
+counts = comp.cache.counts()
+print(json.dumps({'hits': counts.hits, 'misses': counts.misses, 'loaded': comp.cache.loaded,
+                  'artifacts': str(comp.cache.artifacts), 'fallbacks': comp.fallbacks}))
+"""
+
+
+def _start(cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('TORCHINDUCTOR_', 'TRITON_'))}
+    env.update(OXYGEN_ROS_CACHE=str(cache), AMENT_PREFIX_PATH=sys.prefix)
+    proc = subprocess.run([sys.executable, '-c', START], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result['fallbacks'] == {}, result
+    assert 'fast path (default, inductor kernels) ready' in proc.stderr      # the log line
+    return result
+
+
+@pytest.mark.slow
+def test_second_start_hits_the_compile_cache(tmp_path):
+    first = _start(tmp_path)
+    assert first['misses'] > 0 and first['hits'] == 0 and not first['loaded']
+    artifacts = Path(first['artifacts'])
+    assert artifacts.is_file() and artifacts.is_relative_to(tmp_path / 'torch_compile')
+    assert (tmp_path / 'torch_compile' / 'inductor').is_dir()
+
+    second = _start(tmp_path)                  # same cache directory: nothing compiled
+    assert second['hits'] >= first['misses'] and second['misses'] == 0
+
+    shutil.rmtree(tmp_path / 'torch_compile' / 'inductor')
+    third = _start(tmp_path)                   # the artifact file alone is enough
+    assert third['loaded'] and third['misses'] == 0 and third['hits'] > 0

@@ -1,0 +1,279 @@
+"""
+The fast path on the CPU: every per-cycle call at static shapes equals eager, loud fallbacks.
+
+The compiler here is ``aot_eager`` (Dynamo's full graph capture, ``fullgraph=True``: a graph
+break fails the warm-up; no code generation, which takes minutes per graph on this CPU);
+Inductor's own kernels are checked in ``test_parity.py`` (bf16, real differences) and, with
+CUDA graphs, in ``test/gpu``. Without CUDA the graphs are not captured, but the buffers, the
+padding and the routing are those of the GPU.
+"""
+
+from dataclasses import replace
+import logging
+
+import numpy as np
+from oxygen_ros.backends import fast_backend
+from oxygen_ros.backends.buckets import (
+    batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes)
+from oxygen_ros.backends.compiled import CompiledModel
+from oxygen_ros.backends.config import CompileMode
+from oxygen_ros.backends.factory import make_backend
+from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.static_calls import DenoiseCall
+from oxygen_ros.tools.workload import make_observation
+import pytest
+import torch
+
+CAMS = CAMERA_SLOTS[:2]
+SLOTS = 2048
+
+
+def _limits(model, max_batch=4):
+    return EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
+                                  max_decode_tokens=model.cfg.decode_budget)
+
+
+def _warm(model, backend='aot_eager', only=None, max_batch=4, fold_norms=None):
+    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model, max_batch), backend=backend,
+                         only=only, fold_norms=fold_norms)
+    pool = KVCache(model.cfg.vlm, SLOTS)
+    comp.warmup(pool, progress=False)
+    return comp, pool
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test starts without compiled code (dynamo's recompile limit is per function)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_buckets():
+    assert batch_buckets(1) == (1,)
+    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert batch_buckets(40) == (1, 2, 4, 8, 16, 32, 40)
+    assert prompt_buckets(200) == (16, 32, 64, 128, 200)
+    assert prompt_buckets(10) == (10,)
+    assert ctx_buckets(1024) == (256, 512, 768, 1024)
+    assert ctx_buckets(1000) == (256, 512, 768, 1000)
+    assert bucket_for(0, (16, 32)) == 16 and bucket_for(17, (16, 32)) == 32
+    assert bucket_for(33, (16, 32)) is None
+    cfg = get_preset('pi05_droid')
+    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, denoise_ctx=1024)
+    assert shapes.camera_counts == (1, 2) and shapes.batch[-1] == 32
+    with pytest.raises(ValueError, match='shorter|<'):
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, denoise_ctx=100)
+    with pytest.raises(ValueError):
+        batch_buckets(0)
+
+
+def test_compile_mode_auto_is_the_fast_path_on_cuda_only():
+    assert CompileMode.AUTO.resolve('cuda') is CompileMode.REDUCE_OVERHEAD
+    assert CompileMode.AUTO.resolve('cuda:1') is CompileMode.REDUCE_OVERHEAD
+    assert CompileMode.AUTO.resolve('cpu') is CompileMode.NONE
+    assert CompileMode.DEFAULT.resolve('cpu') is CompileMode.DEFAULT
+
+
+def _drive(m, model, pool):
+    """Every call the engine makes, through ``m``; returns the outputs, in order."""
+    gen = torch.Generator().manual_seed(4)
+    cfg = model.cfg
+    size, ti = cfg.vision.image_size, cfg.image_tokens_per_camera
+    outs, prefixes, slot = [], [], 16
+    for cams, t in ((2, 7), (1, 20)):
+        images = torch.rand(1, cams, 3, size, size, generator=gen) * 2 - 1
+        embeds = m.encode_images(images)
+        outs.append(embeds)
+        tokens = torch.randint(3, 1000, (1, t), generator=gen)
+        if cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+            image = m.prefill(tokens[:, :0], None, image_embeds=embeds, cache=pool,
+                              slots=torch.arange(slot, slot + cams * ti)[None])
+            slot += cams * ti
+            prefix = m.prefill(tokens, None, context=image, cache=pool,
+                               slots=torch.arange(slot, slot + t)[None])
+            slot += t
+        else:
+            prefix = m.prefill(tokens, None, image_embeds=embeds, cache=pool,
+                               slots=torch.arange(slot, slot + cams * ti + t)[None])
+            slot += cams * ti + t
+        prefixes.append(prefix)
+        outs += [prefix.last_hidden, m.denoise(prefix, torch.randn(
+            1, cfg.action_horizon, cfg.action_dim, generator=gen))]
+    hidden = torch.cat([p.last_hidden for p in prefixes + prefixes[:1]])
+    outs += [m.lm_logits(hidden), getattr(m, 'lm_greedy', lambda h: m.lm_logits(h).argmax(-1))(
+        hidden)]
+    rows = [prefixes[i] for i in (0, 1, 0)]       # rows of two frames and lengths
+    own = slot + torch.arange(3 * 4).view(3, 4)
+    tokens = torch.randint(3, 1000, (3,), generator=gen)
+    for s in range(4):                              # the backend's layout: prefix, then own
+        per_row = [torch.cat([p.slots[0], own[i, :s]]) for i, p in enumerate(rows)]
+        width = max(r.numel() for r in per_row)
+        ctx = torch.stack([torch.nn.functional.pad(r, (0, width - r.numel())) for r in per_row])
+        pos = torch.tensor([r.numel() for r in per_row])
+        ctx_mask = torch.arange(width)[None] < pos[:, None]
+        logits = m.decode_step(tokens, pos, pool, own[:, s], ctx, ctx_mask)
+        outs.append(logits)
+        tokens = logits.argmax(-1)
+    # every slot but the null block's (padded rows and tokens write there)
+    outs += [pool.k[:, 16:slot + 12].clone(), pool.v[:, 16:slot + 12].clone()]
+    return outs
+
+
+@pytest.mark.parametrize('mode', list(PrefixAttention), ids=lambda m: m.value)
+def test_every_call_on_the_fast_path_equals_eager(tiny_models, mode):
+    model = tiny_models(mode, CAMS)
+    comp, pool = _warm(model)
+    assert comp.fallbacks == {}
+    assert (pool.k == 0).all() and (pool.v == 0).all()            # probes leave nothing
+    steps = comp.steps()
+    assert (Step.TEXT_PREFILL in steps) == (mode is PrefixAttention.CAUSAL_TEXT)
+    assert {s: len(g) for s, g in comp._graphs.items()} == {s: len(k) for s, k in steps.items()}
+    calls_before = {s: sum(g.num_calls for g in gs.values()) for s, gs in comp._graphs.items()}
+    with torch.inference_mode():
+        got = _drive(comp, model, pool)
+        want = _drive(model, model, KVCache(model.cfg.vlm, SLOTS))
+    for i, (g, w) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=0, msg=f'output {i}')
+    used = {s: sum(g.num_calls for g in gs.values()) - calls_before[s]
+            for s, gs in comp._graphs.items()}
+    assert all(n > 0 for n in used.values()), used                # every step took a graph
+    assert used[Step.DECODE] == 4 and used[Step.DENOISE] == 2
+
+
+def test_the_denoise_loop_is_one_graph_without_breaks(tiny_models):
+    """The N-step loop compiles as ONE Dynamo graph (fullgraph) and equals the model's loop."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    loop = torch.compile(DenoiseCall(model), backend=counting, fullgraph=True)
+    pool = KVCache(model.cfg.vlm, 256)
+    pool.k.normal_()
+    pool.v.normal_()
+    slots = torch.arange(16, 16 + 140)[None]
+    mask = torch.arange(140)[None] < 129
+    noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
+    with torch.inference_mode():
+        got = loop(pool.k, pool.v, slots, mask, torch.tensor([129]), noise)
+        want = DenoiseCall(model)(pool.k, pool.v, slots, mask, torch.tensor([129]), noise)
+    assert len(graphs) == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_decode_compiles_once_or_twice_for_all_buckets(tiny_models):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    comp, _ = _warm(model, backend=counting, only=[Step.DECODE], max_batch=16)
+    assert comp.fallbacks == {} and set(comp._graphs) == {Step.DECODE}
+    assert len(comp._graphs[Step.DECODE]) == 5 * len(comp.shapes.ctx)
+    assert len(graphs) <= 3, len(graphs)           # batch 1 specialized, the rest symbolic
+
+
+def _failing(gm, example_inputs):
+    raise RuntimeError('no codegen today')
+
+
+def _wrong(gm, example_inputs):
+    def run(*args):
+        outs = gm(*args)
+        return type(outs)(o * 1.5 if o.is_floating_point() else o for o in outs)
+    return run
+
+
+@pytest.mark.parametrize('backend,reason', [(_failing, 'no codegen today'),
+                                            (_wrong, 'parity gate failed')])
+def test_a_broken_compiler_falls_back_to_eager_loudly(tiny_models, caplog, backend, reason):
+    model = tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS)
+    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.compiled'):
+        comp, pool = _warm(model, backend=backend, max_batch=2)
+    assert set(comp.fallbacks) == {s.value for s in comp.steps()}
+    assert all(reason in why and 'EAGERLY' in why for why in comp.fallbacks.values())
+    assert len([r for r in caplog.records if 'runs EAGERLY' in r.getMessage()]) == len(
+        comp.fallbacks)
+    with torch.inference_mode():
+        got = _drive(comp, model, pool)
+        want = _drive(model, model, KVCache(model.cfg.vlm, SLOTS))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=0, rtol=0)
+
+
+def test_shapes_beyond_the_graphs_run_eagerly_with_a_warning(tiny_models, caplog):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    comp, pool = _warm(model, only=[Step.DECODE], max_batch=2)
+    c = comp.shapes.ctx[-1] + 10
+    args = (torch.tensor([5]), torch.tensor([c]), pool, torch.tensor([c + 16]),
+            torch.arange(16, 16 + c)[None], torch.ones(1, c, dtype=torch.bool))
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'), \
+            torch.inference_mode():
+        got = comp.decode_greedy(*args)
+    assert torch.equal(got, model.decode_step(*args).argmax(-1))
+    assert any('outside the compiled ones' in r.getMessage() for r in caplog.records)
+    assert comp.fallbacks == {}
+
+
+def _engine_run(cfg, model, tokenizer):
+    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+    actions, texts = [], {}
+    for f, budget in enumerate((4, 6, 2)):
+        engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
+        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        actions.append(out.action.actions)
+        texts.update({t.req_id: t.token_ids for t in out.texts})
+    while engine.num_running:
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+    return actions, texts, engine
+
+
+@pytest.mark.parametrize('mode', list(PrefixAttention), ids=lambda m: m.value)
+def test_engine_on_the_fast_path_equals_eager(tiny_models, tokenizer, monkeypatch, mode):
+    model = tiny_models(mode, CAMS)
+    monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
+    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMS,
+                       max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
+    want = _engine_run(cfg, model, tokenizer)
+    got = _engine_run(replace(cfg, compile_mode=CompileMode.DEFAULT), model, tokenizer)
+    backend = got[2].backend
+    assert type(want[2].backend) is TorchBackend and isinstance(backend, CompiledTorchBackend)
+    assert backend.compile_seconds > 0 and got[2].fallbacks == {}
+    assert backend.model.shapes.batch == (1, 2, 4)
+    for a, b in zip(want[0], got[0]):
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+    assert got[1] == want[1] and len(got[1]) == 3
+
+
+def test_make_backend_compiles_only_when_asked(tiny_models):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS)
+    for mode in (CompileMode.NONE, CompileMode.AUTO):      # AUTO on the CPU: eager
+        backend = make_backend(replace(cfg, compile_mode=mode).backend_config(), model, 8)
+        assert type(backend) is TorchBackend and backend.fallbacks == {}
+    with pytest.raises(ValueError, match='other than NONE'):
+        CompiledModel(model, CompileMode.AUTO, _limits(model))
+
+
+def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', _failing)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
+                       max_running_requests=2)
+    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+    assert {'denoise', 'decode', 'prefill', 'vision', 'seed'} == set(engine.fallbacks)
+    assert 'no codegen today' in engine.fallbacks['decode']
+    eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
+                   tokenizer=tokenizer)
+    assert eager.fallbacks == {}

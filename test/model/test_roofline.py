@@ -1,0 +1,61 @@
+"""FLOPs and bytes per call from the config, checked against the spec's §5 figures."""
+
+from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
+from oxygen_ros.config import get_preset
+from oxygen_ros.model.roofline import (
+    decode_cost, denoise_cost, gemma_layer_linear_params, kv_bytes_per_token, prefill_cost,
+    seed_cost, vision_cost)
+import pytest
+
+PI05 = get_preset('pi05_droid')
+H100 = lookup_gpu('NVIDIA H100 80GB HBM3')
+
+
+def test_parameter_and_kv_counts_match_the_spec():
+    assert PI05.vlm.depth * gemma_layer_linear_params(PI05.vlm) == pytest.approx(1.98e9, 1e-3)
+    assert PI05.expert.depth * gemma_layer_linear_params(PI05.expert) == 311_427_072
+    assert kv_bytes_per_token(PI05, 2) == 18_432                     # 18 KiB (spec §5.3)
+
+
+def test_vision_is_0_22_tflop_per_image():
+    assert vision_cost(PI05, 1).flops == pytest.approx(0.22e12, rel=0.01)
+    assert vision_cost(PI05, 3).flops == pytest.approx(3 * 0.22e12, rel=0.01)
+    assert vision_cost(PI05, 3).num_bytes == vision_cost(PI05, 1).num_bytes   # weights read once
+
+
+def test_prefill_of_820_tokens_is_3_4_tflop():
+    assert prefill_cost(PI05, 818).flops == pytest.approx(3.34e12, rel=0.01)   # spec §5.4
+    assert prefill_cost(PI05, 306).flops == pytest.approx(1.23e12, rel=0.01)
+    causal = prefill_cost(PI05, 50, context=768, causal=True)
+    assert causal.flops < prefill_cost(PI05, 818).flops
+
+
+def test_denoise_reads_0_6_gb_of_expert_weights_per_step():
+    cost = denoise_cost(PI05, 818)
+    weights = PI05.expert.depth * gemma_layer_linear_params(PI05.expert) * 2
+    assert weights == pytest.approx(0.62e9, rel=0.01)
+    assert cost.num_bytes == pytest.approx(10 * (weights + 818 * 18_432), rel=0.01)
+    bound_ms = 1e3 * cost.bound_seconds(H100.bandwidth, H100.bf16_flops)
+    assert bound_ms == pytest.approx(1.9, rel=0.05)            # "10 denoise steps ~ 2 ms"
+
+
+def test_decode_step_reads_5_gb_at_batch_1():
+    b1 = decode_cost(PI05, 1, 900)
+    assert 4.9e9 < b1.num_bytes < 5.3e9            # spec §5.4: 3.96 GB layers + 1.05 GB LM head
+    b32 = decode_cost(PI05, 32, 900)
+    assert b32.num_bytes - b1.num_bytes == pytest.approx(31 * 901 * 18_432, rel=1e-6)
+    assert 1e3 * b1.bound_seconds(H100.bandwidth, H100.bf16_flops) >= 1.5
+    thor = 1e3 * b1.bound_seconds(JETSON_AGX_THOR.bandwidth, JETSON_AGX_THOR.bf16_flops)
+    assert thor == pytest.approx(18.4, rel=0.02)                 # spec: ~18 ms/step on Thor
+    assert seed_cost(PI05, 1).num_bytes == pytest.approx(1.05e9, rel=0.01)
+
+
+def test_gpu_lookup_by_device_name():
+    assert lookup_gpu('NVIDIA H100 80GB HBM3').bandwidth == 3.35e12
+    assert lookup_gpu('NVIDIA H100 PCIe').name == 'H100 PCIe 80GB'
+    assert lookup_gpu('NVIDIA H200').bandwidth == 4.8e12
+    assert lookup_gpu('NVIDIA A100-SXM4-80GB').name == 'A100 SXM4 80GB'
+    assert lookup_gpu('NVIDIA GeForce RTX 4090').bandwidth == 1.008e12
+    assert lookup_gpu('NVIDIA L40S').name == 'L40S' and lookup_gpu('NVIDIA L4').name == 'L4'
+    assert lookup_gpu('NVIDIA Thor') is JETSON_AGX_THOR and JETSON_AGX_THOR.bandwidth == 273e9
+    assert lookup_gpu('Some Future GPU') is None
