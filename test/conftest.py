@@ -3,12 +3,22 @@
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 import pytest
 
 
 @pytest.fixture(scope='session')
 def tokenizer():
     return load_tokenizer(EngineConfig(preset='tiny'))
+
+
+@pytest.fixture(scope='session')
+def tok() -> PaligemmaTokenizer:
+    """Return the fetched PaliGemma tokenizer (``make test`` fetches it first)."""
+    path = default_tokenizer_path()
+    if not path.is_file():
+        pytest.fail(f'{path} is missing: run `oxygen-fetch-tokenizer` first (`make test` does)')
+    return PaligemmaTokenizer(path)
 
 
 @pytest.fixture(scope='session')

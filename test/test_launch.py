@@ -8,11 +8,9 @@ so the logic of ``generate_launch_description`` runs here too.
 """
 
 import ast
-import importlib.util
 from pathlib import Path
-import sys
-import types
 
+from launch_stand_ins import install_stand_ins, load_launch_file
 from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 import pytest
 
@@ -24,10 +22,7 @@ INPUT_TOPICS = {*CAMERA_TOPICS.values(), JOINT_STATES_TOPIC}
 
 
 def load_launch_module(name='oxygen_launch'):
-    spec = importlib.util.spec_from_file_location(name, LAUNCH_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_launch_file(LAUNCH_FILE, name)
 
 
 # ----------------------------------------------------------------------- with launch_ros
@@ -102,38 +97,8 @@ def test_launch_file_structure(tree):
     assert any("'oxygen_replay'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
 
 
-class Recorded:
-    """Stand-in of a launch class: keeps its arguments."""
-
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
-class FakeLaunchConfiguration(Recorded):
-
-    def perform(self, context):
-        return context[self.args[0]]
-
-
-def fake_launch_modules(monkeypatch):
-    names = {
-        'launch': ['LaunchContext', 'LaunchDescription'],
-        'launch.actions': ['DeclareLaunchArgument', 'ExecuteProcess', 'OpaqueFunction'],
-        'launch.substitutions': ['LaunchConfiguration', 'PathJoinSubstitution'],
-        'launch_ros.actions': ['Node'],
-        'launch_ros.substitutions': ['FindPackagePrefix', 'FindPackageShare'],
-    }
-    for module_name, classes in names.items():
-        module = types.ModuleType(module_name)
-        for cls in classes:
-            setattr(module, cls, type(cls, (Recorded,), {}))
-        monkeypatch.setitem(sys.modules, module_name, module)
-    sys.modules['launch.substitutions'].LaunchConfiguration = FakeLaunchConfiguration
-    monkeypatch.setitem(sys.modules, 'launch_ros', types.ModuleType('launch_ros'))
-
-
 def test_launch_logic_with_stand_ins(monkeypatch):
-    fake_launch_modules(monkeypatch)
+    install_stand_ins(monkeypatch)
     module = load_launch_module('oxygen_launch_fake')
     description = module.generate_launch_description()
     [entities] = description.args

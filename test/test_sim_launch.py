@@ -1,49 +1,18 @@
 """launch/sim.launch.py: checked by structure and against stand-ins (no launch_ros on PyPI)."""
 
 import ast
-import importlib.util
 from pathlib import Path
-import sys
-import types
 
+from launch_stand_ins import install_stand_ins, load_launch_file
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = ROOT / 'launch' / 'sim.launch.py'
 
 
-class Recorded:
-    """Stand-in of a launch class: keeps its arguments."""
-
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
-class FakeLaunchConfiguration(Recorded):
-
-    def perform(self, context):
-        return context[self.args[0]]
-
-
 def load_with_stand_ins(monkeypatch):
-    names = {
-        'launch': ['LaunchContext', 'LaunchDescription'],
-        'launch.actions': ['DeclareLaunchArgument', 'OpaqueFunction'],
-        'launch.substitutions': ['LaunchConfiguration', 'PathJoinSubstitution'],
-        'launch_ros.actions': ['Node'],
-        'launch_ros.substitutions': ['FindPackageShare'],
-    }
-    for module_name, classes in names.items():
-        module = types.ModuleType(module_name)
-        for cls in classes:
-            setattr(module, cls, type(cls, (Recorded,), {}))
-        monkeypatch.setitem(sys.modules, module_name, module)
-    sys.modules['launch.substitutions'].LaunchConfiguration = FakeLaunchConfiguration
-    monkeypatch.setitem(sys.modules, 'launch_ros', types.ModuleType('launch_ros'))
-    spec = importlib.util.spec_from_file_location('oxygen_sim_launch', LAUNCH_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    install_stand_ins(monkeypatch)
+    return load_launch_file(LAUNCH_FILE, 'oxygen_sim_launch')
 
 
 def test_structure():
@@ -78,7 +47,5 @@ def test_sim_and_node_with_the_sim_params(monkeypatch):
 def test_with_launch_ros():
     pytest.importorskip('launch_ros', reason='launch_ros is not on PyPI; a robot with a ROS 2 '
                                              'install runs this part')
-    spec = importlib.util.spec_from_file_location('oxygen_sim_launch_real', LAUNCH_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_launch_file(LAUNCH_FILE, 'oxygen_sim_launch_real')
     assert module.generate_launch_description().entities

@@ -12,19 +12,10 @@ import io
 
 from hypothesis import given, HealthCheck, settings, strategies as st
 from oxygen_ros.model.detokenizer import IncrementalDetokenizer
-from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 import pytest
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-@pytest.fixture(scope='module')
-def tok() -> PaligemmaTokenizer:
-    path = default_tokenizer_path()
-    if not path.is_file():
-        pytest.fail(f'{path} is missing: run `oxygen-fetch-tokenizer` first (`make test` does)')
-    return PaligemmaTokenizer(path)
 
 
 def _byte_ids(tok, data: bytes) -> list[int]:

@@ -9,18 +9,9 @@ from oxygen_ros.model import prompt
 from oxygen_ros.model.prompt import (
     clean_text, discretize_state, format_action_prompt, format_text_prompt, TextTask,
     tokenize_action_prompt, tokenize_text_prompt)
-from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 import pytest
 
 NEWLINE_ID = 108  # Gemma's single piece for "\n"
-
-
-@pytest.fixture(scope='module')
-def tok() -> PaligemmaTokenizer:
-    path = default_tokenizer_path()
-    if not path.is_file():
-        pytest.fail(f'{path} is missing: run `oxygen-fetch-tokenizer` first (`make test` does)')
-    return PaligemmaTokenizer(path)
 
 
 @pytest.fixture(autouse=True)

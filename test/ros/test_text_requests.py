@@ -9,14 +9,12 @@ pieces that concatenate to the whole text.
 from oxygen_ros.engine.config import CycleStats, StepOutput, TextDelta, TextOutput
 from oxygen_ros.engine.engine import EngineBusyError
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import (
     Origin, TextDone, TextPiece, TextRequests, TextStatus)
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros_interfaces.msg import DecodedText
-import pytest
 from rclpy.logging import get_logger
 
 STATS = CycleStats(0, 0.0, 0.0, {}, 4, 0, 0, 0, 0, 0, 1, 0)
@@ -167,10 +165,6 @@ def test_drop_all_ends_every_open_request():
 
 
 # ------------------------------------------------------------------------- text outputs
-
-@pytest.fixture(scope='module')
-def tok():
-    return PaligemmaTokenizer(default_tokenizer_path())
 
 
 class FakeAsk:
