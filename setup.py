@@ -38,6 +38,7 @@ setup(
             'oxygen-export = oxygen_ros.tools.export:main',
             'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
             'oxygen-run-model = oxygen_ros.tools.run_model:main',
+            'oxygen-decode-bench = oxygen_ros.tools.decode_bench:main',
         ],
     },
 )

@@ -28,6 +28,7 @@ from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.ros.compressed import camera_input
 from oxygen_ros.ros.convert import actions_to_trajectory, NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.executor import NodeExecutor, spin
@@ -46,7 +47,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
@@ -144,8 +145,8 @@ class OxygenNode(LifecycleNode):
                 String, f'~/{task.value}', 10)
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._subs = [self.create_subscription(
-            Image, topic, functools.partial(self._on_image, slot), sensor,
-            callback_group=self._input_group)
+            *camera_input(self, topic, cfg.transport(slot)),
+            functools.partial(self._on_image, slot), sensor, callback_group=self._input_group)
             for slot, topic in zip(cfg.cameras, cfg.camera_topics)]
         self._subs += [
             self.create_subscription(JointState, JOINT_STATES_TOPIC, self._on_joint_state,
@@ -257,7 +258,7 @@ class OxygenNode(LifecycleNode):
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
-    def _on_image(self, slot: str, msg: Image) -> None:
+    def _on_image(self, slot: str, msg: Image | CompressedImage) -> None:
         cache = self._cache
         if cache is not None:
             cache.put_image(slot, msg, self._now_ns())

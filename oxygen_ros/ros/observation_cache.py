@@ -24,10 +24,10 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.observation import Observation
+from oxygen_ros.ros.compressed import camera_image_to_rgb
 from oxygen_ros.ros.convert import (
-    image_to_rgb, ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S,
-    stamp_to_ns)
-from sensor_msgs.msg import Image, JointState
+    ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S, stamp_to_ns)
+from sensor_msgs.msg import CompressedImage, Image, JointState
 
 
 class InputIssue(enum.Enum):
@@ -91,8 +91,8 @@ class ObservationCache:
         self._joints: Stamped | None = None
         self._instruction = instruction
 
-    def put_image(self, slot: str, msg: Image, received_ns: int) -> None:
-        """Keep ``msg`` as the newest image of ``slot`` (no decoding here)."""
+    def put_image(self, slot: str, msg: Image | CompressedImage, received_ns: int) -> None:
+        """Keep ``msg`` (raw or compressed) as the newest image of ``slot`` (no decoding)."""
         with self._lock:
             self._images[slot] = Stamped(msg, received_ns)
 
@@ -116,7 +116,8 @@ class ObservationCache:
         Build an observation from the newest inputs.
 
         Checks, in order: every camera has a message; image stamps are within
-        ``max_age_s`` of ``now_ns``; images decode (``convert.image_to_rgb``); a joint state
+        ``max_age_s`` of ``now_ns``; images decode (``compressed.camera_image_to_rgb``: raw or
+        JPEG/PNG); a joint state
         exists, is recent, and holds finite positions for every joint name; the instruction
         is not empty.
 
@@ -143,7 +144,7 @@ class ObservationCache:
         rgb = {}
         for slot in self.cameras:
             try:
-                rgb[slot] = image_to_rgb(images[slot].msg)
+                rgb[slot] = camera_image_to_rgb(images[slot].msg)
             except (ImageConversionError, ValueError, TypeError) as exc:  # never crash on data
                 raise RejectedInput(InputIssue.BAD_IMAGE, f'camera {slot}: {exc}') from None
         if joints is None:
@@ -171,8 +172,8 @@ def synthetic_observation(model: ModelConfig, instruction: str = '') -> Observat
     return Observation(images, np.zeros(model.state_dim, np.float32), instruction or 'warm up')
 
 
-def _checked_age(what: str, msg: Image | JointState, received_ns: int | None, now_ns: int,
-                 max_age_ns: int) -> int:
+def _checked_age(what: str, msg: Image | CompressedImage | JointState,
+                 received_ns: int | None, now_ns: int, max_age_ns: int) -> int:
     """Return the stamp of ``msg`` (or ``received_ns`` if 0 and given) if it is recent."""
     try:
         stamp = stamp_to_ns(msg.header.stamp)

@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -124,6 +125,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('diagnostics_period', 1.0, 'seconds between /diagnostics messages', (0.05, 60.0)),
 )
 """Every parameter of the node, in declaration order (``preset`` first)."""
+PARAMETERS += tuple(
+    ParamSpec(f'image_transport.{slot}', ImageTransport.RAW.value,
+              f"how the {slot} camera's images arrive: 'raw' (sensor_msgs/Image on its topic) "
+              "or 'compressed' (sensor_msgs/CompressedImage, JPEG or PNG, on <its topic>/"
+              'compressed, the image_transport convention)', read_only=True)
+    for slot in CAMERA_SLOTS)
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'policy': Policy}
@@ -198,6 +205,8 @@ class NodeConfig:
     autostart: bool = True
     torch_threads: int = 0
     diagnostics_period: float = 1.0
+    compressed_cameras: tuple[str, ...] = ()
+    """Camera slots subscribed on ``<topic>/compressed`` (``image_transport.<slot>``)."""
 
     def __post_init__(self) -> None:
         for name in ('control_rate_hz', 'action_dt', 'max_observation_age', 'subtask_period',
@@ -217,6 +226,11 @@ class NodeConfig:
     def camera_topics(self) -> tuple[str, ...]:
         """Return the default image topic of each camera."""
         return tuple(CAMERA_TOPICS[slot] for slot in self.cameras)
+
+    def transport(self, slot: str) -> ImageTransport:
+        """Return how the images of camera ``slot`` arrive."""
+        return ImageTransport.COMPRESSED if slot in self.compressed_cameras else \
+            ImageTransport.RAW
 
     @property
     def control_period_s(self) -> float:
@@ -283,10 +297,16 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
                              f'{_choices([p.value for p in PrefixAttention])}, '
                              f'got {prefix!r}') from None
     cameras = tuple(s for s in CAMERA_SLOTS if s in v['cameras'])
+    try:
+        compressed = tuple(s for s in CAMERA_SLOTS if transport(
+            str(v[f'image_transport.{s}']), f'image_transport.{s}') is ImageTransport.COMPRESSED)
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
     node = NodeConfig(
         preset=model.name,
         cameras=cameras if len(cameras) == len(v['cameras']) else tuple(v['cameras']),
         joint_names=tuple(v['joint_names']), action_joint_names=tuple(v['action_joint_names']),
+        compressed_cameras=tuple(s for s in compressed if s in v['cameras']),
         **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',
