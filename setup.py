@@ -39,6 +39,7 @@ setup(
             'oxygen-fetch-tokenizer = oxygen_ros.tools.fetch_tokenizer:main',
             'oxygen-run-model = oxygen_ros.tools.run_model:main',
             'oxygen-decode-bench = oxygen_ros.tools.decode_bench:main',
+            'oxygen-soak = oxygen_ros.tools.soak:main',
         ],
     },
 )
