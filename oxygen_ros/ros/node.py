@@ -8,8 +8,10 @@ texts go through a queue to a guard condition in the text group, which publishes
 ``/diagnostics``, so publishing never delays the action timer. Lifecycle services and the
 autostart timer use the default group. The executor is ``executor.NodeExecutor``.
 
-Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``). Questions still open
-at cleanup/shutdown are logged, not answered (publishers are inactive then).
+Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``). Texts finished while
+the publishers are inactive wait and go out at the next activation; questions still decoding at
+cleanup are refused (``no answer: engine shut down``), sent at the next activation; at shutdown
+they are logged only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from oxygen_ros.ros.compressed import camera_input
 from oxygen_ros.ros.convert import actions_to_trajectory, NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.executor import NodeExecutor, spin
+from oxygen_ros.ros.heap import release_freed_memory
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 from oxygen_ros.ros.params import (
@@ -181,17 +184,21 @@ class OxygenNode(LifecycleNode):
                                         self._control_group)
         self._diag.set_state('active', now)
         self.get_logger().info(f'active: {self._cfg.control_rate_hz:g} Hz')
-        return super().on_activate(state)
+        result = super().on_activate(state)
+        self._text_gc.trigger()  # texts that waited while the publishers were inactive
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
         Stop the control timer (after a running cycle); publishers go silent.
 
-        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox).
+        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox,
+            finished texts wait until the next activation).
         """
         self._stop_timer()
         self._diag.set_state('inactive', time.monotonic())
-        return super().on_deactivate(state)
+        with self._pub_lock:  # no text is taken for an inactive publisher (_publish_texts)
+            return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
@@ -240,14 +247,15 @@ class OxygenNode(LifecycleNode):
                 self.destroy_subscription(sub)
             self._subs, self._cache = [], None
             if engine is not None:
-                for out in engine.shutdown():
-                    self.get_logger().warning(
-                        f'{out.task.value} {out.req_id} dropped at cleanup: {out.error}')
+                # running and waiting questions are refused ('no answer: engine shut down'),
+                # published at the next activation: every question gets one reply
+                self._texts.finish(engine.shutdown())
                 device = engine.config.device
                 del engine
                 if device.startswith('cuda'):
                     import torch
                     torch.cuda.empty_cache()
+                release_freed_memory()  # the engine's host memory back to the OS
         with self._pub_lock:
             for pub in self._pubs.values():
                 self.destroy_lifecycle_publisher(pub)
@@ -361,11 +369,12 @@ class OxygenNode(LifecycleNode):
 
     # -- text group ----------------------------------------------------------------------------
     def _publish_texts(self) -> None:
-        for task, text in self._texts.take():
-            with self._pub_lock:
-                pub = self._pubs.get(task.value)
-                if pub is not None:
-                    pub.publish(String(data=text))
+        with self._pub_lock:
+            pubs = [self._pubs.get(task.value) for task in TextTask]
+            if not all(pub is not None and pub.is_activated for pub in pubs):
+                return  # an inactive lifecycle publisher would drop them: they wait
+            for task, text in self._texts.take():
+                self._pubs[task.value].publish(String(data=text))
 
     def _publish_diagnostics(self) -> None:
         cfg = self._cfg
