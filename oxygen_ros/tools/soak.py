@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 from pathlib import Path
 import platform
 import sys
@@ -36,6 +37,7 @@ import time
 from typing import Sequence
 
 from oxygen_ros.resources import config_file
+from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 from oxygen_ros.tools.decode_bench import cpu_name
 from oxygen_ros.tools.demo import Child, demo_bag, Observer, replay_args, ros_environment
 from oxygen_ros.tools.node_client import ProcessFigures
@@ -46,10 +48,31 @@ from std_msgs.msg import String
 import yaml
 
 PARAMS_FILES = {'tiny': 'test', 'demo': 'demo'}
+_NODE_TOPICS = ('/oxygen/action_chunk', '/oxygen/subtask', '/oxygen/answer', '/oxygen/memory',
+                '/oxygen/ask', '/oxygen/get_state', '/oxygen/instruction', '/diagnostics')
+"""Names the observer and the replay use, moved under a private prefix (``isolation``)."""
 NODE_OVERRIDES = ('subtask_period:=0.0', 'memory_period:=0.0', 'decode_budget:=32',
                   'stop_on_eos:=false')
 """Questions are the only text, each decodes 32 tokens (k = 4: ~8 cycles holding KV)."""
 _MIB = float(1 << 20)
+
+
+def isolation(prefix: str) -> tuple[list[str], list[str]]:
+    """
+    Return remap arguments that move the soak's traffic under ``prefix``.
+
+    A random ``ROS_DOMAIN_ID`` alone is not private on a shared machine: a test on the same
+    domain would answer our questions and publish chunks we would count. The node runs in the
+    namespace ``prefix`` with its absolute inputs (cameras, joint states) and ``/diagnostics``
+    remapped under it; the replay and this process remap the same names.
+
+    :returns: ``(node arguments after --ros-args, remap arguments for the other processes)``.
+    """
+    inputs = [*CAMERA_TOPICS.values(), JOINT_STATES_TOPIC]
+    moved = [a for t in (*inputs, '/diagnostics') for a in ('-r', f'{t}:={prefix}{t}')]
+    node = ['-r', f'__ns:={prefix}', *moved]
+    others = [a for t in (*inputs, *_NODE_TOPICS) for a in ('-r', f'{t}:={prefix}{t}')]
+    return node, others
 
 
 def _kv_used(observer: Observer) -> int | None:
@@ -70,7 +93,8 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
     """Run the soak; return the JSON-able result (``verdict`` inside)."""
     params = config_file(PARAMS_FILES[args.preset])
     target_hz = yaml.safe_load(params.read_text())['/**']['ros__parameters']['control_rate_hz']
-    node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params)]
+    node_remaps, remaps = isolation(args.prefix)
+    node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params), *node_remaps]
     for p in NODE_OVERRIDES:
         node_args += ['-p', p]
     observer = Observer('oxygen_soak')
@@ -81,7 +105,8 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
     try:
         if not observer.wait_active(node):
             raise RuntimeError(f'the node did not become active:\n{node.tail()}')
-        children.append(Child('replay', replay_args(demo_bag()), out))
+        children.append(Child('replay', [*replay_args(demo_bag()), '--ros-args', *remaps],
+                              out))
         if not observer.wait_for(lambda: len(observer.got.chunk_ns) > 0, 60.0):
             raise RuntimeError(f'no action chunk:\n{node.tail()}')
         figures = ProcessFigures(node.popen.pid)
@@ -137,8 +162,8 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
         'sample_every_s': args.sample_every, 'warmup_s': warmup_s(args.minutes),
         'kv_baseline': kv_baseline, 'kv_capacity': kv_capacity, 'kv_after_drain': kv_after,
         'drained': drained, 'drain_s': drain_s, 'asked': asked, 'answered': answered,
-        'refused': refused, 'samples': samples, 'max_rss_growth': args.max_rss_growth,
-        'min_rate_fraction': args.min_rate_fraction}
+        'refused': refused, 'prefix': args.prefix, 'samples': samples,
+        'max_rss_growth': args.max_rss_growth, 'min_rate_fraction': args.min_rate_fraction}
     result['verdict'] = verdict(result, chunk_times_s).as_dict()
     result['chunk_times_s'] = [round(t, 4) for t in chunk_times_s]
     return result
@@ -177,8 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path('out') / f'soak_{datetime.datetime.now():%Y%m%d-%H%M%S}'
     out.mkdir(parents=True, exist_ok=True)
     domain_id = ros_environment(args.domain_id)
-    print(f'ROS_DOMAIN_ID={domain_id} (localhost only); output {out}', flush=True)
-    rclpy.init(args=['oxygen_soak'], signal_handler_options=SignalHandlerOptions.NO)
+    print(f'ROS_DOMAIN_ID={domain_id} (localhost only), topics under /soak_{os.getpid()}; '
+          f'output {out}', flush=True)
+    args.prefix = f'/soak_{os.getpid()}'
+    rclpy.init(args=['oxygen_soak', '--ros-args', *isolation(args.prefix)[1]],
+               signal_handler_options=SignalHandlerOptions.NO)
     try:
         result = run_soak(args, out)
     except RuntimeError as exc:
