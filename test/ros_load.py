@@ -1,8 +1,9 @@
-"""The node's inputs from a test process: valid images and joint states at 20 Hz, questions."""
+"""The node under test and its inputs from the test process (images, joint states, questions)."""
 
 import time
 
 import numpy as np
+from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import rgb_to_image
 from oxygen_ros.tools.bag_topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
@@ -10,6 +11,14 @@ from rclpy.duration import Duration
 from ros_inputs import JOINTS
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
+
+
+def start_node(ros_processes, *params):
+    """Start ``oxygen_node`` with config/test.yaml and ``name:=value`` overrides."""
+    args = ['--ros-args', '--params-file', str(config_file('test'))]
+    for p in params:
+        args += ['-p', p]
+    return ros_processes.start('oxygen_ros.ros.node', *args)
 
 
 class Load:

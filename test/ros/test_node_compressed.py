@@ -9,7 +9,6 @@ bag written with ``--compressed jpeg`` replays into the node.
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 import numpy as np
-from oxygen_ros.resources import config_file
 from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
 from oxygen_ros.ros.convert import (
     duration_to_ns, ns_to_stamp, stamp_to_ns, trajectory_to_actions)
@@ -19,6 +18,7 @@ from oxygen_ros.tools.bag_topics import (
 from oxygen_ros.tools.make_demo_bag import DemoBagConfig, JOINT_NAMES, write_demo_bag
 from oxygen_ros.tools.node_client import LifecycleClient
 import pytest
+from ros_load import start_node
 from sensor_msgs.msg import CompressedImage, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -31,10 +31,7 @@ PARAMS = [f'image_transport.{slot}:=compressed' for slot in CODECS]
 
 def test_compressed_cameras_act_refuse_a_truncated_frame_and_replay(
         ros_node, ros_processes, tmp_path):
-    args = ['--ros-args', '--params-file', str(config_file('test'))]
-    for p in PARAMS:
-        args += ['-p', p]
-    proc = ros_processes.start('oxygen_ros.ros.node', *args)
+    proc = start_node(ros_processes, *PARAMS)
     chunks = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 100)
     life = LifecycleClient(ros_node.node, ros_node.spin_until)

@@ -25,7 +25,6 @@ from fuzz_inputs import build, cases, DEFECTS, JOINTS, MAX_AGE_S, StampKind, Top
 from hypothesis import given, HealthCheck, Phase, settings
 from lifecycle_msgs.msg import State
 import numpy as np
-from oxygen_ros.resources import config_file
 from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
 from oxygen_ros.ros.convert import ns_to_stamp, rgb_to_image, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
@@ -33,6 +32,7 @@ from oxygen_ros.tools.bag_topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
 from oxygen_ros.tools.node_client import LifecycleClient
 import pytest
+from ros_load import start_node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -160,10 +160,8 @@ class Harness:
 
 
 def test_fuzzed_messages_never_crash_the_node_nor_make_it_act(ros_node, ros_processes):
-    proc = ros_processes.start(
-        'oxygen_ros.ros.node', '--ros-args', '--params-file', str(config_file('test')),
-        '-p', 'image_transport.left_wrist_0_rgb:=compressed',
-        '-p', f'max_observation_age:={MAX_AGE_S}', '-p', 'memory_period:=0.0')
+    proc = start_node(ros_processes, 'image_transport.left_wrist_0_rgb:=compressed',
+                      f'max_observation_age:={MAX_AGE_S}', 'memory_period:=0.0')
     harness = Harness(ros_node, proc)
     assert LifecycleClient(ros_node.node, ros_node.spin_until).wait_for(
         State.PRIMARY_STATE_ACTIVE, 60, lambda: proc.popen.poll() is None), proc.output()

@@ -17,11 +17,10 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
-from oxygen_ros.resources import config_file
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.tools.node_client import LifecycleClient
 import pytest
-from ros_load import Load
+from ros_load import Load, start_node
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
@@ -38,10 +37,7 @@ def rate(collector, t0_ns, t1_ns):
 
 
 def test_text_is_queued_or_refused_while_actions_keep_their_rate(ros_node, ros_processes):
-    args = ['--ros-args', '--params-file', str(config_file('test'))]
-    for p in PARAMS:
-        args += ['-p', p]
-    proc = ros_processes.start('oxygen_ros.ros.node', *args)
+    proc = start_node(ros_processes, *PARAMS)
     chunks = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
     answers = ros_node.collect('/oxygen/answer', String, 100)
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 100)

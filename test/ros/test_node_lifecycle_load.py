@@ -29,7 +29,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from ros_inputs import image, joint_state
-from ros_load import Load
+from ros_load import Load, start_node
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
@@ -119,10 +119,7 @@ def kv_used(diagnostics):
 
 
 def test_twenty_lifecycle_cycles_under_load_lose_nothing(ros_node, ros_processes):
-    args = ['--ros-args', '--params-file', str(config_file('test'))]
-    for p in TEXT_PARAMS:
-        args += ['-p', p]
-    proc = ros_processes.start('oxygen_ros.ros.node', *args)
+    proc = start_node(ros_processes, *TEXT_PARAMS)
     chunks = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
     answers = ros_node.collect('/oxygen/answer', String, qos_profile(QosRole.RELIABLE))
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 100)
