@@ -8,7 +8,9 @@ bag written with ``--compressed jpeg`` replays into the node.
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
+from lxml import etree
 import numpy as np
+from oxygen_ros.resources import share_dir
 from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
 from oxygen_ros.ros.convert import (
     duration_to_ns, ns_to_stamp, stamp_to_ns, trajectory_to_actions)
@@ -100,3 +102,12 @@ def test_compressed_cameras_act_refuse_a_truncated_frame_and_replay(
         assert np.isfinite(trajectory_to_actions(msg)).all()
     assert proc.popen.poll() is None
     assert proc.stop() == 0, proc.output()
+
+
+def test_udp_only_profile_turns_shared_memory_off():
+    ns = {'dds': 'http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles'}
+    root = etree.parse(str(share_dir() / 'config' / 'fastdds_udp_only.xml')).getroot()
+    assert root.xpath('//dds:transport_descriptor/dds:type/text()', namespaces=ns) == ['UDPv4']
+    participant = root.xpath('//dds:participant', namespaces=ns)[0]
+    assert participant.get('is_default_profile') == 'true'
+    assert participant.xpath('.//dds:useBuiltinTransports/text()', namespaces=ns) == ['false']
