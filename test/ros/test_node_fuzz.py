@@ -126,7 +126,9 @@ class Harness:
         forbidden = set()
         if case.topic is Topic.INSTRUCTION:
             self.pubs[Topic.INSTRUCTION].publish(build(case, 0, 0))
-            self.ros_node.spin_for(0.05)  # reliable: it arrives before the images below
+            # reliable, and stored before the images below arrive (the previous valid images
+            # are stale by now, so nothing can be acted on with the old instruction meanwhile)
+            self.ros_node.spin_for(0.25)
             forbidden.add(self.publish_valid())
         elif case.topic is Topic.ASK:
             self.pubs[Topic.ASK].publish(build(case, 0, 0))
