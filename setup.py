@@ -43,6 +43,8 @@ setup(
             'oxygen-sim-demo = oxygen_ros.tools.sim_demo:main',
             'oxygen-fetch-sim-assets = oxygen_ros.tools.fetch_sim_assets:main',
             'oxygen-ask = oxygen_ros.tools.ask:main',
+            'oxygen-decode-bench = oxygen_ros.tools.decode_bench:main',
+            'oxygen-soak = oxygen_ros.tools.soak:main',
         ],
     },
 )

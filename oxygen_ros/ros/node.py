@@ -8,15 +8,18 @@ texts go through a queue to a guard condition in the text group, which publishes
 ``/diagnostics``, so publishing never delays the action timer. Lifecycle services and the
 autostart timer use the default group. The executor is ``executor.NodeExecutor``.
 
-Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``). Questions still open
-at cleanup/shutdown are logged, not answered (publishers are inactive then). The ``~/ask``
-action (``ask_action``) shares the question queue; its goals always get a result. Texts are
-also streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``):
-the control cycle hands over token ids only, the text group detokenizes (``text_stream``).
+Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
+(``ask_action``) shares the question queue and its goals always get a result. Texts are also
+streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``): the
+control cycle hands over token ids only, the text group detokenizes (``text_stream``). Text
+messages for a publisher that is not active (deactivated, or destroyed at cleanup) are held
+and go out at the next activation: questions still open at cleanup are refused (``no answer:
+engine shut down``) and that reply is sent then; at shutdown they are logged only.
 """
 
 from __future__ import annotations
 
+from collections import deque
 import functools
 import logging
 import sys
@@ -34,9 +37,11 @@ from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
+from oxygen_ros.ros.compressed import camera_input
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.executor import NodeExecutor, spin
+from oxygen_ros.ros.heap import release_freed_memory
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 from oxygen_ros.ros.params import (
@@ -56,12 +61,14 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
 NODE_NAME = 'oxygen'
 _LOG_EVERY_S = 5.0
+_MAX_HELD = 10_000
+"""Text messages kept for publishers that are not active (the oldest go first beyond it)."""
 """A rejection cause is logged when it starts and then at most this often."""
 _JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 """Best effort matches reliable and best-effort publishers alike."""
@@ -95,6 +102,7 @@ class OxygenNode(LifecycleNode):
         self._failed = False
         self._timer = None
         self._pubs: dict[str, object] = {}
+        self._held: deque[tuple[str, object]] = deque(maxlen=_MAX_HELD)
         self._subs: list[object] = []
         self._logged: dict[InputIssue | str | None, float] = {}
         self._last_issue: InputIssue | None = None
@@ -174,8 +182,8 @@ class OxygenNode(LifecycleNode):
         self._texts.max_tokens = engine.model_cfg.decode_budget
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._subs = [self.create_subscription(
-            Image, topic, functools.partial(self._on_image, slot), sensor,
-            callback_group=self._input_group)
+            *camera_input(self, topic, cfg.transport(slot)),
+            functools.partial(self._on_image, slot), sensor, callback_group=self._input_group)
             for slot, topic in zip(cfg.cameras, cfg.camera_topics)]
         self._subs += [
             self.create_subscription(JointState, JOINT_STATES_TOPIC, self._on_joint_state,
@@ -211,17 +219,23 @@ class OxygenNode(LifecycleNode):
                                         self._control_group)
         self._diag.set_state('active', now)
         self.get_logger().info(f'active: {self._cfg.control_rate_hz:g} Hz')
-        return super().on_activate(state)
+        with self._pub_lock:  # held texts first, in order, before any new one
+            result = super().on_activate(state)
+            self._publish_held()
+        self._text_gc.trigger()
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
         Stop the control timer (after a running cycle); publishers go silent.
 
-        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox).
+        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox,
+            finished texts wait until the next activation).
         """
         self._stop_timer()
         self._diag.set_state('inactive', self._now_s())
-        return super().on_deactivate(state)
+        with self._pub_lock:  # no text goes to a publisher being deactivated (_publish)
+            return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
@@ -277,6 +291,7 @@ class OxygenNode(LifecycleNode):
                 if device.startswith('cuda'):
                     import torch
                     torch.cuda.empty_cache()
+                release_freed_memory()  # the engine's host memory back to the OS
         with self._pub_lock:
             for pub in self._pubs.values():
                 self.destroy_lifecycle_publisher(pub)
@@ -291,7 +306,7 @@ class OxygenNode(LifecycleNode):
         """Return the node clock in seconds (rates, periods and diagnostics windows)."""
         return self._now_ns() / NS_PER_S
 
-    def _on_image(self, slot: str, msg: Image) -> None:
+    def _on_image(self, slot: str, msg: Image | CompressedImage) -> None:
         cache = self._cache
         if cache is not None:
             cache.put_image(slot, msg, self._now_ns())
@@ -435,7 +450,21 @@ class OxygenNode(LifecycleNode):
         self._text_out.handle(self._texts.take())
 
     def _publish(self, key: str, msg: object) -> None:
+        """Publish a text message, or hold it while its publisher is not active."""
         with self._pub_lock:
+            pub = self._pubs.get(key)
+            if pub is not None and pub.is_activated:
+                pub.publish(msg)
+                return
+            if len(self._held) == _MAX_HELD:
+                self.get_logger().warning(f'{_MAX_HELD} text messages held while inactive: '
+                                          f'dropping the oldest')
+            self._held.append((key, msg))
+
+    def _publish_held(self) -> None:
+        """Send the messages held while the publishers were inactive (hold ``_pub_lock``)."""
+        held, self._held = self._held, deque(maxlen=_MAX_HELD)
+        for key, msg in held:
             pub = self._pubs.get(key)
             if pub is not None:
                 pub.publish(msg)

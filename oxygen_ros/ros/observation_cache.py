@@ -10,11 +10,16 @@ than ``max_observation_age`` at the tick.
 Ages are ``now - header.stamp`` on the node clock. A joint state stamped 0 (some drivers do
 not stamp) is aged by its receive time instead; an image stamped 0 is stale, since the action
 chunk carries the image stamp. A stamp more than ``max_observation_age`` in the future (clock
-skew between machines) is refused as stale too.
+skew between machines) is refused as stale too. An image that arrives after one of the same
+camera with a later stamp (out of order: two publishers, a replay restarted with old stamps, a
+network path reordering) is refused while that later image is still within
+``max_observation_age``: the node never acts on an older frame than one it has received, so
+action chunk stamps never go backwards.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 import enum
 import threading
@@ -24,10 +29,14 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.observation import Observation
+from oxygen_ros.ros.compressed import camera_image_to_rgb
 from oxygen_ros.ros.convert import (
-    image_to_rgb, ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S,
-    stamp_to_ns)
-from sensor_msgs.msg import Image, JointState
+    ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S, stamp_to_ns)
+from sensor_msgs.msg import CompressedImage, Image, JointState
+
+
+_RECENT_STAMPS = 16
+"""Images per camera whose stamps the out-of-order check remembers (~0.5 s at 30 Hz)."""
 
 
 class InputIssue(enum.Enum):
@@ -88,13 +97,22 @@ class ObservationCache:
         self.joint_names = tuple(joint_names)
         self._lock = threading.Lock()
         self._images: dict[str, Stamped] = {}
+        self._recent_stamps_ns: dict[str, deque[int]] = {
+            slot: deque(maxlen=_RECENT_STAMPS) for slot in self.cameras}
+        """Per camera, the ``header.stamp`` of the last images received (out-of-order check)."""
         self._joints: Stamped | None = None
         self._instruction = instruction
 
-    def put_image(self, slot: str, msg: Image, received_ns: int) -> None:
-        """Keep ``msg`` as the newest image of ``slot`` (no decoding here)."""
+    def put_image(self, slot: str, msg: Image | CompressedImage, received_ns: int) -> None:
+        """Keep ``msg`` (raw or compressed) as the newest image of ``slot`` (no decoding)."""
+        try:
+            stamp = stamp_to_ns(msg.header.stamp)
+        except ValueError:
+            stamp = None  # refused at assemble with the reason
         with self._lock:
             self._images[slot] = Stamped(msg, received_ns)
+            if stamp is not None and slot in self._recent_stamps_ns:
+                self._recent_stamps_ns[slot].append(stamp)
 
     def put_joint_state(self, msg: JointState, received_ns: int) -> None:
         """Keep ``msg`` as the newest joint state."""
@@ -116,7 +134,9 @@ class ObservationCache:
         Build an observation from the newest inputs.
 
         Checks, in order: every camera has a message; image stamps are within
-        ``max_age_s`` of ``now_ns``; images decode (``convert.image_to_rgb``); a joint state
+        ``max_age_s`` of ``now_ns`` and not older than an image of the same camera received
+        before (while that one is within ``max_age_s``); images decode
+        (``compressed.camera_image_to_rgb``: raw or JPEG/PNG); a joint state
         exists, is recent, and holds finite positions for every joint name; the instruction
         is not empty.
 
@@ -130,6 +150,7 @@ class ObservationCache:
         """
         with self._lock:
             images = dict(self._images)
+            recent = {slot: tuple(ns) for slot, ns in self._recent_stamps_ns.items()}
             joints = self._joints
             instruction = self._instruction
         max_age_ns = round(max_age_s * NS_PER_S)
@@ -140,10 +161,17 @@ class ObservationCache:
         stamps = {}
         for slot in self.cameras:
             stamps[slot] = _checked_age(slot, images[slot].msg, None, now_ns, max_age_ns)
+            later = max((s for s in recent[slot] if abs(now_ns - s) <= max_age_ns),
+                        default=stamps[slot])  # garbage stamps out of the window don't count
+            if later > stamps[slot]:
+                raise RejectedInput(
+                    InputIssue.STALE, f'{slot} image stamped {stamps[slot]} ns arrived after '
+                    f'one stamped {later} ns ({(later - stamps[slot]) / NS_PER_S:.3f} s '
+                    f'later): out of order, not acting on the older frame')
         rgb = {}
         for slot in self.cameras:
             try:
-                rgb[slot] = image_to_rgb(images[slot].msg)
+                rgb[slot] = camera_image_to_rgb(images[slot].msg)
             except (ImageConversionError, ValueError, TypeError) as exc:  # never crash on data
                 raise RejectedInput(InputIssue.BAD_IMAGE, f'camera {slot}: {exc}') from None
         if joints is None:
@@ -171,8 +199,8 @@ def synthetic_observation(model: ModelConfig, instruction: str = '') -> Observat
     return Observation(images, np.zeros(model.state_dim, np.float32), instruction or 'warm up')
 
 
-def _checked_age(what: str, msg: Image | JointState, received_ns: int | None, now_ns: int,
-                 max_age_ns: int) -> int:
+def _checked_age(what: str, msg: Image | CompressedImage | JointState,
+                 received_ns: int | None, now_ns: int, max_age_ns: int) -> int:
     """Return the stamp of ``msg`` (or ``received_ns`` if 0 and given) if it is recent."""
     try:
         stamp = stamp_to_ns(msg.header.stamp)

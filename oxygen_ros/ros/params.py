@@ -24,6 +24,7 @@ from oxygen_ros.config import (
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
+from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -163,6 +164,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('diagnostics_period', 1.0, 'seconds between /diagnostics messages', (0.05, 60.0)),
 )
 """Every parameter of the node, in declaration order (``preset`` first)."""
+PARAMETERS += tuple(
+    ParamSpec(f'image_transport.{slot}', ImageTransport.RAW.value,
+              f"how the {slot} camera's images arrive: 'raw' (sensor_msgs/Image on its topic) "
+              "or 'compressed' (sensor_msgs/CompressedImage, JPEG or PNG, on <its topic>/"
+              'compressed, the image_transport convention)', read_only=True)
+    for slot in CAMERA_SLOTS)
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
@@ -254,6 +261,8 @@ class NodeConfig:
     torch_threads: int = 0
     diagnostics_period: float = 1.0
     max_queued_questions: int = 16
+    compressed_cameras: tuple[str, ...] = ()
+    """Camera slots subscribed on ``<topic>/compressed`` (``image_transport.<slot>``)."""
 
     def __post_init__(self) -> None:
         for name in ('control_rate_hz', 'action_dt', 'max_observation_age', 'subtask_period',
@@ -273,6 +282,11 @@ class NodeConfig:
     def camera_topics(self) -> tuple[str, ...]:
         """Return the default image topic of each camera."""
         return tuple(CAMERA_TOPICS[slot] for slot in self.cameras)
+
+    def transport(self, slot: str) -> ImageTransport:
+        """Return how the images of camera ``slot`` arrive."""
+        return ImageTransport.COMPRESSED if slot in self.compressed_cameras else \
+            ImageTransport.RAW
 
     @property
     def control_period_s(self) -> float:
@@ -366,6 +380,11 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         raise ParameterError(f"action_space must be '' or one of {choices}, "
                              f'got {space!r}') from None
     limits = _limits(v, model.robot_action_dim)
+    try:
+        compressed = tuple(s for s in CAMERA_SLOTS if transport(
+            str(v[f'image_transport.{s}']), f'image_transport.{s}') is ImageTransport.COMPRESSED)
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
     node = NodeConfig(
         preset=model.name,
         cameras=cameras if len(cameras) == len(v['cameras']) else tuple(v['cameras']),
@@ -377,6 +396,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         chunk_smoothing=_enum('chunk_smoothing', v['chunk_smoothing']),
         ensemble_decay=float(v['ensemble_decay']),
         rtc_max_guidance_weight=float(v['rtc_max_guidance_weight']),
+        compressed_cameras=tuple(s for s in compressed if s in v['cameras']),
         **{name: v[name] for name in ('frame_id', 'control_rate_hz', 'action_dt',
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',

@@ -27,11 +27,12 @@ INSTRUCTION_TOPIC = '/oxygen/instruction'
 """The node's ``~/instruction`` with its default name ``oxygen``."""
 
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
+COMPRESSED_IMAGE_TYPE = 'sensor_msgs/msg/CompressedImage'
 JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
 STRING_TYPE = 'std_msgs/msg/String'
 
 _SENSOR_TYPES = frozenset({
-    IMAGE_TYPE, 'sensor_msgs/msg/CompressedImage', 'sensor_msgs/msg/CameraInfo',
+    IMAGE_TYPE, COMPRESSED_IMAGE_TYPE, 'sensor_msgs/msg/CameraInfo',
     'sensor_msgs/msg/PointCloud2', 'sensor_msgs/msg/LaserScan',
 })
 _LATCHED_TOPIC_SUFFIXES = ('/instruction', '/tf_static', '/robot_description')

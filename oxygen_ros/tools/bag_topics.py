@@ -20,8 +20,9 @@ import logging
 from pathlib import Path
 
 from oxygen_ros.ros.topics import (  # noqa: F401 (re-exported for the bag tools)
-    CAMERA_TOPICS, has_header, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
-    JOINT_STATES_TOPIC, message_class, qos_profile, qos_role, QosRole, STRING_TYPE)
+    CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, has_header, IMAGE_TYPE, INSTRUCTION_TOPIC,
+    JOINT_STATE_TYPE, JOINT_STATES_TOPIC, message_class, qos_profile, qos_role, QosRole,
+    STRING_TYPE)
 from rclpy.qos import QoSProfile
 from rosbags.interfaces import (
     Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime)

@@ -5,7 +5,7 @@ Usage::
 
     oxygen_make_demo_bag OUT_BAG [--duration 20] [--rate 15] [--joint-rate 50]
                          [--storage mcap|sqlite3] [--instruction "pick up the coffee cup"]
-                         [--start-time SECONDS]
+                         [--start-time SECONDS] [--compressed jpeg|png]
 
 Topics (the node's defaults, architecture.md §4), all stamps increasing, bag time = stamp:
 
@@ -14,6 +14,10 @@ Topics (the node's defaults, architecture.md §4), all stamps increasing, bag ti
 - ``/camera/left_wrist/image_raw``, ``/camera/right_wrist/image_raw``: 240x320 rgb8 crops of the
   left and right views of ``skimage.data.stereo_motorcycle()``, the crop window drifting.
 - the three cameras share one stamp per frame (a synchronised rig) at ``--rate`` Hz.
+- ``--compressed jpeg|png``: the cameras are written as ``sensor_msgs/CompressedImage`` on
+  ``<topic>/compressed`` instead (image_transport's ``compressed`` transport: format
+  ``"rgb8; jpeg compressed bgr8"``, JPEG quality 90 or PNG level 3), as camera drivers and most
+  recorded bags carry them.
 - ``/joint_states``: ``joint_1..joint_7`` (rad) and ``gripper`` (rad), sinusoids with their
   velocities, at ``--joint-rate`` Hz.
 - ``/oxygen/instruction`` (``std_msgs/String``): the instruction, once, at the start.
@@ -38,9 +42,10 @@ import time
 from typing import Iterator, Sequence
 
 import numpy as np
+from oxygen_ros.ros.compressed import Codec, compressed_topic, encode_rgb
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.tools.bag_topics import (
-    bag_qos, CAMERA_TOPICS, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
+    bag_qos, CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
     JOINT_STATES_TOPIC, qos_profile, qos_role, Storage, STRING_TYPE, typestore)
 from rosbags.rosbag2 import Writer
 from tqdm import tqdm
@@ -70,6 +75,8 @@ class DemoBagConfig:
     instruction: str = 'pick up the coffee cup'
     start_ns: int = 0
     """Stamp of the first messages; 0 means the wall clock when writing starts."""
+    compressed: Codec | None = None
+    """Write the cameras as ``CompressedImage`` on ``<topic>/compressed`` (None: raw)."""
 
     def __post_init__(self) -> None:
         for name in ('duration_s', 'camera_rate_hz', 'joint_rate_hz'):
@@ -86,6 +93,18 @@ class DemoBagConfig:
     def num_frames(self) -> int:
         """Return the number of frames per camera."""
         return math.floor(self.duration_s * self.camera_rate_hz + 1e-9)
+
+    @property
+    def camera_topics(self) -> dict[str, str]:
+        """Return camera slot -> topic written (``<topic>/compressed`` when compressed)."""
+        if self.compressed is None:
+            return dict(CAMERA_TOPICS)
+        return {slot: compressed_topic(topic) for slot, topic in CAMERA_TOPICS.items()}
+
+    @property
+    def camera_type(self) -> str:
+        """Return the ROS 2 type of the camera topics."""
+        return IMAGE_TYPE if self.compressed is None else COMPRESSED_IMAGE_TYPE
 
     @property
     def num_joint_states(self) -> int:
@@ -142,7 +161,7 @@ def joint_positions(t_s: float) -> tuple[np.ndarray, np.ndarray]:
 def _events(cfg: DemoBagConfig, start_ns: int) -> Iterator[tuple[int, int, str, int]]:
     """Yield ``(stamp_ns, order, topic, index)`` of every message, in bag order."""
     cams = [(start_ns + round(k * NS_PER_S / cfg.camera_rate_hz), 2 + c, topic, k)
-            for k in range(cfg.num_frames) for c, topic in enumerate(CAMERA_TOPICS.values())]
+            for k in range(cfg.num_frames) for c, topic in enumerate(cfg.camera_topics.values())]
     joints = [(start_ns + round(j * NS_PER_S / cfg.joint_rate_hz), 1, JOINT_STATES_TOPIC, j)
               for j in range(cfg.num_joint_states)]
     yield (start_ns, 0, INSTRUCTION_TOPIC, 0)
@@ -165,12 +184,17 @@ def _serialized(cfg: DemoBagConfig, start_ns: int, stamp_ns: int, topic: str,
             name=list(JOINT_NAMES), position=position, velocity=velocity,
             effort=np.zeros(0, dtype=np.float64))
         return bytes(store.serialize_cdr(msg, JOINT_STATE_TYPE))
-    slot = next(s for s, t in CAMERA_TOPICS.items() if t == topic)
+    slot = next(s for s, t in cfg.camera_topics.items() if t == topic)
     frame = np.ascontiguousarray(camera_frame(slot, index))
+    header = types['std_msgs/msg/Header'](stamp=stamp, frame_id=FRAME_IDS[slot])
+    if cfg.compressed is not None:
+        fmt, data = encode_rgb(frame, cfg.compressed)
+        msg = types[COMPRESSED_IMAGE_TYPE](header=header, format=fmt,
+                                           data=np.frombuffer(data, dtype=np.uint8))
+        return bytes(store.serialize_cdr(msg, COMPRESSED_IMAGE_TYPE))
     height, width = frame.shape[:2]
     msg = types[IMAGE_TYPE](
-        header=types['std_msgs/msg/Header'](stamp=stamp, frame_id=FRAME_IDS[slot]),
-        height=height, width=width, encoding='rgb8', is_bigendian=0, step=width * 3,
+        header=header, height=height, width=width, encoding='rgb8', is_bigendian=0, step=width * 3,
         data=frame.reshape(-1))
     return bytes(store.serialize_cdr(msg, IMAGE_TYPE))
 
@@ -189,10 +213,10 @@ def write_demo_bag(path: Path, cfg: DemoBagConfig, *, progress: bool = False) ->
     if path.exists():
         raise FileExistsError(f'{path} exists; rosbag2 bags are never overwritten')
     start_ns = cfg.start_ns or time.time_ns()
-    types = {topic: IMAGE_TYPE for topic in CAMERA_TOPICS.values()}
+    types = {topic: cfg.camera_type for topic in cfg.camera_topics.values()}
     types[JOINT_STATES_TOPIC] = JOINT_STATE_TYPE
     types[INSTRUCTION_TOPIC] = STRING_TYPE
-    total = 1 + cfg.num_joint_states + len(CAMERA_TOPICS) * cfg.num_frames
+    total = 1 + cfg.num_joint_states + len(cfg.camera_topics) * cfg.num_frames
     counts = dict.fromkeys(types, 0)
     writer = Writer(path, version=Writer.VERSION_LATEST, storage_plugin=cfg.storage.plugin)
     writer.set_custom_data('oxygen_ros.generator', 'oxygen_make_demo_bag')
@@ -232,6 +256,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--start-time', type=float, default=0.0,
                         help='stamp of the first message in seconds since the epoch '
                              '(default: now)')
+    parser.add_argument('--compressed', choices=[c.value for c in Codec], default=None,
+                        help='write the cameras as sensor_msgs/CompressedImage on '
+                             '<topic>/compressed (default: raw sensor_msgs/Image)')
     return parser
 
 
@@ -243,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = DemoBagConfig(duration_s=args.duration, camera_rate_hz=args.rate,
                             joint_rate_hz=args.joint_rate, storage=Storage(args.storage),
                             instruction=args.instruction,
-                            start_ns=round(args.start_time * NS_PER_S))
+                            start_ns=round(args.start_time * NS_PER_S),
+                            compressed=Codec(args.compressed) if args.compressed else None)
     except ValueError as exc:
         parser.error(str(exc))
     try:

@@ -109,6 +109,29 @@ def test_assemble_refuses_missing_inputs():
         ObservationCache(['top'], JOINTS)
 
 
+def test_out_of_order_images_are_refused_until_the_newer_one_ages_out():
+    # Found by test_node_fuzz: the node acted on an image older than one it had received.
+    cache, _, _ = full_cache(stamp_ns=NOW - 100_000_000)
+    assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 100_000_000
+    cache.put_image('base_0_rgb', image(NOW - 200_000_000)[1], NOW)  # older, arrives later
+    with pytest.raises(RejectedInput, match=r'base_0_rgb image stamped \d+ ns arrived after one '
+                                            r'stamped \d+ ns \(0.100 s later\): out of order'
+                       ) as err:
+        cache.assemble(NOW, 0.5)
+    assert err.value.cause is InputIssue.STALE
+    cache.put_image('base_0_rgb', image(NOW - 50_000_000)[1], NOW)  # in order again
+    assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 50_000_000
+    # A garbage stamp far in the future neither blocks later frames nor hides the order.
+    cache.put_image('base_0_rgb', image(NOW + 3600 * NS_PER_S)[1], NOW)
+    with pytest.raises(RejectedInput, match='s in the future'):
+        cache.assemble(NOW, 0.5)
+    cache.put_image('base_0_rgb', image(NOW - 10_000_000)[1], NOW)
+    assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 10_000_000
+    cache.put_image('base_0_rgb', image(NOW - 20_000_000)[1], NOW)
+    with pytest.raises(RejectedInput, match=r'\(0.010 s later\): out of order'):
+        cache.assemble(NOW, 0.5)
+
+
 def test_engine_faults_map_to_issues():
     assert {InputIssue.from_fault(f) for f in InputFault} == {
         InputIssue.MISSING_CAMERA, InputIssue.BAD_IMAGE, InputIssue.BAD_JOINTS,
