@@ -37,8 +37,8 @@ import numpy as np
 from oxygen_ros.resources import cache_dir, config_file
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import status_values
-from oxygen_ros.tools.bag_topics import (
-    CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
+from oxygen_ros.ros.text_stream import TEXT_QOS
+from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 from oxygen_ros.tools.make_demo_bag import DemoBagConfig, write_demo_bag
 from oxygen_ros.tools.text_timing import AskTiming, TextTiming
 from oxygen_ros_interfaces.action import Ask
@@ -103,22 +103,27 @@ class Received:
 
 
 class Observer:
-    """An rclpy node that watches the oxygen node and asks it questions."""
+    """
+    An rclpy node that watches the oxygen node and asks it questions.
 
-    def __init__(self, name: str) -> None:
+    :param ask_topic: also ask through the ``~/ask`` String topic (``ask_pub``) and collect
+        its ``~/answer`` replies in ``got.texts['answer']`` (the soak and the jitter bench);
+        the demo asks through the action only.
+    """
+
+    def __init__(self, name: str, *, ask_topic: bool = False) -> None:
         self.node = rclpy.create_node(name)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self.got = Received()
         self._get_state = self.node.create_client(GetState, '/oxygen/get_state')
-        reliable = qos_profile(QosRole.RELIABLE)
         self.node.create_subscription(JointTrajectory, OUTPUTS[0], self._on_chunk, 100)
-        for topic in (OUTPUTS[1], OUTPUTS[3]):  # answers: the ~/ask action's results
+        for topic in OUTPUTS[1:4] if ask_topic else (OUTPUTS[1], OUTPUTS[3]):
             task = topic.rsplit('/', 1)[1]
             self.got.texts[task] = []
             self.node.create_subscription(
                 String, topic, lambda msg, task=task: self.got.texts[task].append(msg.data),
-                reliable)
+                TEXT_QOS)
         self.node.create_subscription(DiagnosticArray, OUTPUTS[4], self._on_diagnostics, 100)
         for topic in STREAMS:
             task = topic.split('/')[2]
@@ -126,6 +131,8 @@ class Observer:
                 DecodedText, topic, lambda msg, task=task: self.got.timing.on_piece(task, msg),
                 QoSProfile(depth=1000))
         self.ask_client = ActionClient(self.node, Ask, '/oxygen/ask')
+        if ask_topic:
+            self.ask_pub = self.node.create_publisher(String, '/oxygen/ask', TEXT_QOS)
 
     def ask(self, question: str) -> None:
         """Send ``question`` to the ``~/ask`` action; its timing goes to ``got.timing``."""

@@ -44,7 +44,7 @@ def run_once(name: str, params_file: Path, extra: Sequence[str], bag: Path, seco
     args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params_file)]
     for p in extra:
         args += ['-p', p]
-    observer = Observer(f'jitter_bench_{name.replace(" ", "_")}')
+    observer = Observer(f'jitter_bench_{name.replace(" ", "_")}', ask_topic=True)
     node = Child(f'node_{name.replace(" ", "_")}', args, log_dir)
     children = [node]
     try:

@@ -97,7 +97,7 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
     node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params), *node_remaps]
     for p in NODE_OVERRIDES:
         node_args += ['-p', p]
-    observer = Observer('oxygen_soak')
+    observer = Observer('oxygen_soak', ask_topic=True)
     node = Child('node', node_args, out)
     children = [node]
     samples: list[dict] = []
