@@ -43,6 +43,7 @@ setup(
             'oxygen-sim-demo = oxygen_ros.tools.sim_demo:main',
             'oxygen-fetch-sim-assets = oxygen_ros.tools.fetch_sim_assets:main',
             'oxygen-ask = oxygen_ros.tools.ask:main',
+            'oxygen-flood = oxygen_ros.tools.flood:main',
         ],
     },
 )

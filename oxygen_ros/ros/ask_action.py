@@ -51,6 +51,11 @@ STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
                     TextStatus.DROPPED: Ask.Result.STATUS_DROPPED,
                     TextStatus.REFUSED: Ask.Result.STATUS_DROPPED}
 """``TextStatus`` → ``Ask.Result.STATUS_*``."""
+RESULT_TIMEOUT_S = 30.0
+"""Seconds a finished goal (and its result) is kept. rclpy's default, 900 s, keeps every goal
+of the last 15 minutes, and every status message lists them all: 18,000 goals at a sustained
+20 questions/s, published on each goal's every transition and parsed by every client. Clients
+take the result right after acceptance (``oxygen-ask``, ``ros2 action send_goal``)."""
 _CANCEL_TRANSITION_S = 1.0
 _SERVICE_QOS = QoSProfile(depth=200)
 """Goal, cancel and result services: deep enough for a burst of goals (default depth 10)."""
@@ -76,10 +81,12 @@ class AskAction:
     :param callback_group: a ``ReentrantCallbackGroup`` (goals run concurrently).
     :param abort: called with a request id after its cancel was accepted: aborts it in the
         engine now if it can (else ``TextRequests.apply_cancels`` does in the next cycle).
+    :param result_timeout_s: how long a finished goal's result is kept [s].
     """
 
     def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup,
-                 abort: Callable[[str], None]) -> None:
+                 abort: Callable[[str], None], *,
+                 result_timeout_s: float = RESULT_TIMEOUT_S) -> None:
         self._node = node
         self._texts = texts
         self._abort = abort
@@ -90,7 +97,7 @@ class AskAction:
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, callback_group=callback_group,
             goal_service_qos_profile=_SERVICE_QOS, result_service_qos_profile=_SERVICE_QOS,
-            cancel_service_qos_profile=_SERVICE_QOS)
+            cancel_service_qos_profile=_SERVICE_QOS, result_timeout=result_timeout_s)
 
     # -- rclpy callbacks (executor threads) --------------------------------------------
     def _on_goal(self, goal: Ask.Goal) -> GoalResponse:
@@ -208,4 +215,4 @@ class AskAction:
         self._server.destroy()
 
 
-__all__ = ['ACTION_NAME', 'AskAction', 'STATUS_CONSTANTS']
+__all__ = ['ACTION_NAME', 'AskAction', 'RESULT_TIMEOUT_S', 'STATUS_CONSTANTS']
