@@ -281,17 +281,18 @@ class FloodClient:
                    default=float('nan'))
 
 
-def summary(tally: FloodTally, rate_hz: float, target_hz: float, peaks: dict[str, float]
-            ) -> str:
-    """Return the human-readable report of one flood."""
+def summary(tally: FloodTally, rate_hz: float, target_hz: float, peaks: dict[str, float],
+            window_s: float) -> str:
+    """Return the human-readable report of one flood (``window_s``: the rate's window)."""
     sent_s = (tally.last_sent_ns - tally.first_sent_ns) / NS_PER_S
-    window_s = (tally.last_reply_ns - tally.first_sent_ns) / NS_PER_S
     refused = ', '.join(f'{kind} x{n}' for kind, n in sorted(tally.refused.items())) or '-'
     lines = [f'asked {tally.asked} in {sent_s:.2f} s (topic {tally.asked_topic}, action '
              f'{tally.asked_action}): answered {tally.answered}, refused {tally.num_refused} '
              f'({refused}), lost {tally.lost}, extra replies {tally.extra_replies}',
-             f'action chunks {rate_hz:.2f} Hz over {window_s:.1f} s '
-             f'({100 * rate_hz / target_hz:.1f} % of {target_hz:g} Hz)']
+             f'action chunks {rate_hz:.2f} Hz over {window_s:.1f} s from the first question '
+             f'({100 * rate_hz / target_hz:.1f} % of {target_hz:g} Hz)',
+             f'last reply {(tally.last_reply_ns - tally.first_sent_ns) / NS_PER_S:.1f} s after '
+             f'the first question']
     lines += [f'peak {key}: {value:g}' for key, value in peaks.items()]
     return '\n'.join(lines)
 
@@ -310,7 +311,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--clients', type=int, default=8, help='action clients')
     parser.add_argument('--max-tokens', type=int, default=0, help='goal token budget')
     parser.add_argument('--node', default='/oxygen')
-    parser.add_argument('--settle', type=float, default=2.0, help='seconds after the replies')
+    parser.add_argument('--settle', type=float, default=4.0,
+                        help='seconds after the last reply (the chunk rate window ends there)')
     parser.add_argument('--timeout', type=float, default=60.0,
                         help='seconds to wait for the replies after the last question')
     parser.add_argument('--baseline', type=float, default=3.0,
@@ -346,7 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'oxygen-flood: asking {count} questions over {args.seconds:g} s ...', flush=True)
         tally = client.flood(Via(args.via), count, args.seconds, max_tokens=args.max_tokens,
                              reply_timeout_s=args.timeout, settle_s=args.settle)
-        end_ns = max(tally.last_reply_ns, tally.last_sent_ns + round(args.settle * NS_PER_S))
+        # the window: the first question to --settle after the last reply (the test's window)
+        end_ns = max(tally.last_reply_ns, tally.last_sent_ns) + round(args.settle * NS_PER_S)
+        client.spin_until(lambda: max(client.chunk_ns) > end_ns, args.settle + 5.0)
         rate, _ = client.chunk_rate(tally.first_sent_ns, end_ns)
         base_rate, _ = client.chunk_rate(base_from, base_to)
         base_p99 = client.peak('cycle time p99 (ms)', base_from, base_to)
@@ -355,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f'{args.via}, {count} questions over {args.seconds:g} s')
         print(f'before the flood: action chunks {base_rate:.2f} Hz over {args.baseline:g} s, '
               f'cycle time p99 {base_p99:g} ms')
-        print(summary(tally, rate, target_hz, peaks))
+        print(summary(tally, rate, target_hz, peaks, (end_ns - tally.first_sent_ns) / NS_PER_S))
         if args.json is not None:
             args.json.write_text(json.dumps({'tally': asdict(tally), 'chunk_rate_hz': rate,
                                              'baseline_chunk_rate_hz': base_rate,
