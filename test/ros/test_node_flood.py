@@ -61,7 +61,17 @@ def start(ros_node, ros_processes, demo_bag, *params):
     # 40 chunks: 4 s of steady stream after warm-up, and every endpoint discovered
     assert client.spin_until(lambda: client.ready() and len(client.chunk_ns) >= 40 and
                              client.diagnostics, START_TIMEOUT_S), proc.output()[-3000:]
+    alone(ros_node)
     return client, proc
+
+
+def alone(ros_node):
+    """Fail clearly if another oxygen node shares this test's random ROS domain."""
+    publishers = ros_node.node.count_publishers('/oxygen/action_chunk')
+    assert publishers == 1, (
+        f'{publishers} nodes publish /oxygen/action_chunk on ROS_DOMAIN_ID '
+        f'{ros_node.context.get_domain_id()}: another run on this machine drew the same '
+        f'random domain; its chunks and replies would count here (rerun the test)')
 
 
 def baseline(client, tally):
@@ -112,6 +122,7 @@ def test_a_burst_of_200_string_questions_in_1s(ros_node, ros_processes, demo_bag
     base = baseline(client, tally)
     assert settled(client), client.diagnostics[-1]
     report('200 String questions in 1 s', tally, base, rate, window_s)
+    alone(ros_node)
 
     # exactly one reply each: 200 replies, no more after 1.5 s; answered + refused = 200
     assert (tally.asked, tally.lost, tally.extra_replies) == (200, 0, 0), proc.output()[-3000:]
@@ -160,6 +171,7 @@ def test_a_burst_of_200_goals_in_1s_from_8_action_clients(ros_node, ros_processe
     base = baseline(client, tally)
     assert settled(client), client.diagnostics[-1]
     report('200 goals in 1 s', tally, base, rate, window_s)
+    alone(ros_node)
 
     # every goal rejected at once or ended with a result; none lost
     goals = client.goals
@@ -193,6 +205,7 @@ def test_20_questions_per_second_for_25s_twice_what_it_answers(
     base = baseline(client, tally)
     assert settled(client), client.diagnostics[-1]
     report('20 questions/s for 25 s', tally, base, rate, window_s)
+    alone(ros_node)
 
     assert (tally.asked_topic, tally.asked_action) == (250, 250)
     assert (tally.lost, tally.extra_replies) == (0, 0), proc.output()[-3000:]
