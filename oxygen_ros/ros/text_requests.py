@@ -80,7 +80,7 @@ class TextRequests:
         """Questions handed to the engine that have not decoded a token yet."""
         self._to_abort: set[str] = set()
         self._outbox: deque[TextEvent] = deque()
-        self._later = DeferredLog(logger)
+        self._deferred = DeferredLog(logger)
         """The control cycle's log lines; ``take`` writes them."""
         self._counters = {task: itertools.count() for task in TextTask}
         self._refusal_logged_s = -float('inf')
@@ -178,9 +178,9 @@ class TextRequests:
         now = self._clock()
         while self._reserved and now - self._reserved[0] > RESERVATION_TIMEOUT_S:
             self._reserved.popleft()  # the goal never came: rclpy failed to accept it
-            self._later.later(LogLevel.WARNING, 'released a question slot held '
-                              f'{RESERVATION_TIMEOUT_S:g} s for a goal that never came (rclpy '
-                              'could not accept it or send its response)')
+            self._deferred.later(LogLevel.WARNING, 'released a question slot held '
+                                 f'{RESERVATION_TIMEOUT_S:g} s for a goal that never came (rclpy '
+                                 'could not accept it or send its response)')
         return len(self._queue) + len(self._reserved) + len(self._handed)
 
     def _waiting_changed(self) -> None:
@@ -234,7 +234,7 @@ class TextRequests:
             with self._lock:
                 job = self._pop_job(req_id) if existed else None
             if job is not None:
-                self._later.later(INFO, f'{req_id} cancelled: KV blocks freed')
+                self._deferred.later(INFO, f'{req_id} cancelled: KV blocks freed')
                 done.append(TextDone(job, TextStatus.CANCELED, reason='cancelled'))
         self._emit(done)
 
@@ -265,8 +265,8 @@ class TextRequests:
                 dropped.append(self._dropped(job, f'engine busy: {exc}'
                                              if isinstance(exc, EngineBusyError) else str(exc)))
                 continue
-            self._later.later(INFO, f'question {job.req_id} ({job.origin.value}): '
-                                    f'{job.question!r}')
+            self._deferred.later(INFO, f'question {job.req_id} ({job.origin.value}): '
+                                 f'{job.question!r}')
         self._emit(dropped)
         if questions and not dropped:
             self._notify()  # their log lines
@@ -282,7 +282,7 @@ class TextRequests:
                 engine.submit_text(task, req_id=job.req_id)
             except EngineBusyError as exc:
                 self._diag.record_text_rejected(f'{task.value} request refused: {exc}')
-                self._later.later(LogLevel.WARNING, f'{task.value} request refused: {exc}')
+                self._deferred.later(LogLevel.WARNING, f'{task.value} request refused: {exc}')
                 continue
             with self._lock:
                 self._jobs[job.req_id] = job
@@ -316,8 +316,8 @@ class TextRequests:
         if out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) and not out.error:
             status = TextStatus.EOS if out.finish_reason is FinishReason.STOP \
                 else TextStatus.LENGTH
-            self._later.later(INFO, f'{job.task.value} {job.req_id} ({out.num_cycles} '
-                                    f'cycles, {status.value}): {out.text!r}')
+            self._deferred.later(INFO, f'{job.task.value} {job.req_id} ({out.num_cycles} '
+                                 f'cycles, {status.value}): {out.text!r}')
             return TextDone(job, status, out.text, len(out.token_ids), out.frame_stamp_ns)
         return self._dropped(job, out.error or 'request aborted', len(out.token_ids),
                              out.frame_stamp_ns)
@@ -327,8 +327,8 @@ class TextRequests:
         with self._lock:
             self._pop_job(job.req_id)
         self._diag.record_text_rejected(f'{job.req_id}: {reason}')
-        self._later.later(LogLevel.THROTTLED_WARNING,
-                          f'{job.task.value} {job.req_id}: no text: {reason}')
+        self._deferred.later(LogLevel.THROTTLED_WARNING,
+                             f'{job.task.value} {job.req_id}: no text: {reason}')
         return TextDone(job, TextStatus.DROPPED, num_tokens=num_tokens,
                         frame_stamp_ns=frame_stamp_ns, reason=reason)
 
@@ -347,7 +347,7 @@ class TextRequests:
             self._waiting_changed()
         events += [self._dropped(job, reason) for job in left]
         self._emit(events)
-        self._later.write()  # the text group may not run again (shutdown)
+        self._deferred.write()  # the text group may not run again (shutdown)
 
     def _emit(self, events: list[TextEvent]) -> None:
         if events:
@@ -358,7 +358,7 @@ class TextRequests:
     # -- text group ---------------------------------------------------------------------
     def take(self) -> list[TextEvent]:
         """Return the events to publish, in order, after writing the queued logs (text group)."""
-        self._later.write()
+        self._deferred.write()
         with self._lock:
             events = list(self._outbox)
             self._outbox.clear()
