@@ -45,6 +45,7 @@ setup(
             'oxygen-ask = oxygen_ros.tools.ask:main',
             'oxygen-decode-bench = oxygen_ros.tools.decode_bench:main',
             'oxygen-soak = oxygen_ros.tools.soak:main',
+            'oxygen-flood = oxygen_ros.tools.flood:main',
         ],
     },
 )

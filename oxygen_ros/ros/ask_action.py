@@ -19,12 +19,19 @@ The ``~/ask`` action server (``oxygen_ros_interfaces/action/Ask``) of the ``oxyg
 
 The server lives as long as the node (not only while configured), so goals still open at
 cleanup get their result.
+
+**Exceptions.** rclpy runs these callbacks as executor tasks; an exception escaping one is
+stored in its task and never shown (the node's executor does not re-raise it), and the goal
+would wait forever: no response, no result. Every callback here catches it, logs it with its
+traceback (ERROR, ``/diagnostics`` ``last text rejection``) and still answers: the goal is
+rejected, or ends DROPPED with ``reason`` = ``internal error: ...``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Callable
 
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests, TextStatus
@@ -44,6 +51,11 @@ STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
                     TextStatus.DROPPED: Ask.Result.STATUS_DROPPED,
                     TextStatus.REFUSED: Ask.Result.STATUS_DROPPED}
 """``TextStatus`` → ``Ask.Result.STATUS_*``."""
+RESULT_TIMEOUT_S = 30.0
+"""Seconds a finished goal (and its result) is kept. rclpy's default, 900 s, keeps every goal
+of the last 15 minutes, and every status message lists them all: 18,000 goals at a sustained
+20 questions/s, published on each goal's every transition and parsed by every client. Clients
+take the result right after acceptance (``oxygen-ask``, ``ros2 action send_goal``)."""
 _CANCEL_TRANSITION_S = 1.0
 _SERVICE_QOS = QoSProfile(depth=200)
 """Goal, cancel and result services: deep enough for a burst of goals (default depth 10)."""
@@ -69,10 +81,12 @@ class AskAction:
     :param callback_group: a ``ReentrantCallbackGroup`` (goals run concurrently).
     :param abort: called with a request id after its cancel was accepted: aborts it in the
         engine now if it can (else ``TextRequests.apply_cancels`` does in the next cycle).
+    :param result_timeout_s: how long a finished goal's result is kept [s].
     """
 
     def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup,
-                 abort: Callable[[str], None]) -> None:
+                 abort: Callable[[str], None], *,
+                 result_timeout_s: float = RESULT_TIMEOUT_S) -> None:
         self._node = node
         self._texts = texts
         self._abort = abort
@@ -83,36 +97,59 @@ class AskAction:
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, callback_group=callback_group,
             goal_service_qos_profile=_SERVICE_QOS, result_service_qos_profile=_SERVICE_QOS,
-            cancel_service_qos_profile=_SERVICE_QOS)
+            cancel_service_qos_profile=_SERVICE_QOS, result_timeout=result_timeout_s)
 
     # -- rclpy callbacks (executor threads) --------------------------------------------
     def _on_goal(self, goal: Ask.Goal) -> GoalResponse:
-        reason = self._texts.reserve(goal.question, goal.max_tokens or None)
+        try:
+            reason = self._texts.reserve(goal.question, goal.max_tokens or None)
+        except Exception as exc:  # noqa: B902 (rclpy would drop it silently: see the module)
+            self._texts.record_error('the ~/ask goal callback', exc, traceback.format_exc())
+            return GoalResponse.REJECT
         return GoalResponse.REJECT if reason is not None else GoalResponse.ACCEPT
 
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
         future = Future(executor=self._node.executor)
-        job = self._texts.enqueue(handle.request.question, handle.request.max_tokens or None,
-                                  time.monotonic(), goal=handle)
+        job = None
+        try:
+            job = self._texts.enqueue(handle.request.question,
+                                      handle.request.max_tokens or None, time.monotonic(),
+                                      goal=handle)
+        except Exception as exc:  # noqa: B902 (the goal must still end: DROPPED)
+            future.set_result((TextStatus.DROPPED, self._internal_error(
+                'the ~/ask accepted callback', exc)))
         with self._lock:
             self._open[bytes(handle.goal_id.uuid)] = (job, future)
         handle.execute()
 
     async def _execute(self, handle: ServerGoalHandle) -> Ask.Result:
-        with self._lock:
-            _, future = self._open[bytes(handle.goal_id.uuid)]
-        status, result = await future
+        try:
+            with self._lock:
+                _, future = self._open[bytes(handle.goal_id.uuid)]
+            status, result = await future
+        except Exception as exc:  # noqa: B902 (rclpy would return an empty result)
+            status, result = TextStatus.DROPPED, self._internal_error(
+                'the ~/ask execute callback', exc)
         with self._lock:
             self._open.pop(bytes(handle.goal_id.uuid), None)
         if status is TextStatus.CANCELED:
             await self._cancel_transition(handle)
-        if status is TextStatus.CANCELED and handle.is_cancel_requested:
+        if not handle.is_active:
+            pass  # (ended elsewhere; rclpy sends the result all the same)
+        elif status is TextStatus.CANCELED and handle.is_cancel_requested:
             handle.canceled()
         elif status in (TextStatus.EOS, TextStatus.LENGTH):
             handle.succeed()
         else:
             handle.abort()
         return result
+
+    def _internal_error(self, where: str, exc: Exception) -> Ask.Result:
+        """Log an exception caught in ``where``; return the DROPPED result that says so."""
+        self._texts.record_error(where, exc, traceback.format_exc())
+        return Ask.Result(answer=DecodedText(task=DecodedText.TASK_ANSWER, is_final=True),
+                          status=Ask.Result.STATUS_DROPPED,
+                          reason=f'internal error in {where}: {type(exc).__name__}: {exc}')
 
     async def _cancel_transition(self, handle: ServerGoalHandle) -> None:
         """
@@ -127,11 +164,15 @@ class AskAction:
             await _NextTurn(self._node.executor)
 
     def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
-        with self._lock:
-            entry = self._open.get(bytes(handle.goal_id.uuid))
-        if entry is None or not self._texts.cancel(entry[0].req_id):
-            return CancelResponse.REJECT  # already ending: its result is on its way
-        self._abort(entry[0].req_id)
+        try:
+            with self._lock:
+                entry = self._open.get(bytes(handle.goal_id.uuid))
+            if entry is None or entry[0] is None or not self._texts.cancel(entry[0].req_id):
+                return CancelResponse.REJECT  # already ending: its result is on its way
+            self._abort(entry[0].req_id)
+        except Exception as exc:  # noqa: B902 (the cancel request must still be answered)
+            self._texts.record_error('the ~/ask cancel callback', exc, traceback.format_exc())
+            return CancelResponse.REJECT
         return CancelResponse.ACCEPT
 
     # -- text group ---------------------------------------------------------------------
@@ -141,8 +182,13 @@ class AskAction:
         if handle is not None and handle.is_active:
             handle.publish_feedback(Ask.Feedback(piece=piece, text_so_far=text_so_far))
 
-    def finish(self, done: TextDone, answer: DecodedText) -> None:
-        """Complete the goal of ``done.job`` with its result (the execute coroutine resumes)."""
+    def finish(self, done: TextDone, answer: DecodedText | None) -> None:
+        """
+        Complete the goal of ``done.job`` with its result (the execute coroutine resumes).
+
+        :param answer: None when building it failed (``done`` is then an internal error):
+            the result carries an empty answer.
+        """
         handle = done.job.goal
         if handle is None:
             return
@@ -150,6 +196,9 @@ class AskAction:
             entry = self._open.get(bytes(handle.goal_id.uuid))
         if entry is None or entry[1].done():
             return
+        if answer is None:
+            answer = DecodedText(request_id=done.job.req_id, task=DecodedText.TASK_ANSWER,
+                                 is_final=True)
         result = Ask.Result(answer=answer, status=STATUS_CONSTANTS[done.status],
                             reason=done.reason)
         entry[1].set_result((done.status, result))
@@ -166,4 +215,4 @@ class AskAction:
         self._server.destroy()
 
 
-__all__ = ['ACTION_NAME', 'AskAction', 'STATUS_CONSTANTS']
+__all__ = ['ACTION_NAME', 'AskAction', 'RESULT_TIMEOUT_S', 'STATUS_CONSTANTS']

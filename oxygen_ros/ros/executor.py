@@ -6,18 +6,26 @@ rclpy 7.1 (Jazzy) yields a callback task again while it still waits in the threa
 not in the Jazzy wheels here). With 15 Hz camera images and 50 Hz joint states the spin thread
 then looped at 100 % CPU holding the GIL, and 20 ms control cycles took over a second. Here a
 task is submitted once; while it waits for a worker, the spin thread sleeps 1 ms.
+
+A callback's exception is logged (ERROR, logger ``oxygen.executor``, with its traceback).
+rclpy stores it in the callback's task and ``MultiThreadedExecutor`` re-raises it in the spin
+thread, ending the spin; raised from a pool worker, as before, it vanished into the pool's
+discarded future: neither the node nor its user saw it. The node's callbacks catch what they
+can answer for (``ask_action``, ``text_outputs``); this is the backstop for the rest.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 from typing import Callable
 
 from rclpy.context import Context
 from rclpy.executors import (
     ConditionReachedException, ExternalShutdownException, MultiThreadedExecutor,
     ShutdownException, TimeoutException)
+from rclpy.logging import get_logger
 
 _QUEUED_SLEEP_S = 0.001
 
@@ -56,8 +64,11 @@ class NodeExecutor(MultiThreadedExecutor):
         finally:
             with self._queued_lock:
                 self._queued.discard(task)
-        if task.done() and task.exception() is not None:
-            raise task.exception()
+        exc = task.exception() if task.done() else None
+        if exc is not None:
+            trace = ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            get_logger('oxygen.executor').error(
+                f'a callback raised {type(exc).__name__}: {exc}; the node goes on:\n{trace}')
 
 
 def spin(executor: MultiThreadedExecutor) -> None:

@@ -113,7 +113,8 @@ class OxygenNode(LifecycleNode):
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
         self._text_out = TextOutputs(self._publish, AskAction(
-            self, self._texts, ReentrantCallbackGroup(), self._abort_now))
+            self, self._texts, ReentrantCallbackGroup(), self._abort_now),
+            on_error=self._texts.record_error)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._autostart = None

@@ -11,11 +11,17 @@ The text group's side of the node's texts: events in, messages and action result
 
 Answers to action goals are not published on ``~/answer``: that topic answers the ``~/ask``
 topic, one message per question.
+
+An exception while handling one event is caught (``on_error``: logged with its traceback),
+never lets it escape into the executor (which would discard it silently and lose the rest of
+the batch): the other events are published, and a question whose end failed still gets one
+reply (``no answer: internal error ...``, or a DROPPED goal result).
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 from typing import Callable, Iterable
 
 from oxygen_ros.model.detokenizer import SupportsDetokenize
@@ -34,11 +40,15 @@ class TextOutputs:
     :param publish: ``publish(key, msg)`` on the node's publisher ``key`` (``'answer'``,
         ``'answer/stream'``, ...); a no-op for a publisher that does not exist (cleaned up).
     :param ask: the ``~/ask`` action server.
+    :param on_error: ``on_error(where, exception, traceback)`` for an exception caught while
+        handling an event (default: ignored after the reply; the node logs it).
     """
 
-    def __init__(self, publish: Callable[[str, object], None], ask: AskAction) -> None:
+    def __init__(self, publish: Callable[[str, object], None], ask: AskAction,
+                 on_error: Callable[[str, BaseException, str], None] | None = None) -> None:
         self._publish = publish
         self.ask = ask
+        self._on_error = on_error
         self._streams: TextStreams | None = None
 
     def configure(self, tokenizer: SupportsDetokenize, frame_id: str) -> None:
@@ -56,21 +66,42 @@ class TextOutputs:
 
     def handle(self, events: Iterable[TextEvent]) -> None:
         """Publish the events of ``TextRequests.take``, in order."""
-        streams = self._streams
         for event in events:
-            job, now = event.job, time.monotonic()
-            if isinstance(event, TextPiece):
-                if streams is not None:
-                    piece = streams.piece(event, now)
-                    self._piece(job, piece, lambda: streams.text_so_far(job.req_id))
-                continue
+            try:
+                self._handle(event)
+            except Exception as exc:  # noqa: B902 (see the module docstring)
+                if self._on_error is not None:
+                    self._on_error(f'publishing {event.job.req_id}', exc, traceback.format_exc())
+                if isinstance(event, TextDone):
+                    self._failed(event, f'internal error: {type(exc).__name__}: {exc}')
+
+    def _handle(self, event: TextEvent) -> None:
+        streams = self._streams
+        job, now = event.job, time.monotonic()
+        if isinstance(event, TextPiece):
             if streams is not None:
-                last, whole = streams.done(event, now)
-                self._piece(job, last, lambda: whole.text)
-            else:  # refused before the node was ever configured
-                whole = decoded_text(job, '', final=True, num_tokens=0, frame_stamp_ns=0,
-                                     frame_id='', now_s=now)
-            self._done(event, whole)
+                piece = streams.piece(event, now)
+                self._piece(job, piece, lambda: streams.text_so_far(job.req_id))
+            return
+        if streams is not None:
+            last, whole = streams.done(event, now)
+            self._piece(job, last, lambda: whole.text)
+        else:  # refused before the node was ever configured
+            whole = decoded_text(job, '', final=True, num_tokens=0, frame_stamp_ns=0,
+                                 frame_id='', now_s=now)
+        self._done(event, whole)
+
+    def _failed(self, done: TextDone, reason: str) -> None:
+        """Give a question whose end could not be published its one reply all the same."""
+        job = done.job
+        try:
+            if job.origin is Origin.ACTION:
+                self.ask.finish(TextDone(job, TextStatus.DROPPED, reason=reason), None)
+            elif job.origin is Origin.TOPIC:
+                self._publish(job.task.value, String(data=f'{NO_ANSWER}{reason}'))
+        except Exception as exc:  # noqa: B902 (nothing more can be done; logged)
+            if self._on_error is not None:
+                self._on_error(f'replying to {job.req_id}', exc, traceback.format_exc())
 
     def _piece(self, job: TextJob, piece: DecodedText | None,
                text_so_far: Callable[[], str]) -> None:

@@ -8,109 +8,48 @@ publishes. All state is behind one lock held for O(1) work: refusing a question 
 for a control cycle.
 
 **One bounded question queue** holds the questions of the ``~/ask`` topic and of the ``~/ask``
-action that have not reached the engine yet (``max_queued_questions``); the control cycle
-hands all of them to the engine. Every question gets exactly one reply (``TextDone``): the
+action that have not reached the engine yet; the control cycle hands all of them to the
+engine. ``max_queued_questions`` bounds the questions *waiting*: those in this queue, the slots
+held by goals being accepted, and those handed to the engine that have not decoded a token yet
+(still in the engine's pending line, waiting for KV space or a decode slot). Counting the
+engine's line too makes a flood refused at arrival ("queue full") instead of accepted and then
+dropped a cycle later by the engine (``EngineBusyError`` at ``max_pending_requests``) or after
+``max_wait_cycles``. Every question gets exactly one reply (``TextDone``): the
 answer (EOS or LENGTH), or a reason: refused at once when it arrives (queue full, empty
 question, budget over ``decode_budget``; the action rejects such goals instead), dropped later
 (engine busy, not admitted in time, bad prompt, engine shut down), or cancelled (action).
 
 A periodic SUBTASK or MEMORY request is only submitted in a cycle with a valid observation,
 and not while the previous one of its kind is still open.
+
+The control cycle never calls the rclpy logger (``deferred_log``): ``take`` writes its lines.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-import enum
 import itertools
 import threading
+import time
 from typing import Callable, Iterable
 
 from oxygen_ros.engine.config import StepOutput, TextOutput
 from oxygen_ros.engine.engine import Engine, EngineBusyError
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.ros.deferred_log import DeferredLog, LogLevel
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
+from oxygen_ros.ros.text_events import (  # re-exported: the events are part of this API
+    NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
 from oxygen_ros.sched.request import FinishReason
 from rclpy.impl.rcutils_logger import RcutilsLogger
 
-NO_ANSWER = 'no answer: '
-"""Prefix of the ``~/answer`` text for a question that could not be answered."""
-
-
-class Origin(enum.Enum):
-    """Where a text request came from."""
-
-    TOPIC = 'topic'
-    """A ``std_msgs/String`` on ``~/ask`` (answered on ``~/answer``)."""
-    ACTION = 'action'
-    """A goal of the ``~/ask`` action (answered by its result)."""
-    PERIODIC = 'periodic'
-    """The node's own SUBTASK / MEMORY timer."""
-
-
-class TextStatus(enum.Enum):
-    """How a text request ended."""
-
-    EOS = 'eos'
-    LENGTH = 'length'
-    CANCELED = 'canceled'
-    DROPPED = 'dropped'
-    """Taken, then not answered (the reason says why)."""
-    REFUSED = 'refused'
-    """Refused on arrival (the reason says why)."""
-
-
-@dataclass(slots=True, eq=False)
-class TextJob:
-    """
-    One text request of the node, from arrival to its ``TextDone``.
-
-    :ivar arrival_s: monotonic seconds when the request arrived (time_from_request counts
-        from here).
-    :ivar max_tokens: budget; None = the node's ``decode_budget``.
-    :ivar goal: the action's goal handle (``Origin.ACTION``), opaque here.
-    """
-
-    req_id: str
-    task: TextTask
-    origin: Origin
-    arrival_s: float
-    question: str | None = None
-    max_tokens: int | None = None
-    goal: object | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class TextPiece:
-    """The tokens a request decoded in one cycle (the text group detokenizes them)."""
-
-    job: TextJob
-    token_ids: tuple[int, ...]
-    num_tokens: int
-    frame_stamp_ns: int
-    final: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TextDone:
-    """
-    The end of a request: its whole text, or why there is none.
-
-    :ivar text: the engine's decoded text (EOS, LENGTH); ``''`` otherwise (a cancelled
-        request's partial text is what its pieces said).
-    :ivar frame_stamp_ns: 0 if it never read a frame.
-    """
-
-    job: TextJob
-    status: TextStatus
-    text: str = ''
-    num_tokens: int = 0
-    frame_stamp_ns: int = 0
-    reason: str = ''
-
-
-TextEvent = TextPiece | TextDone
+INFO = LogLevel.INFO
+REFUSAL_LOG_PERIOD_S = 1.0
+"""At most one 'question refused' log line per this period (each is counted in /diagnostics)."""
+RESERVATION_TIMEOUT_S = 5.0
+"""A goal's question slot (``reserve``) is released if its goal is not enqueued within this
+time: rclpy calls the goal callback, then may fail to create the goal handle or to send the
+response (client gone) and never calls the accepted callback; the slot would leak for good."""
 
 
 class TextRequests:
@@ -120,21 +59,32 @@ class TextRequests:
     :param logger: where requests and refusals are logged (the node's logger).
     :param diagnostics: counts refused and dropped requests.
     :param notify: called (any thread) when events wait in ``take`` (the text guard condition).
+    :param clock: monotonic seconds (goal slots held longer than ``RESERVATION_TIMEOUT_S``
+        without their goal are released).
     """
 
     def __init__(self, logger: RcutilsLogger, diagnostics: EngineDiagnostics,
-                 notify: Callable[[], None]) -> None:
+                 notify: Callable[[], None], clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._clock = clock
         self._log = logger
         self._diag = diagnostics
         self._notify = notify
         self._lock = threading.Lock()
         self._queue: deque[TextJob] = deque()
-        self._reserved = 0
+        self._reserved: deque[float] = deque()
+        """When each goal slot was held (clock seconds), oldest first."""
         self._jobs: dict[str, TextJob] = {}
         """Open requests: queued here or in the engine."""
+        self._handed: set[str] = set()
+        """Questions handed to the engine that have not decoded a token yet."""
         self._to_abort: set[str] = set()
         self._outbox: deque[TextEvent] = deque()
+        self._deferred = DeferredLog(logger)
+        """The control cycle's log lines; ``take`` writes them."""
         self._counters = {task: itertools.count() for task in TextTask}
+        self._refusal_logged_s = -float('inf')
+        self._unlogged_refusals = 0
         self._next_due: dict[TextTask, float] = {}
         self.max_queued_questions = 16
         self.max_tokens = 0
@@ -148,7 +98,7 @@ class TextRequests:
             return 'the node is not configured'
         if max_tokens is not None and not 1 <= max_tokens <= self.max_tokens:
             return f'max_tokens {max_tokens} outside [1, {self.max_tokens}] (decode_budget)'
-        queued = len(self._queue) + self._reserved
+        queued = self._num_waiting()
         if queued >= self.max_queued_questions:
             return f'queue full ({queued} questions waiting, max_queued_questions ' \
                    f'{self.max_queued_questions})'
@@ -163,7 +113,8 @@ class TextRequests:
         with self._lock:
             reason = self._refusal(question, max_tokens)
             if reason is None:
-                self._reserved += 1
+                self._reserved.append(self._clock())
+                self._waiting_changed()
         if reason is not None:
             self._refused(reason)
         return reason
@@ -174,9 +125,11 @@ class TextRequests:
         job = TextJob(self._new_id(TextTask.ANSWER), TextTask.ANSWER, Origin.ACTION, arrival_s,
                       question, max_tokens, goal)
         with self._lock:
-            self._reserved = max(self._reserved - 1, 0)
+            if self._reserved:
+                self._reserved.popleft()
             self._queue.append(job)
             self._jobs[job.req_id] = job
+            self._waiting_changed()
         return job
 
     def ask_topic(self, question: str, arrival_s: float) -> TextJob:
@@ -192,6 +145,7 @@ class TextRequests:
             if reason is None:
                 self._queue.append(job)
                 self._jobs[job.req_id] = job
+                self._waiting_changed()
             else:
                 self._outbox.append(TextDone(job, TextStatus.REFUSED, reason=reason))
         if reason is not None:
@@ -211,7 +165,7 @@ class TextRequests:
                 return False
             if job in self._queue:
                 self._queue.remove(job)
-                del self._jobs[req_id]
+                self._pop_job(req_id)
                 self._outbox.append(TextDone(job, TextStatus.CANCELED, reason='cancelled'))
             else:
                 self._to_abort.add(req_id)
@@ -219,9 +173,52 @@ class TextRequests:
         self._notify()
         return True
 
+    def _num_waiting(self) -> int:
+        """Return questions queued, slots held, and handed over but not decoding (lock held)."""
+        now = self._clock()
+        while self._reserved and now - self._reserved[0] > RESERVATION_TIMEOUT_S:
+            self._reserved.popleft()  # the goal never came: rclpy failed to accept it
+            self._deferred.later(LogLevel.WARNING, 'released a question slot held '
+                                 f'{RESERVATION_TIMEOUT_S:g} s for a goal that never came (rclpy '
+                                 'could not accept it or send its response)')
+        return len(self._queue) + len(self._reserved) + len(self._handed)
+
+    def _waiting_changed(self) -> None:
+        """Show the waiting questions and open requests in ``/diagnostics`` (lock held)."""
+        self._diag.record_questions(self._num_waiting(), len(self._jobs) + len(self._reserved))
+
+    def _pop_job(self, req_id: str) -> TextJob | None:
+        """Forget an open request (lock held); return it, or None if it was not open."""
+        job = self._jobs.pop(req_id, None)
+        if job is not None:
+            self._handed.discard(req_id)
+            self._waiting_changed()
+        return job
+
+    def record_error(self, where: str, exc: BaseException, trace: str) -> None:
+        """Log an exception a callback caught (ERROR, traceback); show it in ``/diagnostics``."""
+        self._diag.record_text_rejected(f'internal error in {where}: {type(exc).__name__}: '
+                                        f'{exc}')
+        self._log.error(f'internal error in {where} (the request still gets its reply):\n'
+                        f'{trace}')
+
     def _refused(self, reason: str) -> None:
+        """
+        Count a refusal; log one line a second at most, with how many it stands for.
+
+        Throttled here, before the rclpy logger: its own throttle runs after it inspected the
+        caller (about 0.3 ms), which made each refusal of a flood cost that much.
+        """
         self._diag.record_text_rejected(f'question refused: {reason}')
-        self._log.warning(f'question refused: {reason}', throttle_duration_sec=1.0)
+        now = self._clock()
+        with self._lock:
+            self._unlogged_refusals += 1
+            if now - self._refusal_logged_s < REFUSAL_LOG_PERIOD_S:
+                return
+            self._refusal_logged_s, more = now, self._unlogged_refusals - 1
+            self._unlogged_refusals = 0
+        self._log.warning(f'question refused: {reason}' + (
+            f' ({more} more refused since the last such line)' if more else ''))
 
     def _new_id(self, task: TextTask) -> str:
         return f'{task.value}-{next(self._counters[task])}'
@@ -235,9 +232,9 @@ class TextRequests:
         for req_id in aborts:
             existed = engine.abort(req_id)
             with self._lock:
-                job = self._jobs.pop(req_id, None) if existed else None
+                job = self._pop_job(req_id) if existed else None
             if job is not None:
-                self._log.info(f'{req_id} cancelled: KV blocks freed')
+                self._deferred.later(INFO, f'{req_id} cancelled: KV blocks freed')
                 done.append(TextDone(job, TextStatus.CANCELED, reason='cancelled'))
         self._emit(done)
 
@@ -258,6 +255,7 @@ class TextRequests:
         with self._lock:
             questions = list(self._queue)
             self._queue.clear()
+            self._handed.update(job.req_id for job in questions)  # still waiting, counted
         dropped = []
         for job in questions:
             try:
@@ -267,8 +265,11 @@ class TextRequests:
                 dropped.append(self._dropped(job, f'engine busy: {exc}'
                                              if isinstance(exc, EngineBusyError) else str(exc)))
                 continue
-            self._log.info(f'question {job.req_id} ({job.origin.value}): {job.question!r}')
+            self._deferred.later(INFO, f'question {job.req_id} ({job.origin.value}): '
+                                 f'{job.question!r}')
         self._emit(dropped)
+        if questions and not dropped:
+            self._notify()  # their log lines
         if not valid_observation:
             return
         for task, period in ((TextTask.SUBTASK, subtask_period),
@@ -281,7 +282,7 @@ class TextRequests:
                 engine.submit_text(task, req_id=job.req_id)
             except EngineBusyError as exc:
                 self._diag.record_text_rejected(f'{task.value} request refused: {exc}')
-                self._log.warning(f'{task.value} request refused: {exc}')
+                self._deferred.later(LogLevel.WARNING, f'{task.value} request refused: {exc}')
                 continue
             with self._lock:
                 self._jobs[job.req_id] = job
@@ -298,6 +299,9 @@ class TextRequests:
                 TextPiece(self._jobs[d.req_id], d.token_ids, d.num_tokens, d.frame_stamp_ns,
                           d.finished)
                 for d in out.text_deltas if d.req_id in self._jobs]
+            if self._handed:
+                self._handed.difference_update(d.req_id for d in out.text_deltas)
+                self._waiting_changed()
         for text in out.texts:
             done = self._done(text)
             if done is not None:
@@ -306,14 +310,14 @@ class TextRequests:
 
     def _done(self, out: TextOutput) -> TextDone | None:
         with self._lock:
-            job = self._jobs.pop(out.req_id, None)
+            job = self._pop_job(out.req_id)
         if job is None:
             return None  # not ours (the engine's warm-up)
         if out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) and not out.error:
             status = TextStatus.EOS if out.finish_reason is FinishReason.STOP \
                 else TextStatus.LENGTH
-            self._log.info(f'{job.task.value} {job.req_id} ({out.num_cycles} cycles, '
-                           f'{status.value}): {out.text!r}')
+            self._deferred.later(INFO, f'{job.task.value} {job.req_id} ({out.num_cycles} '
+                                 f'cycles, {status.value}): {out.text!r}')
             return TextDone(job, status, out.text, len(out.token_ids), out.frame_stamp_ns)
         return self._dropped(job, out.error or 'request aborted', len(out.token_ids),
                              out.frame_stamp_ns)
@@ -321,10 +325,10 @@ class TextRequests:
     def _dropped(self, job: TextJob, reason: str, num_tokens: int = 0,
                  frame_stamp_ns: int = 0) -> TextDone:
         with self._lock:
-            self._jobs.pop(job.req_id, None)
+            self._pop_job(job.req_id)
         self._diag.record_text_rejected(f'{job.req_id}: {reason}')
-        self._log.warning(f'{job.task.value} {job.req_id}: no text: {reason}',
-                          throttle_duration_sec=1.0)
+        self._deferred.later(LogLevel.THROTTLED_WARNING,
+                             f'{job.task.value} {job.req_id}: no text: {reason}')
         return TextDone(job, TextStatus.DROPPED, num_tokens=num_tokens,
                         frame_stamp_ns=frame_stamp_ns, reason=reason)
 
@@ -339,8 +343,11 @@ class TextRequests:
             left = list(self._jobs.values())
             self._queue.clear()
             self._to_abort.clear()
+            self._handed.clear()
+            self._waiting_changed()
         events += [self._dropped(job, reason) for job in left]
         self._emit(events)
+        self._deferred.write()  # the text group may not run again (shutdown)
 
     def _emit(self, events: list[TextEvent]) -> None:
         if events:
@@ -350,7 +357,8 @@ class TextRequests:
 
     # -- text group ---------------------------------------------------------------------
     def take(self) -> list[TextEvent]:
-        """Return the events to publish, in order (text group)."""
+        """Return the events to publish, in order, after writing the queued logs (text group)."""
+        self._deferred.write()
         with self._lock:
             events = list(self._outbox)
             self._outbox.clear()
@@ -366,7 +374,13 @@ class TextRequests:
     def num_queued(self) -> int:
         """Return questions waiting for the engine (slots held by goals included)."""
         with self._lock:
-            return len(self._queue) + self._reserved
+            return len(self._queue) + len(self._reserved)
+
+    @property
+    def num_waiting(self) -> int:
+        """Return questions waiting to decode (``num_queued`` + handed over, not decoding)."""
+        with self._lock:
+            return self._num_waiting()
 
 
 __all__ = ['NO_ANSWER', 'Origin', 'TextDone', 'TextEvent', 'TextJob', 'TextPiece',

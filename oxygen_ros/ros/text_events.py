@@ -1,0 +1,94 @@
+"""
+The events of the node's text requests: where a request came from, how it ended, its pieces.
+
+``TextRequests`` (text_requests.py) makes them; the text group publishes them (text_outputs,
+text_stream) and the ``~/ask`` action server ends its goals with them (ask_action).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import enum
+
+from oxygen_ros.model.prompt import TextTask
+
+NO_ANSWER = 'no answer: '
+"""Prefix of the ``~/answer`` text for a question that could not be answered."""
+
+
+class Origin(enum.Enum):
+    """Where a text request came from."""
+
+    TOPIC = 'topic'
+    """A ``std_msgs/String`` on ``~/ask`` (answered on ``~/answer``)."""
+    ACTION = 'action'
+    """A goal of the ``~/ask`` action (answered by its result)."""
+    PERIODIC = 'periodic'
+    """The node's own SUBTASK / MEMORY timer."""
+
+
+class TextStatus(enum.Enum):
+    """How a text request ended."""
+
+    EOS = 'eos'
+    LENGTH = 'length'
+    CANCELED = 'canceled'
+    DROPPED = 'dropped'
+    """Taken, then not answered (the reason says why)."""
+    REFUSED = 'refused'
+    """Refused on arrival (the reason says why)."""
+
+
+@dataclass(slots=True, eq=False)
+class TextJob:
+    """
+    One text request of the node, from arrival to its ``TextDone``.
+
+    :ivar arrival_s: monotonic seconds when the request arrived (time_from_request counts
+        from here).
+    :ivar max_tokens: budget; None = the node's ``decode_budget``.
+    :ivar goal: the action's goal handle (``Origin.ACTION``), opaque here.
+    """
+
+    req_id: str
+    task: TextTask
+    origin: Origin
+    arrival_s: float
+    question: str | None = None
+    max_tokens: int | None = None
+    goal: object | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TextPiece:
+    """The tokens a request decoded in one cycle (the text group detokenizes them)."""
+
+    job: TextJob
+    token_ids: tuple[int, ...]
+    num_tokens: int
+    frame_stamp_ns: int
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TextDone:
+    """
+    The end of a request: its whole text, or why there is none.
+
+    :ivar text: the engine's decoded text (EOS, LENGTH); ``''`` otherwise (a cancelled
+        request's partial text is what its pieces said).
+    :ivar frame_stamp_ns: 0 if it never read a frame.
+    """
+
+    job: TextJob
+    status: TextStatus
+    text: str = ''
+    num_tokens: int = 0
+    frame_stamp_ns: int = 0
+    reason: str = ''
+
+
+TextEvent = TextPiece | TextDone
+
+
+__all__ = ['NO_ANSWER', 'Origin', 'TextDone', 'TextEvent', 'TextJob', 'TextPiece', 'TextStatus']
