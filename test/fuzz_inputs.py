@@ -51,11 +51,17 @@ class StampKind(str, enum.Enum):
     """Older than a valid image of the same camera sent just before it (still within age)."""
 
 
+_FUTURE_MARGIN_S = 1.0
+"""Extra seconds of a future stamp: it must stay in the future beyond ``MAX_AGE_S`` for the
+whole example window (0.35 s) and a loaded control cycle, or the node rightly accepts it."""
+
+
 @dataclass(frozen=True)
 class Stamp:
     kind: StampKind
     amount: float
-    """Seconds beyond ``MAX_AGE_S`` (stale, future) or behind the previous image (order)."""
+    """Seconds beyond ``MAX_AGE_S`` (stale; future: beyond it plus ``_FUTURE_MARGIN_S``) or
+    behind the previous image (order)."""
 
     def ns(self, now_ns: int, previous_ns: int) -> tuple[int, int]:
         """Return ``(sec, nanosec)`` as sent (may be invalid on purpose)."""
@@ -67,7 +73,8 @@ class Stamp:
             return -max(1, int(self.amount * 1e3) % _INT32), 0
         ns = {StampKind.FRESH: now_ns,
               StampKind.STALE: now_ns - round((MAX_AGE_S + self.amount) * NS_PER_S),
-              StampKind.FUTURE: now_ns + round((MAX_AGE_S + self.amount) * NS_PER_S),
+              StampKind.FUTURE: now_ns + round((MAX_AGE_S + _FUTURE_MARGIN_S + self.amount)
+                                               * NS_PER_S),
               StampKind.OUT_OF_ORDER: previous_ns - round(self.amount * NS_PER_S)}[self.kind]
         sec, nanosec = divmod(max(ns, 1), NS_PER_S)
         return min(sec, _INT32), nanosec
