@@ -13,13 +13,13 @@ Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the `
 streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``): the
 control cycle hands over token ids only, the text group detokenizes (``text_stream``). Text
 messages for a publisher that is not active (deactivated, or destroyed at cleanup) are held
-and go out at the next activation: questions still open at cleanup are refused (``no answer:
-engine shut down``) and that reply is sent then; at shutdown they are logged only.
+and go out at the next activation (``output_publishers``): questions still open at cleanup
+are refused (``no answer: engine shut down``) and that reply is sent then; at shutdown they
+are logged only.
 """
 
 from __future__ import annotations
 
-from collections import deque
 import functools
 import logging
 import sys
@@ -33,8 +33,7 @@ from oxygen_ros.control.action_space import ClipCount
 from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
-from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
+from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 from oxygen_ros.ros.compressed import camera_input
@@ -44,6 +43,7 @@ from oxygen_ros.ros.executor import NodeExecutor, spin
 from oxygen_ros.ros.heap import release_freed_memory
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
+from oxygen_ros.ros.output_publishers import OutputPublishers
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
     ParameterError, SPECS)
@@ -52,7 +52,6 @@ from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import JOINT_STATES_TOPIC, qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
-from oxygen_ros_interfaces.msg import DecodedText
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -63,12 +62,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
-from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
 NODE_NAME = 'oxygen'
 _LOG_EVERY_S = 5.0
-_MAX_HELD = 10_000
-"""Text messages kept for publishers that are not active (the oldest go first beyond it)."""
 """A rejection cause is logged when it starts and then at most this often."""
 _JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 """Best effort matches reliable and best-effort publishers alike."""
@@ -93,7 +89,6 @@ class OxygenNode(LifecycleNode):
         self._text_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
-        self._pub_lock = threading.Lock()
         self._engine: Engine | None = None
         self._cache: ObservationCache | None = None
         self._cfg: NodeConfig | None = None
@@ -101,8 +96,7 @@ class OxygenNode(LifecycleNode):
         self._smoother: ChunkSmoother | None = None
         self._failed = False
         self._timer = None
-        self._pubs: dict[str, object] = {}
-        self._held: deque[tuple[str, object]] = deque(maxlen=_MAX_HELD)
+        self._pubs = OutputPublishers(self)
         self._subs: list[object] = []
         self._logged: dict[InputIssue | str | None, float] = {}
         self._last_issue: InputIssue | None = None
@@ -112,7 +106,7 @@ class OxygenNode(LifecycleNode):
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
-        self._text_out = TextOutputs(self._publish, AskAction(
+        self._text_out = TextOutputs(self._pubs.publish_text, AskAction(
             self, self._texts, ReentrantCallbackGroup(), self._abort_now),
             on_error=self._texts.record_error)
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -166,18 +160,7 @@ class OxygenNode(LifecycleNode):
         self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
                                        cfg.rtc_max_guidance_weight)
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
-        self._pubs = {}
-        if ACTION_CHUNK in output.publisher_keys:
-            self._pubs[ACTION_CHUNK] = self.create_lifecycle_publisher(
-                JointTrajectory, '~/action_chunk', 10)
-        if EE_DELTA_CHUNK in output.publisher_keys:
-            self._pubs[EE_DELTA_CHUNK] = self.create_lifecycle_publisher(
-                MultiDOFJointTrajectory, '~/ee_delta_chunk', 10)
-        for task in TextTask:
-            self._pubs[task.value] = self.create_lifecycle_publisher(
-                String, f'~/{task.value}', TEXT_QOS)
-            self._pubs[f'{task.value}/stream'] = self.create_lifecycle_publisher(
-                DecodedText, f'~/{task.value}/stream', TEXT_QOS)
+        self._pubs.create(output.publisher_keys)
         self._text_out.configure(engine.tokenizer, cfg.frame_id)
         self._texts.max_queued_questions = cfg.max_queued_questions
         self._texts.max_tokens = engine.model_cfg.decode_budget
@@ -220,9 +203,7 @@ class OxygenNode(LifecycleNode):
                                         self._control_group)
         self._diag.set_state('active', now)
         self.get_logger().info(f'active: {self._cfg.control_rate_hz:g} Hz')
-        with self._pub_lock:  # held texts first, in order, before any new one
-            result = super().on_activate(state)
-            self._publish_held()
+        result = self._pubs.activate(lambda: super(OxygenNode, self).on_activate(state))
         self._text_gc.trigger()
         return result
 
@@ -235,8 +216,7 @@ class OxygenNode(LifecycleNode):
         """
         self._stop_timer()
         self._diag.set_state('inactive', self._now_s())
-        with self._pub_lock:  # no text goes to a publisher being deactivated (_publish)
-            return super().on_deactivate(state)
+        return self._pubs.deactivate(lambda: super(OxygenNode, self).on_deactivate(state))
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
@@ -293,10 +273,7 @@ class OxygenNode(LifecycleNode):
                     import torch
                     torch.cuda.empty_cache()
                 release_freed_memory()  # the engine's host memory back to the OS
-        with self._pub_lock:
-            for pub in self._pubs.values():
-                self.destroy_lifecycle_publisher(pub)
-            self._pubs = {}
+        self._pubs.destroy()
 
     # -- subscriptions: store only, never raise ---------------------------------------------
     def _now_ns(self) -> int:
@@ -386,12 +363,8 @@ class OxygenNode(LifecycleNode):
                     chunk = smoother.before_publish(chunk, self._now_ns(), cfg.action_dt)
                     out = output.messages(chunk)
                     self._report_clips(out.clips)
-                    with self._pub_lock:
-                        for key, msg in out.messages:
-                            pub = self._pubs.get(key)
-                            if pub is not None:
-                                pub.publish(msg)
-                                published.append(key)
+                    published.extend(key for key, msg in out.messages
+                                     if self._pubs.publish_chunk(key, msg))
                 out = engine.step(prepared, on_action=publish,
                                   rtc=smoother.rtc_request(cfg.action_dt))
                 self._diag.record_cycle(now, out.stats, bool(published),
@@ -449,26 +422,6 @@ class OxygenNode(LifecycleNode):
 
     def _publish_texts(self) -> None:
         self._text_out.handle(self._texts.take())
-
-    def _publish(self, key: str, msg: object) -> None:
-        """Publish a text message, or hold it while its publisher is not active."""
-        with self._pub_lock:
-            pub = self._pubs.get(key)
-            if pub is not None and pub.is_activated:
-                pub.publish(msg)
-                return
-            if len(self._held) == _MAX_HELD:
-                self.get_logger().warning(f'{_MAX_HELD} text messages held while inactive: '
-                                          f'dropping the oldest')
-            self._held.append((key, msg))
-
-    def _publish_held(self) -> None:
-        """Send the messages held while the publishers were inactive (hold ``_pub_lock``)."""
-        held, self._held = self._held, deque(maxlen=_MAX_HELD)
-        for key, msg in held:
-            pub = self._pubs.get(key)
-            if pub is not None:
-                pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:
         cfg = self._cfg
