@@ -48,6 +48,16 @@ class OutputPublishers:
         self._pubs: dict[str, object] = {}
         self._held: deque[tuple[str, object]] = deque(maxlen=max_held)
 
+    def __getitem__(self, key: str) -> object:
+        """Return the publisher of ``key``; raise ``KeyError`` if there is none."""
+        with self._lock:
+            return self._pubs[key]
+
+    def __len__(self) -> int:
+        """Return how many publishers exist (0 before configure and after cleanup)."""
+        with self._lock:
+            return len(self._pubs)
+
     def create(self, chunk_keys: Iterable[str]) -> None:
         """Create the chunk publishers named in ``chunk_keys`` and every text publisher."""
         pubs = {}
