@@ -51,6 +51,9 @@ STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
                     TextStatus.DROPPED: Ask.Result.STATUS_DROPPED,
                     TextStatus.REFUSED: Ask.Result.STATUS_DROPPED}
 """``TextStatus`` → ``Ask.Result.STATUS_*``."""
+OUTCOME_NAMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
+                 Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
+"""``Ask.Result.STATUS_*`` → how the clients (``oxygen-ask``, the demo, the flood) print it."""
 RESULT_TIMEOUT_S = 30.0
 """Seconds a finished goal (and its result) is kept. rclpy's default, 900 s, keeps every goal
 of the last 15 minutes, and every status message lists them all: 18,000 goals at a sustained

@@ -28,6 +28,7 @@ from typing import Sequence, TextIO
 
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros_interfaces.action import Ask
@@ -40,8 +41,6 @@ from rclpy.task import Future
 from rclpy.utilities import remove_ros_args
 
 NODE_NAME = 'oxygen_ask'
-_STATUS_NAMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
-                 Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
 _REJECTION_WAIT_S = 2.0
 
 
@@ -152,7 +151,7 @@ def ask(node: Node, executor: SingleThreadedExecutor, args: argparse.Namespace,
     first = f'{printer.first_piece_s:.2f} s' if printer.first_piece_s is not None else '-'
     reason = f' ({res.result.reason})' if res.result.reason else ''
     print(f'[{answer.request_id}: {answer.num_tokens} tokens, '
-          f'{_STATUS_NAMES.get(res.result.status, res.result.status)}{reason}; first piece '
+          f'{OUTCOME_NAMES.get(res.result.status, res.result.status)}{reason}; first piece '
           f'after {first}, {printer.num_pieces} pieces, '
           f'{time.monotonic() - printer.sent_s:.2f} s]', file=err)
     if interrupted:

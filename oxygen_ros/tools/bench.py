@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     def probe_round(decode_batch: int | None = None) -> None:
         """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
         need = probe.slots_needed(decode_batch or probe.batch)
-        blocks = oxygen.scheduler.kv.pool.allocate(-(-need // base.block_size))
+        blocks = oxygen.scheduler.kv.pool.allocate(oxygen.scheduler.kv.blocks_for(need))
         if blocks is None:     # pool full: the probe's own cache (eager calls)
             logging.warning('KV pool full: probing on a private cache (eager calls)')
             cache = slots = None

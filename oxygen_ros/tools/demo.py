@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import Sequence
 
@@ -35,9 +34,11 @@ from lifecycle_msgs.msg import State
 from lifecycle_msgs.srv import GetState
 import numpy as np
 from oxygen_ros.resources import cache_dir, config_file
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.ask_action import OUTCOME_NAMES
+from oxygen_ros.ros.convert import stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.text_stream import TEXT_QOS
+from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 from oxygen_ros.tools.make_demo_bag import DemoBagConfig, write_demo_bag
 from oxygen_ros.tools.text_timing import AskTiming, TextTiming
@@ -46,7 +47,6 @@ from oxygen_ros_interfaces.msg import DecodedText
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.qos import QoSProfile
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -57,8 +57,6 @@ OUTPUTS = ('/oxygen/action_chunk', '/oxygen/subtask', '/oxygen/answer', '/oxygen
 STREAMS = ('/oxygen/subtask/stream', '/oxygen/answer/stream', '/oxygen/memory/stream')
 QUESTIONS = ('What is on the table?', 'Which object should the robot pick up first?')
 BAG_CONFIG = DemoBagConfig(duration_s=5.0, camera_rate_hz=15.0, joint_rate_hz=50.0)
-_ASK_OUTCOMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
-                 Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
 _DOMAIN_IDS = tuple(range(1, 102))  # clear of the ephemeral port range (ROS 2 docs)
 _START_TIMEOUT_S = 120.0
 
@@ -129,7 +127,7 @@ class Observer:
             task = topic.split('/')[2]
             self.node.create_subscription(
                 DecodedText, topic, lambda msg, task=task: self.got.timing.on_piece(task, msg),
-                QoSProfile(depth=1000))
+                TEXT_QOS)
         self.ask_client = ActionClient(self.node, Ask, '/oxygen/ask')
         if ask_topic:
             self.ask_pub = self.node.create_publisher(String, '/oxygen/ask', TEXT_QOS)
@@ -149,13 +147,13 @@ class Observer:
             handle.get_result_async().add_done_callback(lambda f: timing.on_result(
                 f.result().status == GoalStatus.STATUS_SUCCEEDED,
                 f.result().result.answer.text,
-                _ASK_OUTCOMES.get(f.result().result.status, '?') +
+                OUTCOME_NAMES.get(f.result().result.status, '?') +
                 (f': {f.result().result.reason}' if f.result().result.reason else '')))
         sent.add_done_callback(accepted)
 
     def _on_chunk(self, msg: JointTrajectory, info: dict) -> None:
         self.got.chunk_ns.append(info['received_timestamp'])
-        self.got.chunk_stamps_ns.append(msg.header.stamp.sec * NS_PER_S + msg.header.stamp.nanosec)
+        self.got.chunk_stamps_ns.append(stamp_to_ns(msg.header.stamp))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -298,9 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bag = args.bag or demo_bag()
     params = config_file('demo')
     print(f'ROS_DOMAIN_ID={domain_id} (localhost only); params {params}; output {out_dir}')
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event_on_signals()
     rclpy.init(args=['oxygen_demo'], signal_handler_options=SignalHandlerOptions.NO)
     observer = Observer('oxygen_demo')
     node = Child('node', ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params)],

@@ -32,11 +32,13 @@ from pathlib import Path
 import platform
 import re
 import sys
+import threading
 import time
 from typing import Sequence
 
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
 from oxygen_ros.ros.text_requests import NO_ANSWER
@@ -56,8 +58,6 @@ NODE_NAME = 'oxygen_flood'
 DEEP = QoSProfile(depth=1000)
 """Reliable, keep last 1000: no reply, goal response or result of a flood is overwritten
 before this process takes it (the services' default depth 10 would lose some)."""
-_OUTCOMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
-             Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
 
 
 class Via(enum.Enum):
@@ -124,11 +124,13 @@ class FloodClient:
     :param executor: the executor spinning ``node``.
     :param target: the oxygen node's name (``/oxygen``).
     :param num_clients: independent action clients the goals are spread over.
+    :param stop: once set (SIGINT, SIGTERM), every wait ends at once and sending stops.
     """
 
     def __init__(self, node: Node, executor: Executor, target: str = '/oxygen',
-                 num_clients: int = 8) -> None:
+                 num_clients: int = 8, stop: threading.Event | None = None) -> None:
         self.node, self.executor = node, executor
+        self.stop = stop or threading.Event()
         target = target.rstrip('/')
         self.ask_pub = node.create_publisher(String, f'{target}/ask', DEEP)
         self.replies: list[tuple[int, str]] = []
@@ -159,10 +161,10 @@ class FloodClient:
                 self.diagnostics.append((info['received_timestamp'], values))
 
     def spin_until(self, predicate: object, timeout_s: float) -> bool:
-        """Spin until ``predicate()``; False on timeout."""
+        """Spin until ``predicate()``; False on timeout or once ``stop`` is set."""
         deadline = time.monotonic() + timeout_s
         while not predicate():
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self.stop.is_set():
                 return False
             self.executor.spin_once(timeout_sec=0.05)
         return True
@@ -181,11 +183,11 @@ class FloodClient:
             res = future.result()
             goal.done_ns = time.time_ns()
             if res.status == GoalStatus.STATUS_SUCCEEDED:
-                goal.outcome = _OUTCOMES.get(res.result.status, str(res.result.status))
+                goal.outcome = OUTCOME_NAMES.get(res.result.status, str(res.result.status))
             elif res.result.status == Ask.Result.STATUS_DROPPED:
                 goal.outcome = f'dropped: {reason_kind(res.result.reason)}'
             else:
-                goal.outcome = _OUTCOMES.get(res.result.status, 'aborted') \
+                goal.outcome = OUTCOME_NAMES.get(res.result.status, 'aborted') \
                     if res.status == GoalStatus.STATUS_CANCELED else 'aborted'
 
         def on_response(future: object) -> None:
@@ -212,6 +214,8 @@ class FloodClient:
         tally = FloodTally(first_sent_ns=time.time_ns())
         start = time.monotonic()
         for i in range(count):
+            if self.stop.is_set():
+                break
             due = start + (i * seconds / count if count else 0.0)
             while time.monotonic() < due:
                 self.executor.spin_once(timeout_sec=min(0.005, max(due - time.monotonic(), 0)))
@@ -329,15 +333,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(remove_ros_args([NODE_NAME, *argv])[1:])
     count = args.count if args.count is not None else \
         round((args.rate if args.rate is not None else 200.0) * args.seconds)
-    stop_event_on_signals()
+    stop = stop_event_on_signals()
     rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
     node = Node(NODE_NAME)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        client = FloodClient(node, executor, args.node, args.clients)
+        client = FloodClient(node, executor, args.node, args.clients, stop)
         if not client.spin_until(lambda: client.ready() and len(client.chunk_ns) >= 10 and
                                  client.diagnostics, 60.0):
+            if stop.is_set():
+                return 130
             print(f'oxygen-flood: {args.node} is not acting (no ~/ask, action server, chunks '
                   f'or /diagnostics within 60 s)', file=sys.stderr)
             return 1
@@ -348,6 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'oxygen-flood: asking {count} questions over {args.seconds:g} s ...', flush=True)
         tally = client.flood(Via(args.via), count, args.seconds, max_tokens=args.max_tokens,
                              reply_timeout_s=args.timeout, settle_s=args.settle)
+        if stop.is_set():
+            print('oxygen-flood: interrupted', file=sys.stderr)
+            return 130
         # the window: the first question to --settle after the last reply (the test's window)
         end_ns = max(tally.last_reply_ns, tally.last_sent_ns) + round(args.settle * NS_PER_S)
         client.spin_until(lambda: max(client.chunk_ns) > end_ns, args.settle + 5.0)

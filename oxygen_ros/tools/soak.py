@@ -37,6 +37,7 @@ import time
 from typing import Sequence
 
 from oxygen_ros.resources import config_file
+from oxygen_ros.ros.text_events import NO_ANSWER
 from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 from oxygen_ros.tools.decode_bench import cpu_name
 from oxygen_ros.tools.demo import Child, demo_bag, Observer, replay_args, ros_environment
@@ -141,11 +142,9 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
         if not node.alive:
             raise RuntimeError(f'the node exited:\n{node.tail()}')
         drain_start = time.monotonic()
-        observer.wait_for(lambda: len(observer.got.texts['answer']) >= asked, args.drain_s)
         drained = observer.wait_for(
             lambda: (_kv_used(observer) or 0) <= kv_baseline and
-            len(observer.got.texts['answer']) >= asked,
-            max(0.0, args.drain_s - (time.monotonic() - drain_start)))
+            len(observer.got.texts['answer']) >= asked, args.drain_s)
         kv_after = _kv_used(observer)
         drain_s = time.monotonic() - drain_start
         chunk_times_s = [(t - start_wall_ns) / 1e9 for t in observer.got.chunk_ns]
@@ -154,7 +153,7 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
             child.stop()
         observer.close()
     answered = len(observer.got.texts['answer'])
-    refused = sum(t.startswith('no answer') for t in observer.got.texts['answer'])
+    refused = sum(t.startswith(NO_ANSWER) for t in observer.got.texts['answer'])
     result = {
         'date': f'{datetime.datetime.now():%Y-%m-%d %H:%M}', 'host': platform.node(),
         'cpu': cpu_name(), 'preset': args.preset, 'minutes': args.minutes,

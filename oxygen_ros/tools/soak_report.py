@@ -102,17 +102,14 @@ def verdict(result: dict, chunk_times_s: list[float]) -> Verdict:
         failures.append(f'RSS grew {100 * growth:.2f} % after warm-up '
                         f'(limit {100 * result["max_rss_growth"]:g} %)')
     chunks = np.asarray(chunk_times_s, dtype=np.float64)
+    rate = np.count_nonzero((chunks >= warm) & (chunks < span)) / max(span - warm, 1e-9)
     minutes = []
     start = warm
     while start + _WINDOW_S <= span + 1e-6:
         minutes.append(np.count_nonzero((chunks >= start) & (chunks < start + _WINDOW_S))
                        / _WINDOW_S)
         start += _WINDOW_S
-    if not minutes:  # shorter than warm-up + one minute: judge the whole post-warm-up span
-        length = max(span - warm, 1e-9)
-        minutes = [np.count_nonzero((chunks >= warm) & (chunks < span)) / length]
-    in_span = np.count_nonzero((chunks >= warm) & (chunks < span))
-    rate = in_span / max(span - warm, 1e-9)
+    minutes = minutes or [rate]  # shorter than warm-up + 1 minute: the whole post-warm-up span
     floor = result['min_rate_fraction'] * result['target_hz']
     if min(minutes) < floor:
         failures.append(f'action rate {min(minutes):.2f} Hz in a minute after warm-up, below '

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import time
 
 import numpy as np
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.convert import duration_to_ns, NS_PER_S
 
 
 @dataclass(slots=True)
@@ -64,7 +64,7 @@ class TextTiming:
         requests = self._streams.setdefault(task, {})
         seen = requests.get(msg.request_id)
         if seen is None:
-            elapsed = msg.time_from_request.sec + msg.time_from_request.nanosec / NS_PER_S
+            elapsed = duration_to_ns(msg.time_from_request) / NS_PER_S
             seen = requests[msg.request_id] = _Streamed(elapsed, 0)
         seen.num_pieces += 1
         seen.final = seen.final or msg.is_final
