@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 import difflib
 import enum
+from typing import Sequence
 
 CAMERA_SLOTS: tuple[str, ...] = ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')
 """openpi image keys; all π0.5 checkpoints know exactly these three slots (spec §1.7)."""
@@ -25,6 +26,12 @@ PALIGEMMA_VOCAB_SIZE = 257_152
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
 EE_DELTA_DIMS = 6
 """Translation (3) + axis-angle rotation (3) dims of an ``ActionSpace.EE_DELTA`` action."""
+
+
+def is_ee_delta_layout(num_dims: int, gripper_dims: Sequence[int]) -> bool:
+    """Return whether ``num_dims`` are the ``EE_DELTA_DIMS`` deltas followed by the grippers."""
+    return num_dims == EE_DELTA_DIMS + len(gripper_dims) and \
+        all(d >= EE_DELTA_DIMS for d in gripper_dims)
 
 
 class PrefixAttention(str, enum.Enum):
@@ -194,9 +201,8 @@ class ModelConfig:
                 not all(0 <= d < self.robot_action_dim for d in self.gripper_dims):
             raise ValueError(f'preset {self.name!r}: gripper_dims {self.gripper_dims} must be '
                              f'distinct dims in 0..{self.robot_action_dim - 1}')
-        if self.action_space is ActionSpace.EE_DELTA and (
-                self.robot_action_dim != EE_DELTA_DIMS + len(self.gripper_dims)
-                or any(d < EE_DELTA_DIMS for d in self.gripper_dims)):
+        if self.action_space is ActionSpace.EE_DELTA and \
+                not is_ee_delta_layout(self.robot_action_dim, self.gripper_dims):
             raise ValueError(f'preset {self.name!r}: ee_delta actions are 3 translation + 3 '
                              f'rotation dims followed by the gripper dims, got '
                              f'robot_action_dim {self.robot_action_dim}, gripper_dims '

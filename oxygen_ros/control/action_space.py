@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from oxygen_ros.config import ActionSpace, EE_DELTA_DIMS
+from oxygen_ros.config import ActionSpace, EE_DELTA_DIMS, is_ee_delta_layout
 from oxygen_ros.control.limits import JointLimits
 
 
@@ -164,8 +164,7 @@ class ActionSemantics:
                 raise ValueError(f'joint-velocity action dims {orphans.tolist()} have no joint '
                                  f'in the observed state to integrate from')
         if self.space is ActionSpace.EE_DELTA:
-            if num_dims != EE_DELTA_DIMS + len(self.gripper_dims) or \
-                    any(d < EE_DELTA_DIMS for d in self.gripper_dims):
+            if not is_ee_delta_layout(num_dims, self.gripper_dims):
                 raise ValueError(f'ee_delta actions are {EE_DELTA_DIMS} delta dims followed by '
                                  f'the grippers; got {num_dims} dims, grippers '
                                  f'{self.gripper_dims}')
@@ -240,18 +239,12 @@ class ActionSemantics:
         max_step = self._vmax[dims] * self.action_dt
         if not np.isfinite(max_step).any():
             return p
-        out = p.copy()
-        prev = start
+        out = np.empty_like(p)
+        prev = np.where(np.isfinite(start), start, p[0])  # unknown start: no first step
         for i in range(p.shape[0]):
-            if i == 0:
-                known = np.isfinite(prev)
-                step = np.where(known, p[0] - np.where(known, prev, 0.0), 0.0)
-                limited = clipper.clip(step, -max_step, max_step, dims, 'velocity')
-                out[0] = np.where(known, prev + limited, p[0])
-            else:
-                limited = clipper.clip(p[i] - out[i - 1], -max_step, max_step, dims, 'velocity')
-                out[i] = out[i - 1] + limited
-            out[i] = np.clip(out[i], lo, hi)  # position limits win over a far-out start
+            limited = clipper.clip(p[i] - prev, -max_step, max_step, dims, 'velocity')
+            # position limits win over a far-out start
+            out[i] = prev = np.clip(prev + limited, lo, hi)
         return out
 
     def _integrate(self, v: np.ndarray, start: np.ndarray, dims: np.ndarray,
