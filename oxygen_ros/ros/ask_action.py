@@ -207,15 +207,5 @@ class AskAction:
         entry[1].set_result((done.status, result))
         self._node.executor.wake()  # resume the execute coroutine now
 
-    @property
-    def num_open(self) -> int:
-        """Return goals accepted and not yet completed."""
-        with self._lock:
-            return len(self._open)
 
-    def destroy(self) -> None:
-        """Destroy the server (node shutdown)."""
-        self._server.destroy()
-
-
-__all__ = ['ACTION_NAME', 'AskAction', 'RESULT_TIMEOUT_S', 'STATUS_CONSTANTS']
+__all__ = ['ACTION_NAME', 'AskAction', 'OUTCOME_NAMES', 'RESULT_TIMEOUT_S', 'STATUS_CONSTANTS']

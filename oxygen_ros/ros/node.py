@@ -336,7 +336,8 @@ class OxygenNode(LifecycleNode):
                 self._diag_timer.timer_period_ns = round(p.value * NS_PER_S)
             if self._cfg is not None and p.name in SPECS:
                 self._cfg = self._cfg.updated(p.name, p.value)
-                self._output = ChunkOutput(self._cfg)  # action_dt, frame_id
+        if self._cfg is not None and any(p.name in SPECS for p in params):
+            self._output = ChunkOutput(self._cfg)  # action_dt, frame_id: once per change
         timer = self._timer
         if timer is not None and any(p.name == 'control_rate_hz' for p in params):
             timer.timer_period_ns = round(self._cfg.control_period_s * NS_PER_S)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builtin_interfaces.msg import Duration
 from oxygen_ros.model.detokenizer import IncrementalDetokenizer, SupportsDetokenize
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.convert import NS_PER_S, ns_to_duration, ns_to_stamp
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece, TextStatus
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -45,12 +44,10 @@ def decoded_text(job: TextJob, text: str, *, final: bool, num_tokens: int,
     """
     stamp_ns = max(frame_stamp_ns, 0)
     elapsed_ns = max(round((now_s - job.arrival_s) * NS_PER_S), 0)
-    header = Header(frame_id=frame_id)
-    header.stamp.sec, header.stamp.nanosec = divmod(stamp_ns, NS_PER_S)
     return DecodedText(
-        header=header, request_id=job.req_id, task=TASK_CONSTANTS[job.task], text=text,
-        is_final=final, num_tokens=num_tokens,
-        time_from_request=Duration(sec=elapsed_ns // NS_PER_S, nanosec=elapsed_ns % NS_PER_S))
+        header=Header(stamp=ns_to_stamp(stamp_ns), frame_id=frame_id), request_id=job.req_id,
+        task=TASK_CONSTANTS[job.task], text=text, is_final=final, num_tokens=num_tokens,
+        time_from_request=ns_to_duration(elapsed_ns))
 
 
 @dataclass(slots=True)
@@ -74,9 +71,6 @@ class TextStreams:
         self._tok = tokenizer
         self.frame_id = frame_id
         self._streams: dict[str, _Stream] = {}
-
-    def __len__(self) -> int:
-        return len(self._streams)
 
     def text_so_far(self, req_id: str) -> str:
         """Return the text of the pieces of ``req_id`` built so far ('' if none)."""
@@ -126,10 +120,6 @@ class TextStreams:
         return decoded_text(job, text, final=final, num_tokens=stream.num_tokens,
                             frame_stamp_ns=stream.frame_stamp_ns, frame_id=self.frame_id,
                             now_s=now_s)
-
-    def clear(self) -> None:
-        """Forget every stream (the node was cleaned up)."""
-        self._streams.clear()
 
 
 __all__ = ['TEXT_QOS', 'TASK_CONSTANTS', 'TextStreams', 'decoded_text']
