@@ -27,6 +27,7 @@ received (2 ms resolution), when the executor takes it.
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 import threading
 import time
 
@@ -87,7 +88,7 @@ class SimNode(Node):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self.cfg: SimConfig = declare_sim_parameters(self)
-        folder = panda_dir(self.cfg.panda_dir or None)
+        folder = panda_dir(Path(self.cfg.panda_dir) if self.cfg.panda_dir else None)
         self.physics = PandaPhysics(build_model(folder, SceneConfig(self.cfg.image_size)))
         self.renderer = CameraRenderer(self.physics.model, self.cfg.image_size)
         lower = (*self.physics.arm_lower, 0.0)
