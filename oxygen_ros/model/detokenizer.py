@@ -60,6 +60,8 @@ class IncrementalDetokenizer:
         """Start of the decode window: ``ids[prefix:read]`` has non-empty text (or is 0)."""
         self._read = 0
         """The text of ``ids[:read]`` has been returned."""
+        self._prefix_text = ''
+        """``decode(ids[prefix:read])``, kept from the push that set ``prefix`` and ``read``."""
         self._ended = False
         self._closed = False
         self._text: list[str] = []
@@ -111,13 +113,15 @@ class IncrementalDetokenizer:
             end, window = self._stable_end()
         if end <= self._read:
             return ''
-        prefix_text = self._tok.decode(self._ids[self._prefix:self._read])
         if window is None:
             window = self._tok.decode(self._ids[self._prefix:end])
-        assert window.startswith(prefix_text), (prefix_text, window)
-        piece = window[len(prefix_text):]
-        if self._tok.decode(self._ids[self._read:end]):
-            self._prefix = self._read
+        assert window.startswith(self._prefix_text), (self._prefix_text, window)
+        piece = window[len(self._prefix_text):]
+        tail = self._tok.decode(self._ids[self._read:end])
+        if tail:  # the window moves on: ids[read:end] have text of their own
+            self._prefix, self._prefix_text = self._read, tail
+        else:
+            self._prefix_text = window
         self._read = end
         self._text.append(piece)
         return piece
