@@ -220,10 +220,9 @@ class ModelConfig:
     def num_layers(self) -> int:
         return self.vlm.depth
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Return K+V bytes of one cached token, all layers, 2-byte precision (spec §5.3)."""
-        return self.vlm.depth * 2 * self.vlm.num_kv_heads * self.vlm.head_dim * 2
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """Return K+V bytes of one cached token, all layers (pi05 in bf16: 18 KiB; spec §5.3)."""
+        return self.vlm.depth * 2 * self.vlm.num_kv_heads * self.vlm.head_dim * dtype_bytes
 
     @property
     def image_tokens_per_camera(self) -> int:

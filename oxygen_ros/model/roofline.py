@@ -56,11 +56,6 @@ def _attention_flops(g: GemmaConfig, pairs: float) -> float:
     return 4.0 * g.num_heads * g.head_dim * pairs * g.depth
 
 
-def kv_bytes_per_token(cfg: ModelConfig, dtype_bytes: int) -> int:
-    """Return K + V bytes of one cached token, all layers (18 KiB for pi05 in bf16)."""
-    return cfg.vlm.depth * 2 * cfg.vlm.num_kv_heads * cfg.vlm.head_dim * dtype_bytes
-
-
 def vision_cost(cfg: ModelConfig, num_images: int, dtype_bytes: int = 2) -> CallCost:
     """Return the cost of encoding ``num_images`` images (SigLIP + projector)."""
     v = cfg.vision
@@ -85,7 +80,7 @@ def prefill_cost(cfg: ModelConfig, num_tokens: int, *, context: int = 0,
     n = num_tokens
     pairs = n * context + (n * (n + 1) / 2 if causal else n * n)
     flops = 2.0 * n * g.depth * gemma_layer_linear_params(g) + _attention_flops(g, pairs)
-    kv = kv_bytes_per_token(cfg, dtype_bytes)
+    kv = cfg.kv_bytes_per_token(dtype_bytes)
     weights = g.depth * gemma_layer_linear_params(g) * dtype_bytes
     return CallCost(flops, float(weights + (n + context) * kv))
 
@@ -100,7 +95,7 @@ def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None 
     io = 2 * cfg.action_dim * e.width
     per_step = 2.0 * h * (matrices + io) + _attention_flops(e, h * (prefix_tokens + h))
     per_step_bytes = (matrices + io) * dtype_bytes + \
-        prefix_tokens * kv_bytes_per_token(cfg, dtype_bytes)
+        prefix_tokens * cfg.kv_bytes_per_token(dtype_bytes)
     return CallCost(n * per_step, float(n * per_step_bytes))
 
 
@@ -111,7 +106,7 @@ def decode_cost(cfg: ModelConfig, batch: int, context_tokens: int, *,
     layers = g.depth * gemma_layer_linear_params(g)
     head = cfg.vocab_size * g.width
     flops = 2.0 * batch * (layers + head) + _attention_flops(g, batch * (context_tokens + 1))
-    kv = batch * (context_tokens + 1) * kv_bytes_per_token(cfg, dtype_bytes)
+    kv = batch * (context_tokens + 1) * cfg.kv_bytes_per_token(dtype_bytes)
     return CallCost(flops, float((layers + head) * dtype_bytes + kv))
 
 
@@ -122,4 +117,4 @@ def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
 
 
 __all__ = ['CallCost', 'decode_cost', 'denoise_cost', 'gemma_layer_linear_params',
-           'kv_bytes_per_token', 'prefill_cost', 'seed_cost', 'vision_cost']
+           'prefill_cost', 'seed_cost', 'vision_cost']

@@ -3,7 +3,7 @@
 from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.roofline import (
-    decode_cost, denoise_cost, gemma_layer_linear_params, kv_bytes_per_token, prefill_cost,
+    decode_cost, denoise_cost, gemma_layer_linear_params, prefill_cost,
     seed_cost, vision_cost)
 import pytest
 
@@ -14,7 +14,7 @@ H100 = lookup_gpu('NVIDIA H100 80GB HBM3')
 def test_parameter_and_kv_counts_match_the_spec():
     assert PI05.vlm.depth * gemma_layer_linear_params(PI05.vlm) == pytest.approx(1.98e9, 1e-3)
     assert PI05.expert.depth * gemma_layer_linear_params(PI05.expert) == 311_427_072
-    assert kv_bytes_per_token(PI05, 2) == 18_432                     # 18 KiB (spec §5.3)
+    assert PI05.kv_bytes_per_token(2) == 18_432                     # 18 KiB (spec §5.3)
 
 
 def test_vision_is_0_22_tflop_per_image():
