@@ -159,13 +159,11 @@ class TemporalEnsemble:
         weight = np.zeros((horizon, 1))
         rank = np.zeros((horizon, 1))  # per point: predictions for it seen so far
         for old in self._chunks:  # oldest first: rank 0 weighs most
-            pos = (times - old.stamp_ns) / action_dt_ns
-            covered = (pos >= 0) & (pos <= old.actions.shape[0] - 1)
+            covered, lo, hi, frac = interpolation_indices(
+                (times - old.stamp_ns) / action_dt_ns, old.actions.shape[0])
             if not covered.any():
                 continue
-            lo = np.floor(pos[covered]).astype(np.int64)
-            hi = np.minimum(lo + 1, old.actions.shape[0] - 1)
-            frac = (pos[covered] - lo)[:, None]
+            frac = frac[:, None]
             values = old.actions[lo] * (1 - frac) + old.actions[hi] * frac
             w = np.exp(-self.decay * rank[covered])
             total[covered] += w * values
@@ -174,4 +172,22 @@ class TemporalEnsemble:
         return total / weight
 
 
-__all__ = ['ChunkSmoothing', 'DelayEstimator', 'TemporalEnsemble', 'rtc_prefix_weights']
+def interpolation_indices(
+        pos: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """
+    Return how to read a chunk of ``length`` points at fractional positions ``pos``.
+
+    Position ``j`` is point ``j`` of the chunk (time ``stamp + j dt``); a position between
+    points is linearly interpolated: ``x[lo] * (1 - frac) + x[hi] * frac``.
+
+    :param pos: ``float [N]`` positions (e.g. ``(t - stamp) / dt`` of a newer chunk's times).
+    :returns: ``(covered, lo, hi, frac)``: ``bool [N]`` the positions inside ``0..length-1``,
+        and for those only ``int64`` ``lo``, ``hi`` and ``float64`` ``frac``.
+    """
+    covered = (pos >= 0) & (pos <= length - 1)
+    lo = np.floor(pos[covered]).astype(np.int64)
+    return covered, lo, np.minimum(lo + 1, length - 1), pos[covered] - lo
+
+
+__all__ = ['ChunkSmoothing', 'DelayEstimator', 'TemporalEnsemble', 'interpolation_indices',
+           'rtc_prefix_weights']

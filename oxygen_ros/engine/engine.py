@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.torch_backend import FrameInputs
-from oxygen_ros.control.smoothing import rtc_prefix_weights
+from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
@@ -118,8 +118,8 @@ class Engine:
 
     def _num_blocks(self) -> int:
         cfg, ecfg = self.model_cfg, self.config
-        bytes_per_token = cfg.vlm.depth * 2 * cfg.vlm.num_kv_heads * cfg.vlm.head_dim * \
-            torch.empty((), dtype=getattr(torch, ecfg.dtype)).element_size()
+        bytes_per_token = cfg.kv_bytes_per_token(
+            torch.empty((), dtype=getattr(torch, ecfg.dtype)).element_size())
         if ecfg.kv_cache_mb is not None:
             return int(ecfg.kv_cache_mb * 2**20 // (bytes_per_token * ecfg.block_size))
         per_prefix = -(-self.max_prefix_tokens // ecfg.block_size) + 1
@@ -298,13 +298,11 @@ class Engine:
         prev_stamp, prev = self._prev_chunk
         horizon = prev.shape[0]
         shift = (stamp_ns - prev_stamp) / rtc.action_dt_ns
-        pos = shift + np.arange(horizon)
-        overlap = int(np.count_nonzero((pos >= 0) & (pos <= horizon - 1)))
+        covered, lo, hi, frac = interpolation_indices(shift + np.arange(horizon), horizon)
+        overlap = int(np.count_nonzero(covered))  # a leading run when shift > 0
         if shift <= 0 or overlap == 0:
             return None  # the same frame again, time went back, or nothing left
-        lo = np.floor(pos[:overlap]).astype(np.int64)
-        hi = np.minimum(lo + 1, horizon - 1)
-        frac = torch.tensor(pos[:overlap] - lo, dtype=torch.float32, device=prev.device)[:, None]
+        frac = torch.tensor(frac, dtype=torch.float32, device=prev.device)[:, None]
         target = torch.zeros_like(prev)
         target[:overlap] = prev[lo] * (1 - frac) + prev[hi] * frac
         weights = rtc_prefix_weights(horizon, rtc.delay_steps, overlap)
