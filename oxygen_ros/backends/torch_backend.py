@@ -102,6 +102,25 @@ def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
     return to_device((blocks[:, None] * block_size + offsets).flatten()[:num_tokens], device)
 
 
+_Greedy = Callable[..., torch.Tensor]
+
+
+def greedy_calls(model: object) -> tuple[_Greedy, _Greedy]:
+    """
+    Return ``(decode, seed)``: greedy token ids as the backend computes them.
+
+    ``decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)`` and ``seed(hidden)``
+    return ``int64 [B]``: the model's own ``decode_greedy`` / ``lm_greedy`` where it has them
+    (the compiled fast path: LM head and argmax inside its graphs), else the argmax of
+    ``decode_step`` / ``lm_logits``.
+    """
+    decode = getattr(model, 'decode_greedy', None) or \
+        (lambda *args: model.decode_step(*args).argmax(dim=-1))
+    seed = getattr(model, 'lm_greedy', None) or \
+        (lambda hidden: model.lm_logits(hidden).argmax(dim=-1))
+    return decode, seed
+
+
 class _Clock:
     """Job timing: CUDA events read after the cycle (no sync per job), or a host timer."""
 
@@ -141,8 +160,8 @@ class TorchBackend:
         self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=model.dtype,
                              device=self.device)
         self._clock = _Clock(self.device, sync)
-        self._greedy_decode = getattr(model, 'decode_greedy', None)
-        self._greedy_seed = getattr(model, 'lm_greedy', None)
+        self._decode_in_graph = getattr(model, 'decode_greedy', None) is not None
+        self._greedy_decode, self._greedy_seed = greedy_calls(model)
         self._segments: dict[int, PrefixKV] = {}
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
@@ -185,7 +204,7 @@ class TorchBackend:
         pending: tuple[torch.Tensor, object] | None = None
         # On CUDA with a graph-replaying model, the chunk is handed over after the next job
         # is queued: the GPU keeps working while the host publishes.
-        defer = self._clock.events and self._greedy_decode is not None
+        defer = self._clock.events and self._decode_in_graph
         for job in plan.jobs:
             t0 = self._clock.mark()
             if isinstance(job, VisionJob):
@@ -304,10 +323,7 @@ class TorchBackend:
         datas = [self._new[req_id] for req_id in job.req_ids]
         prefixes = [self._segments[d.seg_ids[-1]] for d in datas]
         hidden = torch.cat([p.last_hidden for p in prefixes])
-        if self._greedy_seed is not None:
-            first = self._greedy_seed(hidden)
-        else:
-            first = self.model.lm_logits(hidden).argmax(dim=-1)
+        first = self._greedy_seed(hidden)
         for i, (data, prefix) in enumerate(zip(datas, prefixes)):
             if self.device.type == 'cpu':  # a host sync on CUDA: checked on the CPU only
                 assert int(prefix.num_tokens[0]) == data.num_prefix_tokens
@@ -355,11 +371,7 @@ class TorchBackend:
             ctx_len = longest + s
             ctx_slots = all_slots[:, :ctx_len]
             ctx_mask = cols[None, :ctx_len] < pos[:, None]
-            if self._greedy_decode is not None:
-                tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
-            else:
-                tokens = self.model.decode_step(tokens, pos, self.cache, write, ctx_slots,
-                                                ctx_mask).argmax(dim=-1)
+            tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
             out[:, s] = tokens
             steps_run = s + 1
             if eos is not None:

@@ -22,6 +22,7 @@ import statistics
 import time
 from typing import Callable
 
+from oxygen_ros.backends.torch_backend import greedy_calls
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
@@ -148,7 +149,7 @@ class ComponentProbe:
             self._prefill('prefill_text_only', self.text, context=image,
                           offset=base + self.action.shape[1])
         self._time('denoise', lambda: m.denoise(full, self.noise))
-        seed = getattr(m, 'lm_greedy', None) or (lambda h: m.lm_logits(h).argmax(-1))
+        _, seed = greedy_calls(m)  # as the engine calls it
         self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
             self._decode(name, b)
@@ -168,10 +169,7 @@ class ComponentProbe:
         ctx_mask = torch.ones(batch, ctx, dtype=torch.bool, device=dev)
         tokens = torch.full((batch,), 2, dtype=torch.int64, device=dev)
         pos = torch.full((batch,), ctx, dtype=torch.int64, device=dev)
-        greedy = getattr(self.model, 'decode_greedy', None)   # as the engine calls it
-        if greedy is None:
-            def greedy(*args):
-                return self.model.decode_step(*args).argmax(-1)
+        greedy, _ = greedy_calls(self.model)   # as the engine calls it
         self._time(name, lambda: greedy(tokens, pos, self.cache, write, ctx_slots, ctx_mask))
 
     def result(self) -> Components:

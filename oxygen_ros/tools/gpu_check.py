@@ -118,9 +118,11 @@ def _backend(name: str, args: argparse.Namespace, model, num_blocks: int):
 def _components(backend, args: argparse.Namespace, sync: Callable[[], None], *,
                 timed: bool = True) -> dict:
     """Time the model calls the engine makes, on ``backend.model`` over ``backend.cache``."""
+    from oxygen_ros.backends.torch_backend import greedy_calls
     import torch
 
     m, cache, dev = backend.model, backend.cache, backend.device
+    greedy, seed = greedy_calls(m)
     cfg = m.cfg
     gen = torch.Generator().manual_seed(args.seed)
     size = cfg.vision.image_size
@@ -153,16 +155,12 @@ def _components(backend, args: argparse.Namespace, sync: Callable[[], None], *,
             write = 16 + ctx_len + torch.arange(b, device=dev)
             toks = torch.randint(3, 1000, (b,), generator=gen).to(dev)
             pos = torch.full((b,), ctx_len, dtype=torch.int64, device=dev)
-            greedy = getattr(m, 'decode_greedy', None)
 
-            def step(toks=toks, pos=pos, write=write, ctx=ctx, mask=mask, greedy=greedy):
-                if greedy is not None:        # what the engine calls (argmax in the graph)
-                    return greedy(toks, pos, cache, write, ctx, mask)
-                return m.decode_step(toks, pos, cache, write, ctx, mask).argmax(-1)
+            def step(toks=toks, pos=pos, write=write, ctx=ctx, mask=mask):
+                return greedy(toks, pos, cache, write, ctx, mask)  # what the engine calls
             out[f'decode_logits_b{b}'] = m.decode_step(toks, pos, cache, write, ctx, mask)
             time_it(f'decode_step_b{b}', step)
         hidden = prefix.last_hidden.expand(max(args.decode_batches), -1).contiguous()
-        seed = getattr(m, 'lm_greedy', None) or (lambda h: m.lm_logits(h).argmax(-1))
         time_it('lm_head', lambda: seed(hidden))
     return {'ms': ms, 'outputs': out}
 
