@@ -13,23 +13,20 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from oxygen_ros.tools.bag_topics import typestore
+from oxygen_ros.ros.convert import duration_to_ns, image_to_rgb, stamp_to_ns
+from oxygen_ros.ros.diagnostics import STATUS_NAME
+from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC, typestore
 from rosbags.rosbag2 import Reader
 
 CHUNK_TOPIC = '/oxygen/action_chunk'
-JOINT_STATES = '/joint_states'
+JOINT_STATES = JOINT_STATES_TOPIC
 COMMAND_TOPIC = '/oxygen_sim/joint_command'
 EVENTS_TOPIC = '/oxygen_sim/chunk_events'
 DIAGNOSTICS = '/diagnostics'
-BASE_IMAGES = '/camera/base/image_raw'
+BASE_IMAGES = CAMERA_TOPICS['base_0_rgb']
 RECORDED_TOPICS = (CHUNK_TOPIC, JOINT_STATES, COMMAND_TOPIC, EVENTS_TOPIC, DIAGNOSTICS,
                    BASE_IMAGES)
-NODE_STATUS = 'oxygen: engine'
-_NS = 1_000_000_000
-
-
-def _stamp(header: object) -> int:
-    return header.stamp.sec * _NS + header.stamp.nanosec
+NODE_STATUS = STATUS_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,17 +96,17 @@ def read_run(bag: Path, *, with_frames: bool = True) -> SimRun:
     state_names: list[str] = []
     for topic, msg in _messages(bag):
         if topic == CHUNK_TOPIC:
-            stamp = _stamp(msg.header)
-            tfs = np.array([p.time_from_start.sec * _NS + p.time_from_start.nanosec
-                            for p in msg.points], dtype=np.int64)
+            stamp = stamp_to_ns(msg.header.stamp)
+            tfs = np.array([duration_to_ns(p.time_from_start) for p in msg.points],
+                           dtype=np.int64)
             run.chunks.append(ChunkPlan(stamp, stamp + tfs,
                                         np.array([p.positions for p in msg.points])))
         elif topic == COMMAND_TOPIC:
             run.joint_names = tuple(msg.name)
-            commands.append((_stamp(msg.header), list(msg.position)))
+            commands.append((stamp_to_ns(msg.header.stamp), list(msg.position)))
         elif topic == JOINT_STATES:
             state_names = list(msg.name)
-            states.append((_stamp(msg.header), list(msg.position)))
+            states.append((stamp_to_ns(msg.header.stamp), list(msg.position)))
         elif topic == EVENTS_TOPIC:
             run.events.extend(_status_dict(s) for s in msg.status)
         elif topic == DIAGNOSTICS:
@@ -119,9 +116,7 @@ def read_run(bag: Path, *, with_frames: bool = True) -> SimRun:
                 elif status.name.startswith('oxygen_sim'):
                     run.sim_status.setdefault(status.name, []).append(_status_dict(status))
         elif topic == BASE_IMAGES and with_frames:
-            frame = np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.step)
-            frame = frame[:, :msg.width * 3].reshape(msg.height, msg.width, 3)
-            run.frames.append((_stamp(msg.header), frame))
+            run.frames.append((stamp_to_ns(msg.header.stamp), image_to_rgb(msg)))
     commands.sort(key=lambda item: item[0])
     states.sort(key=lambda item: item[0])
     run.frames.sort(key=lambda item: item[0])

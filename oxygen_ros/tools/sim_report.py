@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 from oxygen_ros.control.boundary_metrics import boundary_jerk
+from oxygen_ros.sim.reports import EXECUTOR_STATUS, SIMULATION_STATUS
 from oxygen_ros.tools.sim_bag import SimRun
 
 ARM = 7
@@ -127,8 +128,8 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
                                            == run.state_t)
         err = np.abs(run.command_q[idx[ok], :ARM] - run.state_q[ok, :ARM])
         tracking = err.max(axis=1).tolist()
-    sim_status = run.sim_status.get('oxygen_sim: chunk executor', [{}])[-1]
-    sim_loop = run.sim_status.get('oxygen_sim: simulation', [{}])[-1]
+    sim_status = run.sim_status.get(EXECUTOR_STATUS, [{}])[-1]
+    sim_loop = run.sim_status.get(SIMULATION_STATUS, [{}])[-1]
     span = (run.state_t[-1] - run.state_t[0]) / _NS if run.state_t.size > 1 else 0.0
     motion = float(np.ptp(run.state_q[:, :ARM], axis=0).max()) if run.state_q.size else 0.0
     return SimMetrics(
