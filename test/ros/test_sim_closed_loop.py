@@ -13,16 +13,19 @@ from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor
 from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
+from oxygen_ros.ros.topics import INSTRUCTION_TOPIC, qos_profile, QosRole
 from oxygen_ros.tools.sim_demo import node_args
 import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 NS = 1_000_000_000
 SIM_SECONDS = 4.0
 NODE_MODULE = 'oxygen_ros.ros.node'
+INSTRUCTION = 'pick up the red cup'  # config/sim.yaml's
 
 
 def stamp_ns(header):
@@ -38,12 +41,21 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     commands = ros_node.collect('/oxygen_sim/joint_command', JointState, 1000)
     states = ros_node.collect('/joint_states', JointState, 1000)
     events = ros_node.collect('/oxygen_sim/chunk_events', DiagnosticArray, 1000)
-    node = ros_processes.start(NODE_MODULE, *node_args('none', 1)[1:])
-    # The node acts only on the sim's frames: start the sim once this process has discovered
-    # the node's chunk publisher, so that no chunk the sim takes can miss this collector.
-    assert ros_node.wait_for_publishers('/oxygen/action_chunk', timeout_s=120), node.output()
-    ros_node.spin_for(1.0)
+    # The node refuses to act until it has an instruction: give it one only once this process
+    # has discovered every publisher it collects from and the sim takes the node's chunks, so
+    # that no chunk, event or command of the loop is sent before its collector matched (DDS
+    # discovery takes seconds on a loaded machine; a message sent before it is lost).
+    node = ros_processes.start(NODE_MODULE, *node_args('none', 1, ['-p', "instruction:=''"])[1:])
     sim = ros_processes.start('oxygen_ros.sim.app')
+    for topic in ('/oxygen/action_chunk', '/oxygen_sim/chunk_events', '/oxygen_sim/joint_command',
+                  '/joint_states', '/clock'):
+        assert ros_node.wait_for_publishers(topic, timeout_s=120), \
+            (topic, node.output()[-3000:], sim.output()[-2000:])
+    assert ros_node.spin_until(
+        lambda: ros_node.node.count_subscribers('/oxygen/action_chunk') >= 2, timeout_s=60)
+    instruction = ros_node.node.create_publisher(String, INSTRUCTION_TOPIC,
+                                                 qos_profile(QosRole.LATCHED))
+    instruction.publish(String(data=INSTRUCTION))
 
     def sim_now():
         return clock.msgs[-1].clock.sec * NS + clock.msgs[-1].clock.nanosec if clock.msgs else 0
