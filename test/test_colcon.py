@@ -41,6 +41,9 @@ PROBES = {
 _NOT_SOURCE = {'.git', '.venv', 'build', 'install', 'log', '__pycache__', '.pytest_cache',
                '.hypothesis', 'out'}
 _TIMEOUT_S = 300
+# setup.py's console scripts (docs/tools.md): snake_case, one per group of what a user does.
+SCRIPTS = ('oxygen_node', 'oxygen_sim', 'oxygen_ask', 'oxygen_demo', 'oxygen_bag', 'oxygen_bench',
+           'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model')
 
 
 def _source_files():
@@ -133,7 +136,7 @@ def test_colcon_build_test_install(tmp_path):
     parser = configparser.ConfigParser()
     parser.read(entry_points)
     scripts = list(parser['console_scripts'])
-    assert {'oxygen_replay', 'oxygen_record', 'oxygen_make_demo_bag'} <= set(scripts)
+    assert set(scripts) == set(SCRIPTS), 'console scripts: one snake_case name per group'
     for name in scripts:
         script = install / 'lib' / PACKAGE / name
         assert script.is_file() and os.access(script, os.X_OK), script
@@ -156,8 +159,8 @@ def test_colcon_build_test_install(tmp_path):
     lib = install / 'lib' / PACKAGE
     script = (
         '. install/setup.bash && "$PROBE_PY" -c "$PROBE" && '
-        f'{lib}/oxygen_make_demo_bag --help && {lib}/oxygen_replay --help && '
-        f'{lib}/oxygen_record --help')
+        f'{lib}/oxygen_bag --help && {lib}/oxygen_bag make_demo --help && '
+        f'{lib}/oxygen_bag replay --help && {lib}/oxygen_bag record --help')
     rc, out = _run(['bash', '-c', script], ws,
                    {**env, 'PROBE_PY': sys.executable, 'PROBE': probe})
     assert rc == 0, out
@@ -177,5 +180,6 @@ def test_colcon_build_test_install(tmp_path):
                 *(str(p.relative_to(ROOT)) for p in ROOT.glob('launch/*.launch.py'))]
     missing = [rel for rel in expected if not (share / rel).is_file()]
     assert not missing, f'not installed into {share}: {missing}'
-    for name in ('oxygen_make_demo_bag', 'oxygen_replay', 'oxygen_record'):
+    for name in ('oxygen_bag {replay,record,make_demo}', 'oxygen_bag make_demo',
+                 'oxygen_bag replay', 'oxygen_bag record'):
         assert f'usage: {name}' in out

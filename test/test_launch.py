@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 from launch_stand_ins import install_stand_ins, load_launch_file
-from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +93,8 @@ def test_launch_file_structure(tree):
                 if isinstance(c.args[0], ast.Constant)}
     assert declared | set(remap_table) == ARGUMENTS
     [execute] = calls(tree, 'ExecuteProcess')
-    assert ast.unparse(execute).startswith('ExecuteProcess(cmd=[replay, bag, ')
-    assert any("'oxygen_replay'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
+    assert ast.unparse(execute).startswith("ExecuteProcess(cmd=[oxygen_bag, 'replay', bag, ")
+    assert any("'oxygen_bag'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
 
 
 def test_launch_logic_with_stand_ins(monkeypatch):
@@ -123,8 +123,8 @@ def test_launch_logic_with_stand_ins(monkeypatch):
     node, replay = opaque.kwargs['function'](context)
     assert node.kwargs['parameters'][1] == {'checkpoint': '/ckpt/pi05_droid'}
     path, *args = replay.kwargs['cmd']
-    assert path.args[0][1:] == ['lib', 'oxygen_ros', 'oxygen_replay']
-    assert args == ['/bags/demo', '--loop', '--wait-for-subscribers', '20']
+    assert path.args[0][1:] == ['lib', 'oxygen_ros', 'oxygen_bag']
+    assert args == ['replay', '/bags/demo', '--loop', '--wait-for-subscribers', '20']
 
 
 def test_every_documented_preset_has_a_params_file():

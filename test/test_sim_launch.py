@@ -32,7 +32,7 @@ def test_sim_and_node_with_the_sim_params(monkeypatch):
     sim, node = opaque.kwargs['function']({'chunk_smoothing': 'rtc',
                                            'real_time_factor': '0.5'})
     assert (sim.kwargs['package'], sim.kwargs['executable'], sim.kwargs['name']) == \
-        ('oxygen_ros', 'oxygen-sim', 'oxygen_sim')
+        ('oxygen_ros', 'oxygen_sim', 'oxygen_sim')
     assert sim.kwargs['parameters'] == [{'real_time_factor': 0.5}]
     assert (node.kwargs['executable'], node.kwargs['name']) == ('oxygen_node', 'oxygen')
     params_file, overrides = node.kwargs['parameters']

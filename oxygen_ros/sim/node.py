@@ -1,5 +1,5 @@
 """
-``oxygen-sim``: the simulated Panda as a ROS 2 node (``oxygen_sim``) that speaks only topics.
+``oxygen_sim``: the simulated Panda as a ROS 2 node (``oxygen_sim``) that speaks only topics.
 
 The simulation loop (main thread) steps the physics in fixed 2 ms steps, paced against the wall
 clock at ``real_time_factor``, and at each step sets the servo targets from the chunk executor
@@ -81,7 +81,7 @@ class SimNode(Node):
 
     :param kwargs: passed to ``Node`` (``context``, ``parameter_overrides``, ...).
     :raises FileNotFoundError: the Menagerie Panda is not in the cache (run
-        ``oxygen-fetch-sim-assets``).
+        ``oxygen_fetch sim_assets``).
     :raises RuntimeError: no headless OpenGL context (``render.CameraRenderer``).
     """
 

@@ -57,7 +57,7 @@ _DESCRIPTIONS = {
     'diagnostics_period': ('sim seconds between /diagnostics messages', (0.05, 60.0)),
     'image_size': ('camera image width = height (px)', (16, 1024)),
     'panda_dir': ("Menagerie franka_emika_panda folder; '' = the one fetched by "
-                  'oxygen-fetch-sim-assets', None),
+                  'oxygen_fetch sim_assets', None),
     'sim_duration': ('stop after this many sim seconds; 0 = run until stopped',
                      (0.0, 1e6)),
     'velocity_limits': ('executor velocity limits joint1..joint7 (rad/s), gripper (1/s); '

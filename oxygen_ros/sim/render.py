@@ -3,7 +3,7 @@ Offscreen rendering of the scene's cameras (headless: EGL through Mesa, or OSMes
 
 MuJoCo picks its OpenGL backend from ``MUJOCO_GL`` when ``mujoco`` is first imported: set
 ``MUJOCO_GL=egl`` (Mesa's llvmpipe on a machine without a GPU, the NVIDIA driver's EGL on one
-with) or ``MUJOCO_GL=osmesa`` (Debian ``libosmesa6``) before that; ``oxygen-sim`` sets ``egl``
+with) or ``MUJOCO_GL=osmesa`` (Debian ``libosmesa6``) before that; ``oxygen_sim`` sets ``egl``
 when it is unset. Without a display, the default (GLFW) fails.
 """
 

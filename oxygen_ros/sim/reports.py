@@ -5,7 +5,7 @@ The simulator's ``diagnostic_msgs`` reports: executor and simulation status, chu
 ``ExecutorStats``) and ``oxygen_sim: simulation`` (sim time, real-time factor, rendering).
 ``~/chunk_events`` gets one status per chunk event, named ``oxygen_sim: chunk``, message
 ``accepted`` / ``refused: <reason>`` / ``executed``, with integer-ns stamps as values, so a
-recorded bag holds every switch of the run (``oxygen-sim-demo`` reads them back by key name).
+recorded bag holds every switch of the run (``oxygen_demo sim`` reads them back by key name).
 """
 
 from __future__ import annotations

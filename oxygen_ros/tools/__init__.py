@@ -1,1 +1,1 @@
-"""Console scripts: bags, demo, benchmark, export, tokenizer fetch."""
+"""Console scripts, one per thing a user does (setup.py; docs/tools.md), helpers in ``common``."""

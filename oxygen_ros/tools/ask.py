@@ -1,9 +1,9 @@
 """
-``oxygen-ask``: ask the oxygen node a question and print the answer as it streams.
+``oxygen_ask``: ask the oxygen node a question and print the answer as it streams.
 
 Usage::
 
-    oxygen-ask "what is on the table?" [--node /oxygen] [--max-tokens N] [--timeout S]
+    oxygen_ask "what is on the table?" [--node /oxygen] [--max-tokens N] [--timeout S]
                [--ros-args ...]
 
 Sends a goal to the node's ``~/ask`` action (``oxygen_ros_interfaces/action/Ask``) and writes
@@ -74,7 +74,7 @@ class AnswerPrinter:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog='oxygen-ask', description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(prog='oxygen_ask', description=__doc__.split('\n\n')[0])
     parser.add_argument('question', help='the question (quote it)')
     parser.add_argument('--node', default='/oxygen', help='the oxygen node (default /oxygen)')
     parser.add_argument('--max-tokens', type=int, default=0, metavar='N',
@@ -121,7 +121,7 @@ def ask(node: Node, executor: SingleThreadedExecutor, args: argparse.Namespace,
     deadline = time.monotonic() + args.timeout
     if not _spin_until(executor, client.server_is_ready, stop, min(deadline,
                                                                    time.monotonic() + 10.0)):
-        print(f'oxygen-ask: no action server at {action} (is oxygen_node running and '
+        print(f'oxygen_ask: no action server at {action} (is oxygen_node running and '
               f'configured?)', file=err)
         return 1
     printer = AnswerPrinter(out)
@@ -130,12 +130,12 @@ def ask(node: Node, executor: SingleThreadedExecutor, args: argparse.Namespace,
         Ask.Goal(question=args.question, max_tokens=args.max_tokens),
         feedback_callback=printer.on_feedback)
     if not _spin_until(executor, sent.done, stop, deadline):
-        print('oxygen-ask: the goal was not answered', file=err)
+        print('oxygen_ask: the goal was not answered', file=err)
         return 1
     handle = sent.result()
     if not handle.accepted:
         reason = _rejection_reason(node, executor, sent_ns)
-        print(f'oxygen-ask: rejected{": " + reason if reason else ""}', file=err)
+        print(f'oxygen_ask: rejected{": " + reason if reason else ""}', file=err)
         return 1
     result: Future = handle.get_result_async()
     interrupted = not _spin_until(executor, result.done, stop, deadline)
@@ -160,7 +160,7 @@ def ask(node: Node, executor: SingleThreadedExecutor, args: argparse.Namespace,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``oxygen-ask``; return the exit status."""
+    """Run ``oxygen_ask``; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(remove_ros_args([NODE_NAME, *argv])[1:])
     stop = stop_event_on_signals()

@@ -1,5 +1,5 @@
 """
-``oxygen-export``: the π0.5 graphs as ONNX (vision, prefill, decode, denoise, LM head).
+``oxygen_export``: the π0.5 graphs as ONNX (vision, prefill, decode, denoise, LM head).
 
 Writes ``<graph>.onnx``, the shared ``weights.bin`` and ``manifest.json`` (every input and
 output with shape and dtype, preset, opset, weights SHA-256) into ``--out``. The TensorRT
@@ -21,7 +21,7 @@ _DTYPES = ('float32', 'float16', 'bfloat16')
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog='oxygen-export', description=__doc__.split('\n\n')[0],
+    p = argparse.ArgumentParser(prog='oxygen_export', description=__doc__.split('\n\n')[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--preset', required=True, choices=preset_names())
     p.add_argument('--checkpoint', type=Path, default=None,
@@ -59,25 +59,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         graphs = tuple(GraphName(g) for g in args.graphs) if args.graphs else tuple(GraphName)
     except ValueError as exc:
-        print(f'oxygen-export: {exc}; known: {[g.value for g in GraphName]}', file=sys.stderr)
+        print(f'oxygen_export: {exc}; known: {[g.value for g in GraphName]}', file=sys.stderr)
         return 2
     if args.checkpoint is not None:
         try:
             model = load_checkpoint(args.checkpoint, cfg, dtype=dtype)
         except CheckpointError as exc:
-            print(f'oxygen-export: {exc}', file=sys.stderr)
+            print(f'oxygen_export: {exc}', file=sys.stderr)
             return 2
     else:
         torch.manual_seed(args.seed)
         model = build_model(cfg, dtype=dtype)
-        logging.getLogger('oxygen-export').warning(
+        logging.getLogger('oxygen_export').warning(
             'no --checkpoint: exporting RANDOM weights (seed %d)', args.seed)
     storage = WeightStorage.EMBEDDED if args.embed_weights else WeightStorage.SHARED
     try:
         manifest = export_graphs(model, args.out, graphs=graphs, storage=storage,
                                  check=not args.no_check)
     except ValueError as exc:
-        print(f'oxygen-export: {exc}', file=sys.stderr)
+        print(f'oxygen_export: {exc}', file=sys.stderr)
         return 2
     print(f'{args.out}: {", ".join(g.value for g in manifest.graphs)} ({manifest.dtype}, '
           f'opset {manifest.opset}, IR {manifest.ir_version}), weights sha256 '

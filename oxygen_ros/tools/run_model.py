@@ -1,11 +1,11 @@
 r"""
-``oxygen-run-model``: one observation through the engine, no ROS: action chunk and texts.
+``oxygen_run_model``: one observation through the engine, no ROS: action chunk and texts.
 
 Images are the photographs bundled in scikit-image (``coffee``, ``motorcycle_left``,
 ``motorcycle_right``) or image files; the state defaults to zeros. With a checkpoint this is
 the quickest way to see what a real π0.5 policy answers on a picture::
 
-    oxygen-run-model --preset pi05_droid --checkpoint ~/ckpt/pi05_droid \\
+    oxygen_run_model --preset pi05_droid --checkpoint ~/ckpt/pi05_droid \\
         --image base_0_rgb=kitchen.jpg --image left_wrist_0_rgb=wrist.png \\
         --prompt "put the cup in the sink" --ask "what is on the table?"
 """
@@ -45,7 +45,7 @@ def load_image(spec: str) -> np.ndarray:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog='oxygen-run-model', description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog='oxygen_run_model', description=__doc__.split('\n\n')[0])
     p.add_argument('--preset', default='small', choices=preset_names())
     p.add_argument('--checkpoint', default=None, help='dir with model.safetensors + assets/')
     p.add_argument('--tokenizer', default=None, help='paligemma_tokenizer.model')

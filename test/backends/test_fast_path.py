@@ -28,7 +28,7 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.static_calls import DenoiseCall
-from oxygen_ros.tools.workload import make_observation
+from oxygen_ros.tools.common.workload import make_observation
 import pytest
 import torch
 

@@ -30,7 +30,7 @@ from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.tools.workload import make_observation
+from oxygen_ros.tools.common.workload import make_observation
 import pytest
 import torch
 
@@ -187,8 +187,8 @@ def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):
 def test_bench_with_tensorrt_fails_on_stderr():
     if HAVE_TENSORRT:
         pytest.skip('tensorrt is installed here')
-    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench', '--preset', 'tiny',
-                           '--backend', 'tensorrt', '--frames', '1', '--no-progress'],
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench.engine', '--preset',
+                           'tiny', '--backend', 'tensorrt', '--frames', '1', '--no-progress'],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "backend 'tensorrt' needs NVIDIA TensorRT 10.x" in proc.stderr
@@ -419,7 +419,7 @@ def test_runner_refuses_what_the_model_refuses(tiny_models):
 
 
 def test_gpu_check_script_runs_on_cpu_and_reports_missing_tensorrt(tmp_path):
-    from oxygen_ros.tools.gpu_check import main as gpu_check
+    from oxygen_ros.tools.bench.gpu_check import main as gpu_check
     rc = gpu_check(['--preset', 'tiny', '--dtype', 'float32', '--device', 'cpu',
                     '--backends', 'eager', 'tensorrt', '--decode-batches', '1', '2',
                     '--decode-ctx', '300', '--repeats', '1', '--json', str(tmp_path / 'r.json')])

@@ -10,7 +10,7 @@ from oxygen_ros.engine.inputs import InputFault, ObservationError
 from oxygen_ros.model.normalize import identity_norm_stats
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
-from oxygen_ros.tools.workload import make_observation
+from oxygen_ros.tools.common.workload import make_observation
 import pytest
 
 CAMS = CAMERA_SLOTS[:2]

@@ -14,7 +14,7 @@ from oxygen_ros.model.normalize import unnormalize_quantile
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
 from oxygen_ros.model.reference import reference_sample_actions, reference_text_logits
 from oxygen_ros.sched.scheduler import Policy
-from oxygen_ros.tools.workload import make_observation
+from oxygen_ros.tools.common.workload import make_observation
 import pytest
 import torch
 

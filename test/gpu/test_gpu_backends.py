@@ -7,7 +7,7 @@ fallback; the calls never wait for the host (``torch.cuda.set_sync_debug_mode('e
 the graphs replay (not re-run) and see new inputs; TensorRT parses and builds our graphs,
 executes on torch's buffers and stream, and the whole engine on it equals the torch backend;
 engines come from the disk cache the second time. Timings on full size:
-``python -m oxygen_ros.tools.gpu_check`` (README, "GPU, TensorRT").
+``python -m oxygen_ros.tools.bench.gpu_check`` (README, "GPU, TensorRT").
 """
 
 import importlib.util
@@ -19,7 +19,7 @@ from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import build_model, load_tokenizer
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.tools.workload import make_observation
+from oxygen_ros.tools.common.workload import make_observation
 import pytest
 import torch
 

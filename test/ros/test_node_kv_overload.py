@@ -18,7 +18,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from oxygen_ros.ros.diagnostics import status_values
-from oxygen_ros.tools.node_client import LifecycleClient
+from oxygen_ros.tools.common.node_client import LifecycleClient
 import pytest
 from ros_load import Load, start_node
 from std_msgs.msg import String

@@ -22,8 +22,8 @@ from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.tools.bag_topics import qos_profile, QosRole
-from oxygen_ros.tools.node_client import LifecycleClient, ProcessFigures
+from oxygen_ros.tools.bag.topics import qos_profile, QosRole
+from oxygen_ros.tools.common.node_client import LifecycleClient, ProcessFigures
 import pytest
 import rclpy
 from rclpy.context import Context

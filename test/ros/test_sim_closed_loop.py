@@ -1,5 +1,5 @@
 """
-Closed loop over real DDS: ``oxygen-sim`` + ``oxygen_node`` (demo preset, ``config/sim.yaml``).
+Closed loop over real DDS: ``oxygen_sim`` + ``oxygen_node`` (demo preset, ``config/sim.yaml``).
 
 The sim and the node run as subprocesses on the test's fresh ROS domain for a few seconds of
 sim time; this process collects the topics. It checks that chunks are received and executed
@@ -14,7 +14,7 @@ import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor
 from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
 from oxygen_ros.ros.topics import INSTRUCTION_TOPIC, qos_profile, QosRole
-from oxygen_ros.tools.sim_demo import node_args
+from oxygen_ros.tools.demo.sim import node_args
 import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock

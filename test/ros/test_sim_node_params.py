@@ -38,6 +38,6 @@ def test_panda_dir_parameter_builds_the_scene_from_that_folder(sim_node_class, c
 
 
 def test_a_missing_panda_dir_says_how_to_get_the_assets(sim_node_class, context, tmp_path):
-    with pytest.raises(FileNotFoundError, match='oxygen-fetch-sim-assets'):
+    with pytest.raises(FileNotFoundError, match='oxygen_fetch sim_assets'):
         sim_node_class(context=context, parameter_overrides=[
             Parameter('panda_dir', value=str(tmp_path / 'nowhere'))])

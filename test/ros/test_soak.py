@@ -1,5 +1,5 @@
 """
-``oxygen-soak --minutes 3`` (CI's soak): the node under a steady question load, every check on.
+``oxygen_stress soak --minutes 3`` (CI's soak): the node under steady questions, every check on.
 
 Exit 0 means: RSS grew <= 5 % after the 60 s warm-up, the KV blocks in use returned to the
 actions-only baseline after the questions drained, and every minute after warm-up had >= 95 %
@@ -19,8 +19,8 @@ MINUTES = 3
 def test_three_minute_soak_passes_its_thresholds(ros_env, ros_domain_id, tmp_path):
     out = tmp_path / 'soak'
     proc = subprocess.run(
-        [sys.executable, '-m', 'oxygen_ros.tools.soak', '--minutes', str(MINUTES), '--preset',
-         'tiny', '--domain-id', str(ros_domain_id), '--out', str(out)],
+        [sys.executable, '-m', 'oxygen_ros.tools.stress.soak', '--minutes', str(MINUTES),
+         '--preset', 'tiny', '--domain-id', str(ros_domain_id), '--out', str(out)],
         env=ros_env, capture_output=True, text=True, timeout=MINUTES * 60 + 240)
     report = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, report

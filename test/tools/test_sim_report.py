@@ -3,8 +3,8 @@
 import math
 
 import numpy as np
-from oxygen_ros.tools.sim_bag import SimRun, trim
-from oxygen_ros.tools.sim_report import compare_table, compute_metrics, node_values, summary
+from oxygen_ros.tools.demo.sim_bag import SimRun, trim
+from oxygen_ros.tools.demo.sim_report import compare_table, compute_metrics, node_values, summary
 import pytest
 
 MS = 1_000_000

@@ -1,0 +1,289 @@
+"""
+``oxygen_bench engine``: OxyGen vs isolated execution on the same workload, side by side.
+
+Both policies run in one process on the same weights, the same observations (real
+photographs, see ``tools/workload.py``) and the same flow-matching noise; their frames are
+interleaved (alternating which goes first) so that a noisy, shared machine slows both alike.
+Component times of the model are probed between frames and predict ``ideal_speedup``
+(``tools/bench_probe.py``). Text requests decode to their full budget (EOS off, as in
+OxyGen's experiments) unless ``--stop-on-eos``.
+
+Frame time = wall time of one ``Engine.step`` (one control cycle). The first
+ceil(budget / k) frames are excluded from the timing statistics: OxyGen's decode batch is
+still filling (the paper's warm-up frames, spec §3.6).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields, replace
+import datetime
+import json
+import logging
+import math
+from pathlib import Path
+import platform
+import statistics
+import sys
+
+import numpy as np
+
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, preset_names
+from oxygen_ros.tools.common.machine import cpu_name
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog='oxygen_bench engine', description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('--preset', default='small', choices=preset_names())
+    p.add_argument('--cameras', type=int, default=1, choices=(1, 2, 3))
+    p.add_argument('--frames', type=int, default=40, help='measured frames (after warm-up)')
+    p.add_argument('--decode-budget', type=int, default=100, help='tokens per text request')
+    p.add_argument('--tokens-per-cycle', type=int, default=5, help='k')
+    p.add_argument('--text-every', type=int, default=1, help='a text request every N frames')
+    p.add_argument('--memory-every', type=int, default=0,
+                   help='a memory request every N frames (0: none)')
+    p.add_argument('--prefix-attention', choices=[m.value for m in PrefixAttention],
+                   default=None, help="default: the preset's")
+    p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
+    p.add_argument('--device', default='cpu')
+    p.add_argument('--backend', default='torch', choices=('torch', 'tensorrt'))
+    p.add_argument('--compile', default='none', choices=('none', 'default', 'reduce-overhead'),
+                   help='torch.compile mode of the torch backend (GPU)')
+    p.add_argument('--threads', type=int, default=0, help='torch threads (0: default)')
+    p.add_argument('--max-running', type=int, default=64, help='largest decode batch')
+    p.add_argument('--stop-on-eos', action='store_true')
+    p.add_argument('--probe-every', type=int, default=5, help='frames between probe rounds')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--json', type=Path, default=None, help='write the results here')
+    p.add_argument('--plot', type=Path, default=None, help='draw a per-cycle timeline here')
+    p.add_argument('--no-progress', action='store_true')
+    args = p.parse_args(argv)
+    for name in ('frames', 'decode_budget', 'tokens_per_cycle', 'text_every', 'probe_every'):
+        if getattr(args, name) < 1:
+            p.error(f'--{name.replace("_", "-")} must be >= 1')
+    if args.memory_every < 0:
+        p.error('--memory-every must be >= 0')
+    return args
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float('nan')
+
+
+def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
+    totals = [c.total_s for c in cycles]
+    forward = sum(c.forward_s for c in cycles)
+    return {
+        'frame_ms_p50': 1e3 * _pct(totals, 50), 'frame_ms_p99': 1e3 * _pct(totals, 99),
+        'frame_ms_mean': 1e3 * statistics.fmean(totals),
+        'action_latency_ms_p50': 1e3 * _pct([c.action_latency_s for c in cycles], 50),
+        'action_latency_ms_p99': 1e3 * _pct([c.action_latency_s for c in cycles], 99),
+        'action_hz': len(cycles) / sum(totals), 'tokens_per_s': tokens / seconds,
+        'forward_ms_mean': 1e3 * forward / len(cycles),
+        'manager_overhead_frac': 1.0 - forward / sum(totals),
+        'decode_batch_p50': _pct([c.decode_batch for c in cycles], 50),
+        'tokens_per_cycle_p50': _pct([c.tokens_per_cycle for c in cycles], 50),
+        'kv_bytes_peak': max(c.kv_peak_bytes for c in cycles),
+        'seconds_by_job_mean_ms': {
+            k: 1e3 * sum(c.seconds_by_job.get(k, 0.0) for c in cycles) / len(cycles)
+            for k in sorted({k for c in cycles for k in c.seconds_by_job})},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the process exit code."""
+    args = _parse(argv)
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    import torch
+    from tqdm import tqdm
+
+    from oxygen_ros.backends.errors import BackendUnavailableError
+    from oxygen_ros.backends.torch_backend import block_slots
+    from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
+    from oxygen_ros.engine.engine import Engine
+    from oxygen_ros.engine.loading import build_model
+    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+    from oxygen_ros.sched.scheduler import Policy
+    from oxygen_ros.tools.bench.probe import ComponentProbe
+    from oxygen_ros.tools.common.workload import make_observation
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = EngineConfig(
+        preset=args.preset, dtype=args.dtype, device=args.device,
+        backend=BackendKind(args.backend), compile_mode=CompileMode(args.compile),
+        prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
+        else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
+        decode_budget=args.decode_budget, max_running_requests=args.max_running,
+        stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
+        max_pending_requests=10**6)
+    model_cfg = base.model_config()
+    model = build_model(base, model_cfg)
+    try:
+        engines = {pol: Engine(replace(base, policy=pol), model=model)
+                   for pol in (Policy.ISOLATED, Policy.OXYGEN)}
+    except BackendUnavailableError as exc:
+        print(f'oxygen_bench engine: {exc}', file=sys.stderr)
+        return 2
+    compile_s = getattr(engines[Policy.OXYGEN].backend, 'compile_seconds', 0.0)
+    tok = engines[Policy.OXYGEN].tokenizer
+    k, budget = args.tokens_per_cycle, args.decode_budget
+    warm = math.ceil(budget / k)
+    total_frames = warm + args.frames
+    obs = [make_observation(f, model_cfg.cameras, model_cfg.state_dim)
+           for f in range(total_frames)]
+    for eng in engines.values():
+        eng.warmup(obs[0])
+
+    n_text = 1 / args.text_every + (1 / args.memory_every if args.memory_every else 0)
+    batch = min(args.max_running, max(1, round(n_text * math.ceil(budget / k))))
+    prepared = engines[Policy.OXYGEN].prepare(obs[0])
+    text_ids = tuple(tokenize_text_prompt(tok, obs[0].prompt, TextTask.SUBTASK,
+                                          max_len=model_cfg.max_token_len).ids)
+    prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + len(text_ids)
+    # probe what the engine runs (compiled model or TensorRT runner), not the eager model
+    probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
+                           torch.from_numpy(prepared.images)[None],
+                           prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
+
+    oxygen = engines[Policy.OXYGEN]
+
+    def probe_round(decode_batch: int | None = None) -> None:
+        """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
+        need = probe.slots_needed(decode_batch or probe.batch)
+        blocks = oxygen.scheduler.kv.pool.allocate(oxygen.scheduler.kv.blocks_for(need))
+        if blocks is None:     # pool full: the probe's own cache (eager calls)
+            logging.warning('KV pool full: probing on a private cache (eager calls)')
+            cache = slots = None
+        else:
+            cache = oxygen.backend.cache
+            slots = block_slots(tuple(blocks), need, base.block_size, oxygen.backend.device)
+        try:
+            if decode_batch is None:
+                probe.measure_once(cache, slots)
+            else:
+                probe.measure_decode('decode_b', decode_batch, cache, slots)
+        finally:
+            if blocks is not None:
+                oxygen.scheduler.kv.pool.decref(blocks)
+
+    records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
+               for pol in engines}
+    bar = tqdm(range(total_frames), desc='frames', disable=args.no_progress, unit='frame')
+    for f in bar:
+        order = list(engines) if f % 2 == 0 else list(reversed(engines))
+        for pol in order:
+            eng, rec = engines[pol], records[pol]
+            if f % args.text_every == 0:
+                eng.submit_text(TextTask.SUBTASK, req_id=f'text-{f}')
+            if args.memory_every and f % args.memory_every == 0:
+                eng.submit_text(TextTask.MEMORY, req_id=f'memory-{f}')
+            out = eng.step(obs[f])
+            _collect(rec, out, measured=f >= warm)
+            if out.action is None:
+                raise RuntimeError(f'{pol.value}: no action chunk for frame {f}')
+            rec['actions'].append(out.action.actions)
+        if f % args.probe_every == 0:
+            probe_round()
+    for pol, eng in engines.items():       # let the last text requests finish (not timed)
+        while eng.num_running or eng.num_pending:
+            _collect(records[pol], eng.step(None), measured=False)
+    for _ in range(3):
+        probe_round()
+
+    comp = probe.result()
+    iso, oxy = records[Policy.ISOLATED], records[Policy.OXYGEN]
+    summary = {pol.value: _policy_summary(rec['cycles'], rec['tokens'],
+                                          sum(c.total_s for c in rec['cycles']))
+               for pol, rec in records.items()}
+    observed_batch = summary['oxygen']['decode_batch_p50']
+    if round(observed_batch) != comp.batch:
+        probe.batch = max(1, int(round(observed_batch)))
+        probe._samples.pop('decode_b', None)
+        for _ in range(5):
+            probe_round(probe.batch)
+        comp = probe.result()
+    ideal_iso = comp.isolated_frame(n_text, budget)
+    ideal_oxy = comp.oxygen_frame(n_text, int(summary['oxygen']['tokens_per_cycle_p50']),
+                                  model_cfg.prefix_attention)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(iso['actions'], oxy['actions']))
+    text_equal = iso['texts'] == oxy['texts'] and len(iso['texts']) > 0
+    result = {
+        'preset': args.preset, 'cameras': args.cameras, 'frames': args.frames,
+        'warmup_frames': warm, 'decode_budget': budget, 'tokens_per_cycle': k,
+        'text_every': args.text_every, 'memory_every': args.memory_every,
+        'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
+        'device': args.device, 'backend': args.backend, 'compile': args.compile,
+        'compile_seconds': compile_s,
+        'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
+        'stop_on_eos': args.stop_on_eos,
+        'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
+        'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
+        'speedup_mean': summary['isolated']['frame_ms_mean'] / summary['oxygen']['frame_ms_mean'],
+        'ideal_speedup': ideal_iso / ideal_oxy,
+        'ideal': {'isolated_frame_ms': 1e3 * ideal_iso, 'oxygen_frame_ms': 1e3 * ideal_oxy,
+                  'components_ms': _asdict_ms(comp)},
+        'action_max_abs_diff': diff, 'text_equal': text_equal,
+        'num_texts': len(oxy['texts']),
+        'manager_overhead_frac': summary['oxygen']['manager_overhead_frac'],
+        'kv_bytes_peak': summary['oxygen']['kv_bytes_peak'],
+        'kv_curve': [[c.num_running, c.kv_used_bytes, c.kv_peak_bytes] for c in oxy['all']],
+        'parameters': model.count_parameters(),
+        'machine': {'platform': platform.platform(), 'processor': cpu_name(),
+                    'torch': torch.__version__, 'threads': torch.get_num_threads(),
+                    'python': sys.version.split()[0]},
+        'date': datetime.date.today().isoformat(),
+    }
+    _print(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+    if args.plot:
+        from oxygen_ros.tools.bench.plot import plot_timeline
+        plot_timeline(args.plot, {p.value: r['cycles'] for p, r in records.items()},
+                      {p.value: r['all'] for p, r in records.items()}, result)
+    return 0
+
+
+def _asdict_ms(comp) -> dict:
+    out = {}
+    for f in fields(comp):
+        v = getattr(comp, f.name)
+        out[f.name] = 1e3 * v if isinstance(v, float) else v
+    return out
+
+
+def _collect(rec: dict, out, measured: bool) -> None:
+    for t in out.texts:
+        rec['texts'][t.req_id] = t.token_ids
+    rec['all'].append(out.stats)
+    if measured:
+        rec['cycles'].append(out.stats)
+        rec['tokens'] += out.stats.tokens_generated
+
+
+def _print(r: dict) -> None:
+    iso, oxy = r['isolated'], r['oxygen']
+    print(f"\n{r['preset']} ({r['parameters'] / 1e6:.1f} M params, {r['dtype']}), "
+          f"{r['cameras']} camera(s), {r['prefix_attention']} prefix, budget "
+          f"{r['decode_budget']}, k={r['tokens_per_cycle']}, text every {r['text_every']}, "
+          f"{r['frames']} frames, {r['backend']} backend"
+          + (f", compile/build {r['compile_seconds']:.1f} s" if r['compile_seconds'] else ''))
+    print(f"{'':10} {'p50 ms':>9} {'p99 ms':>9} {'act. lat.':>9} {'actions/s':>10} "
+          f"{'tokens/s':>9} {'batch':>6} {'overhead':>9}")
+    for name, s in (('isolated', iso), ('oxygen', oxy)):
+        print(f"{name:10} {s['frame_ms_p50']:9.1f} {s['frame_ms_p99']:9.1f} "
+              f"{s['action_latency_ms_p50']:9.1f} {s['action_hz']:10.2f} "
+              f"{s['tokens_per_s']:9.1f} {s['decode_batch_p50']:6.0f} "
+              f"{100 * s['manager_overhead_frac']:8.2f}%")
+    print(f"speedup {r['speedup']:.2f} (ideal {r['ideal_speedup']:.2f}, "
+          f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
+          f"{r['action_max_abs_diff']:.2e}; text equal {r['text_equal']} "
+          f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
+    for policy, steps in r['fallbacks'].items():
+        print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
+
+
+if __name__ == '__main__':
+    sys.exit(main())

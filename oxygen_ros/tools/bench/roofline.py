@@ -1,0 +1,143 @@
+"""
+Rooflines and targets for ``oxygen_bench gpu``: measured times beside their bounds (pure).
+
+Each measured component gets its FLOPs and bytes (``model/roofline.py``), its bound on the GPU
+it ran on (``backends/gpu_specs.py``) and the fraction of the bound reached. The Jetson AGX
+Thor column is a PROJECTION, not a measurement: Thor's bound divided by the fraction of the
+bound reached here (same software efficiency assumed; Thor's 273 GB/s makes the memory-bound
+calls ~12x slower than on an H100). ``show`` holds the figures against issue 10's targets.
+"""
+
+from __future__ import annotations
+
+from oxygen_ros.backends.gpu_specs import GpuSpec, JETSON_AGX_THOR
+from oxygen_ros.config import ModelConfig
+from oxygen_ros.model.roofline import (
+    CallCost, decode_cost, denoise_cost, prefill_cost, seed_cost, vision_cost)
+
+TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
+              'decode_step_b8': 3.5}
+"""Component targets on an H100 (issue 10, "Show")."""
+
+
+def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
+                    decode_batches: list[int], decode_ctx: int,
+                    dtype_bytes: int) -> dict[str, CallCost]:
+    """Return the work of each component ``gpu_check`` times, by its name there."""
+    prefix = cameras * cfg.image_tokens_per_camera + prompt_tokens
+    costs = {'vision': vision_cost(cfg, cameras, dtype_bytes),
+             'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
+             'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes)}
+    for b in decode_batches:
+        costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix),
+                                                 dtype_bytes=dtype_bytes)
+    costs['lm_head'] = seed_cost(cfg, max(decode_batches), dtype_bytes)
+    return costs
+
+
+def roofline(ms: dict[str, float], costs: dict[str, CallCost],
+             gpu: GpuSpec | None) -> dict[str, dict]:
+    """
+    Return per component: measured ms, GFLOP, GB, and on ``gpu`` the bound and % of it.
+
+    Thor: the bound and a projected time (``projected: true``), never a measured one.
+    """
+    out = {}
+    for name, cost in costs.items():
+        row: dict = {'ms': ms.get(name), 'gflop': cost.flops / 1e9, 'gbytes': cost.num_bytes / 1e9}
+        if gpu is not None:
+            bound = 1e3 * cost.bound_seconds(gpu.bandwidth, gpu.bf16_flops)
+            row['bound_ms'] = bound
+            row['bound_by'] = ('memory' if cost.num_bytes / gpu.bandwidth >= cost.flops /
+                               gpu.bf16_flops else 'compute')
+            measured = ms.get(name)
+            row['pct_of_bound'] = 100 * bound / measured if measured else None
+        thor = 1e3 * cost.bound_seconds(JETSON_AGX_THOR.bandwidth, JETSON_AGX_THOR.bf16_flops)
+        row['thor'] = {'bound_ms': thor, 'projected': True}
+        if gpu is not None and ms.get(name):
+            efficiency = min(1.0, row['bound_ms'] / ms[name])
+            row['thor']['projected_ms'] = thor / efficiency
+        out[name] = row
+    return out
+
+
+def paper_cycle(rows: dict[str, dict], *, tokens_per_cycle: int, batch_name: str) -> dict:
+    """
+    Return one OxyGen paper-workload cycle from components (bidirectional prefix).
+
+    vision + two prefills (action and text prompt) + denoise + seed + k decode steps at the
+    decode batch: measured sum, bound sum, and Thor's projected sum.
+    """
+    parts = {'vision': 1, 'prefill': 2, 'denoise_10_steps': 1, 'lm_head': 1,
+             batch_name: tokens_per_cycle}
+    out = {}
+    for key in ('ms', 'bound_ms'):
+        if all(rows.get(p, {}).get(key) is not None for p in parts):
+            out[key] = sum(n * rows[p][key] for p, n in parts.items())
+    if all('projected_ms' in rows.get(p, {}).get('thor', {}) for p in parts):
+        out['thor_projected_ms'] = sum(n * rows[p]['thor']['projected_ms']
+                                       for p, n in parts.items())
+    out['thor_bound_ms'] = sum(n * rows[p]['thor']['bound_ms'] for p, n in parts.items()
+                               if p in rows)
+    out['formula'] = ' + '.join(f'{n} x {p}' for p, n in parts.items())
+    return out
+
+
+def _target(measured: float | bool | None, target: float | bool, at_most: bool = True) -> dict:
+    if measured is None:
+        return {'target': target, 'measured': None, 'ok': None}
+    if isinstance(target, bool):
+        return {'target': target, 'measured': measured, 'ok': measured == target}
+    ok = measured <= target if at_most else measured >= target
+    return {'target': target, 'measured': measured, 'ok': ok}
+
+
+def show(report: dict) -> dict[str, dict]:
+    """
+    Return issue 10's "Show" targets with the measured figures of ``report`` (None: not run).
+
+    Keys: no fallback, actions within the gate of eager, OxyGen text equal to isolated on the
+    fast path, action latency, frames/s, tokens/s, speedup / ideal, components, second start.
+    """
+    backends = report.get('backends', {})
+    compiled = backends.get('compiled', {})
+    bench = compiled.get('bench') or {}
+    oxygen = bench.get('oxygen', {})
+    fallbacks = [b.get('fallbacks') for b in backends.values()] + \
+        [b.get('bench', {}).get('fallbacks') for b in backends.values() if b.get('bench')]
+    parity = report.get('pipeline_parity', {}).get('passed')
+    out = {
+        'no_fallback': _target(not any(fallbacks) if compiled else None, True),
+        'actions_within_gate_of_eager': _target(parity, True),
+        'text_equal_oxygen_vs_isolated': _target(bench.get('text_equal'), True),
+        'action_latency_ms_p50': _target(oxygen.get('action_latency_ms_p50'), 20.0),
+        'frames_per_s': _target(oxygen.get('action_hz'), 30.0, at_most=False),
+        'tokens_per_s': _target(oxygen.get('tokens_per_s'), 600.0, at_most=False),
+        'speedup_over_ideal': _target(
+            bench['speedup'] / bench['ideal_speedup'] if bench.get('ideal_speedup') else None,
+            0.9, at_most=False),
+    }
+    for name, limit in TARGETS_MS.items():
+        out[f'{name}_ms'] = _target(compiled.get('ms', {}).get(name), limit)
+    start = report.get('second_start', {})
+    out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 30.0)
+    return out
+
+
+def format_table(rows: dict[str, dict], gpu: GpuSpec | None) -> str:
+    """Return a text table: component, ms, bound, % of bound, Thor bound / projection."""
+    head = (f"{'component':18} {'ms':>8} {'GFLOP':>9} {'GB':>7} {'bound ms':>9} {'% bound':>8}"
+            f" {'Thor bound':>11} {'Thor proj.':>11}")
+    lines = [f'roofline on {gpu.name if gpu else "an unknown GPU (no bound)"}; Thor column '
+             'PROJECTED, not measured', head]
+    for name, r in rows.items():
+        def f(v: float | None, spec: str) -> str:
+            return format(v, spec) if v is not None else '-'
+        lines.append(f"{name:18} {f(r['ms'], '8.2f')} {r['gflop']:9.1f} {r['gbytes']:7.2f} "
+                     f"{f(r.get('bound_ms'), '9.2f')} {f(r.get('pct_of_bound'), '7.0f')}% "
+                     f"{r['thor']['bound_ms']:11.2f} "
+                     f"{f(r['thor'].get('projected_ms'), '11.2f')}")
+    return '\n'.join(lines)
+
+
+__all__ = ['TARGETS_MS', 'component_costs', 'format_table', 'paper_cycle', 'roofline', 'show']

@@ -1,0 +1,80 @@
+"""
+Start-up time to the first action chunk, as a node starts (``python -m ...tools.bench_start``).
+
+Run it in a fresh process (``oxygen_bench gpu --phases start`` runs it twice: a first start
+and a second one that finds the compile caches on disk). It does what the node's configure
+and first cycle do: build the engine (weights, KV pool, the fast path's warm-up: compile,
+capture, parity gate), the engine warm-up cycle, then one control cycle on a real
+observation, and prints one JSON line: seconds per phase, ``first_chunk_unix_s`` (the wall
+clock when the chunk was ready, for the parent to subtract its spawn time), the compile
+cache hits / misses and any fallback. Random weights (no checkpoint loading time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from oxygen_ros.config import CAMERA_SLOTS, preset_names
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog='bench_start', description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('--preset', default='pi05_droid', choices=preset_names())
+    p.add_argument('--dtype', default='bfloat16', choices=('float32', 'bfloat16'))
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--cameras', type=int, default=3, choices=(1, 2, 3))
+    p.add_argument('--compile-mode', default='auto',
+                   choices=('none', 'auto', 'default', 'reduce-overhead', 'cuda-graphs'))
+    p.add_argument('--max-running', type=int, default=32)
+    p.add_argument('--decode-budget', type=int, default=30)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start an engine, run one cycle, print the timings as one JSON line."""
+    t0 = time.perf_counter()
+    args = _parse(argv)
+    import logging
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    from oxygen_ros.engine.config import CompileMode, EngineConfig
+    from oxygen_ros.engine.engine import Engine
+    from oxygen_ros.tools.common.workload import make_observation
+    import torch
+    t_import = time.perf_counter()
+    cfg = EngineConfig(preset=args.preset, dtype=args.dtype, device=args.device,
+                       compile_mode=CompileMode(args.compile_mode),
+                       cameras=CAMERA_SLOTS[:args.cameras], decode_budget=args.decode_budget,
+                       max_running_requests=args.max_running)
+    engine = Engine(cfg)
+    t_build = time.perf_counter()
+    cameras = cfg.model_config().cameras
+    engine.warmup(make_observation(0, cameras, engine.model_cfg.state_dim))
+    t_warm = time.perf_counter()
+    out = engine.step(make_observation(1, cameras, engine.model_cfg.state_dim))
+    if out.action is None:
+        raise RuntimeError('no action chunk from the first cycle')
+    first = time.time()
+    t_first = time.perf_counter()
+    model = engine.backend.model
+    cache = getattr(model, 'cache', None)
+    counts = cache.counts() if cache is not None else None
+    print(json.dumps({
+        'import_s': t_import - t0, 'engine_build_s': t_build - t_import,
+        'fast_path_warmup_s': getattr(engine.backend, 'compile_seconds', 0.0),
+        'engine_warmup_cycle_s': t_warm - t_build, 'first_cycle_s': t_first - t_warm,
+        'main_to_first_chunk_s': t_first - t0, 'first_chunk_unix_s': first,
+        'compile_cache_hits': counts.hits if counts else None,
+        'compile_cache_misses': counts.misses if counts else None,
+        'compile_cache_loaded': cache.loaded if cache is not None else None,
+        'fallbacks': engine.fallbacks, 'compile_mode': args.compile_mode,
+        'device_name': torch.cuda.get_device_name() if args.device.startswith('cuda')
+        else 'cpu'}))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Helpers shared by the console scripts: child processes, observing the node, workloads."""

@@ -1,0 +1,62 @@
+"""Child processes of the tools (the node, bag replay and record) on a private ROS domain."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import random
+import signal
+import subprocess
+import sys
+from typing import Sequence
+
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
+
+_DOMAIN_IDS = tuple(range(1, 102))  # clear of the ephemeral port range (ROS 2 docs)
+
+
+class Child:
+    """A ROS tool run as ``python -m module``, output in a log file."""
+
+    def __init__(self, name: str, args: Sequence[str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f'{name}.log'
+        with open(self.log_path, 'wb') as log:
+            self.popen = subprocess.Popen([sys.executable, '-m', *args], stdout=log,
+                                          stderr=subprocess.STDOUT)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGINT, then SIGKILL after ``timeout_s``; return the exit status."""
+        if self.alive:
+            self.popen.send_signal(signal.SIGINT)
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        return '\n'.join(self.log_path.read_text(errors='replace').splitlines()[-lines:])
+
+
+def ros_environment(domain_id: int | None) -> int:
+    """Set this process's (and its children's) ROS domain; return it."""
+    if domain_id is None:
+        domain_id = random.SystemRandom().choice(_DOMAIN_IDS)
+    os.environ['ROS_DOMAIN_ID'] = str(domain_id)
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    os.environ.setdefault('AMENT_PREFIX_PATH', sys.prefix)
+    os.environ['PYTHONUNBUFFERED'] = '1'
+    return domain_id
+
+
+def replay_args(bag: Path, cameras: Sequence[str] = ('base_0_rgb', 'left_wrist_0_rgb')
+                ) -> list[str]:
+    """Return ``oxygen_bag replay`` arguments: loop the node's input topics of ``bag``."""
+    return ['oxygen_ros.tools.bag.replay', str(bag), '--loop', '--wait-for-subscribers', '20',
+            '--topics', *(CAMERA_TOPICS[c] for c in cameras), JOINT_STATES_TOPIC,
+            INSTRUCTION_TOPIC]

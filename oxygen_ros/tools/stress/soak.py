@@ -1,0 +1,231 @@
+"""
+``oxygen_stress soak``: the node for N minutes under steady load, watched for leaks and rate loss.
+
+The node (a subprocess, ``config/test.yaml`` for ``--preset tiny``, ``config/demo.yaml`` for
+``demo``; periodic subtask/memory requests off so that questions are the only text) acts on the
+demo bag replayed in a loop while this process asks ``--questions-per-s`` questions on
+``/oxygen/ask`` (each decoded to 32 tokens, EOS off, so several hold KV blocks at once).
+Every ``--sample-every`` seconds it samples the node process (psutil: RSS,
+USS, open file descriptors, threads, CPU), the KV blocks in use (``/diagnostics``) and the
+action-chunk rate received. After ``--minutes`` the questions stop and the load drains.
+
+Verdict (exit 1 if any fails, 0 otherwise; 2 if the node never acted):
+
+- **memory**: RSS grows at most ``--max-rss-growth`` (5 %) after warm-up: the median RSS of the
+  last minute against the median of the first minute after warm-up. Warm-up is the first
+  ``max(60 s, 20 % of the run)``: torch's allocator, the Python heap and DDS buffers reach
+  their working size then. A least-squares slope (MiB/hour) over the post-warm-up samples is
+  reported beside it.
+- **KV**: after the load drains (every question answered), the KV blocks in use return to the
+  baseline measured before the first question (actions only), within ``--drain-s``.
+- **rate**: in every full minute after warm-up, action chunks arrive at >= 95 % of
+  ``control_rate_hz``.
+
+Writes ``soak.json`` (settings, samples, verdict) and ``soak.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+import platform
+import sys
+import time
+from typing import Sequence
+
+from oxygen_ros.resources import config_file
+from oxygen_ros.ros.text_events import NO_ANSWER
+from oxygen_ros.tools.bag.make_demo import demo_bag
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.tools.common.children import Child, replay_args, ros_environment
+from oxygen_ros.tools.common.machine import cpu_name
+from oxygen_ros.tools.common.node_client import ProcessFigures
+from oxygen_ros.tools.common.observer import Observer
+from oxygen_ros.tools.stress.soak_report import plot, Verdict, verdict
+import rclpy
+from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import String
+import yaml
+
+PARAMS_FILES = {'tiny': 'test', 'demo': 'demo'}
+_NODE_TOPICS = ('/oxygen/action_chunk', '/oxygen/subtask', '/oxygen/answer', '/oxygen/memory',
+                '/oxygen/ask', '/oxygen/get_state', '/oxygen/instruction', '/diagnostics')
+"""Names the observer and the replay use, moved under a private prefix (``isolation``)."""
+NODE_OVERRIDES = ('subtask_period:=0.0', 'memory_period:=0.0', 'decode_budget:=32',
+                  'stop_on_eos:=false')
+"""Questions are the only text, each decodes 32 tokens (k = 4: ~8 cycles holding KV)."""
+_MIB = float(1 << 20)
+
+
+def isolation(prefix: str) -> tuple[list[str], list[str]]:
+    """
+    Return remap arguments that move the soak's traffic under ``prefix``.
+
+    A random ``ROS_DOMAIN_ID`` alone is not private on a shared machine: a test on the same
+    domain would answer our questions and publish chunks we would count. The node runs in the
+    namespace ``prefix`` with its absolute inputs (cameras, joint states) and ``/diagnostics``
+    remapped under it; the replay and this process remap the same names.
+
+    :returns: ``(node arguments after --ros-args, remap arguments for the other processes)``.
+    """
+    inputs = [*CAMERA_TOPICS.values(), JOINT_STATES_TOPIC]
+    moved = [a for t in (*inputs, '/diagnostics') for a in ('-r', f'{t}:={prefix}{t}')]
+    node = ['-r', f'__ns:={prefix}', *moved]
+    others = [a for t in (*inputs, *_NODE_TOPICS) for a in ('-r', f'{t}:={prefix}{t}')]
+    return node, others
+
+
+def _kv_used(observer: Observer) -> int | None:
+    diags = observer.got.diagnostics
+    return int(diags[-1]['KV blocks used']) if diags else None
+
+
+def _baseline(observer: Observer, seconds: float) -> tuple[int, int]:
+    """Watch ``seconds`` with actions only; return (max KV blocks used, capacity)."""
+    first = len(observer.got.diagnostics)
+    observer.spin_for(seconds)
+    seen = observer.got.diagnostics[first:] or observer.got.diagnostics[-1:]
+    return (max(int(d['KV blocks used']) for d in seen),
+            int(seen[-1]['KV blocks capacity']))
+
+
+def run_soak(args: argparse.Namespace, out: Path) -> dict:
+    """Run the soak; return the JSON-able result (``verdict`` inside)."""
+    params = config_file(PARAMS_FILES[args.preset])
+    target_hz = yaml.safe_load(params.read_text())['/**']['ros__parameters']['control_rate_hz']
+    node_remaps, remaps = isolation(args.prefix)
+    node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params), *node_remaps]
+    for p in NODE_OVERRIDES:
+        node_args += ['-p', p]
+    observer = Observer('oxygen_soak', ask_topic=True)
+    node = Child('node', node_args, out)
+    children = [node]
+    samples: list[dict] = []
+    asked = 0
+    try:
+        if not observer.wait_active(node):
+            raise RuntimeError(f'the node did not become active:\n{node.tail()}')
+        children.append(Child('replay', [*replay_args(demo_bag()), '--ros-args', *remaps],
+                              out))
+        if not observer.wait_for(lambda: len(observer.got.chunk_ns) > 0, 60.0):
+            raise RuntimeError(f'no action chunk:\n{node.tail()}')
+        figures = ProcessFigures(node.popen.pid)
+        kv_baseline, kv_capacity = _baseline(observer, args.baseline_s)
+        print(f'node pid {node.popen.pid} acting; KV baseline {kv_baseline} of {kv_capacity} '
+              f'blocks; soaking {args.minutes:g} min', flush=True)
+        start, start_wall_ns = time.monotonic(), time.time_ns()
+        end = start + args.minutes * 60.0
+        next_ask, next_sample = start, start + args.sample_every
+        last_chunks, last_t = len(observer.got.chunk_ns), start
+        while (now := time.monotonic()) < end and node.alive:
+            if now >= next_ask:
+                observer.ask_pub.publish(String(data=f'What is on the table? ({asked})'))
+                asked += 1
+                next_ask += 1.0 / args.questions_per_s
+            if now >= next_sample:
+                n = len(observer.got.chunk_ns)
+                sample = figures.sample().as_dict()
+                sample.update(t_s=now - start, kv_used=_kv_used(observer),
+                              chunk_rate_hz=(n - last_chunks) / max(now - last_t, 1e-9),
+                              chunks=n, asked=asked,
+                              answered=len(observer.got.texts['answer']))
+                samples.append(sample)
+                last_chunks, last_t = n, now
+                next_sample += args.sample_every
+                print(f"[{sample['t_s']:7.1f} s] RSS {sample['rss'] / _MIB:7.1f} MiB, USS "
+                      f"{sample['uss'] / _MIB:7.1f} MiB, fds {sample['num_fds']}, threads "
+                      f"{sample['num_threads']}, KV {sample['kv_used']}, "
+                      f"{sample['chunk_rate_hz']:.2f} chunks/s, answers "
+                      f"{sample['answered']}/{asked}", flush=True)
+            observer.spin_for(min(0.05, max(0.0, min(next_ask, next_sample) - now)))
+        if not node.alive:
+            raise RuntimeError(f'the node exited:\n{node.tail()}')
+        drain_start = time.monotonic()
+        drained = observer.wait_for(
+            lambda: (_kv_used(observer) or 0) <= kv_baseline and
+            len(observer.got.texts['answer']) >= asked, args.drain_s)
+        kv_after = _kv_used(observer)
+        drain_s = time.monotonic() - drain_start
+        chunk_times_s = [(t - start_wall_ns) / 1e9 for t in observer.got.chunk_ns]
+    finally:
+        for child in reversed(children):
+            child.stop()
+        observer.close()
+    answered = len(observer.got.texts['answer'])
+    refused = sum(t.startswith(NO_ANSWER) for t in observer.got.texts['answer'])
+    result = {
+        'date': f'{datetime.datetime.now():%Y-%m-%d %H:%M}', 'host': platform.node(),
+        'cpu': cpu_name(), 'preset': args.preset, 'minutes': args.minutes,
+        'target_hz': target_hz, 'questions_per_s': args.questions_per_s,
+        'sample_every_s': args.sample_every, 'warmup_s': warmup_s(args.minutes),
+        'kv_baseline': kv_baseline, 'kv_capacity': kv_capacity, 'kv_after_drain': kv_after,
+        'drained': drained, 'drain_s': drain_s, 'asked': asked, 'answered': answered,
+        'refused': refused, 'prefix': args.prefix, 'samples': samples,
+        'max_rss_growth': args.max_rss_growth, 'min_rate_fraction': args.min_rate_fraction}
+    result['verdict'] = verdict(result, chunk_times_s).as_dict()
+    result['chunk_times_s'] = [round(t, 4) for t in chunk_times_s]
+    return result
+
+
+def warmup_s(minutes: float) -> float:
+    """Return the warm-up of a run: ``max(60 s, 20 % of it)``."""
+    return max(60.0, 0.2 * minutes * 60.0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='oxygen_stress soak',
+                                     description=__doc__.split('\n\n')[0])
+    parser.add_argument('--minutes', type=float, default=10.0, help='loaded minutes')
+    parser.add_argument('--preset', choices=sorted(PARAMS_FILES), default='tiny',
+                        help='tiny: config/test.yaml; demo: config/demo.yaml')
+    parser.add_argument('--questions-per-s', type=float, default=2.0)
+    parser.add_argument('--sample-every', type=float, default=5.0, help='seconds')
+    parser.add_argument('--baseline-s', type=float, default=10.0,
+                        help='seconds of actions only before the questions (KV baseline)')
+    parser.add_argument('--drain-s', type=float, default=60.0,
+                        help='seconds the load may take to drain after the run')
+    parser.add_argument('--max-rss-growth', type=float, default=0.05)
+    parser.add_argument('--min-rate-fraction', type=float, default=0.95)
+    parser.add_argument('--out', type=Path, default=None,
+                        help='output folder (default out/soak_<time>)')
+    parser.add_argument('--domain-id', type=int, default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the soak; return 0 if every check passed, 1 if one failed, 2 on a setup error."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not (args.minutes > 0 and args.questions_per_s > 0 and args.sample_every > 0):
+        parser.error('--minutes, --questions-per-s and --sample-every must be > 0')
+    out = args.out or Path('out') / f'soak_{datetime.datetime.now():%Y%m%d-%H%M%S}'
+    out.mkdir(parents=True, exist_ok=True)
+    domain_id = ros_environment(args.domain_id)
+    print(f'ROS_DOMAIN_ID={domain_id} (localhost only), topics under /soak_{os.getpid()}; '
+          f'output {out}', flush=True)
+    args.prefix = f'/soak_{os.getpid()}'
+    rclpy.init(args=['oxygen_soak', '--ros-args', *isolation(args.prefix)[1]],
+               signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        result = run_soak(args, out)
+    except RuntimeError as exc:
+        print(f'oxygen_stress soak: {exc}', file=sys.stderr)
+        return 2
+    finally:
+        rclpy.try_shutdown()
+    (out / 'soak.json').write_text(json.dumps(result, indent=1))
+    plot(result, out / 'soak.png')
+    v = Verdict(**result['verdict'])
+    print(v.summary(result))
+    print(f'wrote {out / "soak.json"} and {out / "soak.png"}')
+    return 0 if v.passed else 1
+
+
+__all__ = ['main', 'run_soak', 'warmup_s']
+
+
+if __name__ == '__main__':
+    sys.exit(main())
