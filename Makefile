@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.oxygen-setup
 TOKENIZER_STAMP := $(VENV)/.oxygen-tokenizer
 SIM_ASSETS_STAMP := $(VENV)/.oxygen-sim-assets
-# The project's own messages and actions (README "Interfaces"): an ament_cmake package that
+# The project's own messages and actions (docs/topics.md "Interfaces"): an ament_cmake package that
 # rosidl generates with plain cmake from the PyPI wheels and installs into the venv prefix.
 IFACE := oxygen_ros_interfaces
 IFACE_STAMP := $(VENV)/.oxygen-interfaces
@@ -22,7 +22,7 @@ export AMENT_PREFIX_PATH := $(abspath $(VENV))
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test demo sim bench lint clean gpu-check
+.PHONY: setup test demo sim bench lint docs clean gpu-check
 
 setup: $(STAMP) $(IFACE_STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
@@ -76,6 +76,10 @@ bench: setup
 
 lint: setup
 	$(PY) -m pytest -m linter
+
+# Generated pages of docs/ (a test fails when a committed one is stale).
+docs: setup
+	$(PY) -m oxygen_ros.ros.param_docs
 
 clean:
 	rm -rf build install log .pytest_cache out

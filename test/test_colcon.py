@@ -6,7 +6,7 @@ runs ``colcon build``, ``colcon test`` on the lint tests and one unit module (th
 already runs outside colcon; running it twice would double CI time) and
 ``colcon test-result --verbose``. The interface package ``oxygen_ros_interfaces`` (ament_cmake,
 rosidl) sits inside the repository, where colcon does not look (it stops at the root's
-package.xml): the workspace gets the symlink the README tells users to make, and colcon
+package.xml): the workspace gets the symlink README.md tells users to make, and colcon
 builds both, the interfaces first; ``--base-paths`` finds both too.
 Checks that every console script lands in ``install/oxygen_ros/lib/oxygen_ros/`` and runs, and
 that after sourcing ``install/setup.bash`` the ament index finds the package share with its
@@ -111,7 +111,7 @@ def test_colcon_build_test_install(tmp_path):
     rc, out = _run([colcon, 'list', '--names-only', '--base-paths', 'src',
                     f'src/{PACKAGE}/{INTERFACES}'], ws, env)
     assert (rc, sorted(out.split())) == (0, [PACKAGE, INTERFACES]), out
-    (ws / 'src' / INTERFACES).symlink_to(Path(PACKAGE) / INTERFACES)  # README "Interfaces"
+    (ws / 'src' / INTERFACES).symlink_to(Path(PACKAGE) / INTERFACES)  # README "Running on a robot"
     rc, out = _run([colcon, 'build', '--cmake-args', f'-DPython3_EXECUTABLE={sys.executable}',
                     '-DBUILD_TESTING=OFF'], ws, env)
     assert rc == 0, f'colcon build failed:\n{out}\n{_log(ws, "build")}\n' \

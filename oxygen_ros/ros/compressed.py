@@ -8,7 +8,7 @@ codec got>"``, e.g. ``"rgb8; jpeg compressed bgr8"`` or ``"mono8; png compressed
 ``"png"``. The data is an ordinary JPEG/PNG file, so its colours are real whatever channel order
 the publisher's OpenCV matrix had: it decodes straight to RGB.
 
-Decoders (chosen with ``oxygen_bench image_decode``, README "Running on a robot"): JPEG with
+Decoders (chosen with ``oxygen_bench image_decode``, docs/running.md): JPEG with
 simplejpeg (libjpeg-turbo inside the wheel) in strict mode, so libjpeg's "corrupt data" and
 "premature end" warnings raise (Pillow and OpenCV decode such frames to wrong pixels; the bench
 counts how many one-byte corruptions each refuses). PNG with Pillow (zlib, chunk CRCs

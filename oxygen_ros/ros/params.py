@@ -99,10 +99,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               'by name in /joint_states; default joint_1..joint_<state_dim>', read_only=True),
     ParamSpec('action_joint_names', None, 'joint_names of ~/action_chunk (robot_action_dim '
               'of them); default: the first robot_action_dim joint_names', read_only=True),
-    ParamSpec('action_space', '', "what the action dims mean; '' = the preset's: "
-              f'{_choices([a.value for a in ActionSpace])} (joint_velocity: ~/action_chunk '
-              'carries the integrated positions and the velocities; ee_delta: '
-              '~/ee_delta_chunk)', read_only=True),
+    ParamSpec('action_space', '', "what the action dims mean; '' = the preset's (pi05_droid: "
+              "joint_velocity, pi05_libero: ee_delta, others: joint_position): 'joint_position', "
+              "'joint_velocity' (~/action_chunk carries the integrated positions and the "
+              "velocities), 'ee_delta' (~/ee_delta_chunk)", read_only=True),
     ParamSpec('position_limits_lower', None, 'lowest position of each action joint (rad, m; '
               'ee_delta: lowest raw action value); -.inf = none. Every chunk is clipped',
               read_only=True),

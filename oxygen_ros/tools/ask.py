@@ -143,7 +143,7 @@ def ask(node: Node, executor: SingleThreadedExecutor, args: argparse.Namespace,
         handle.cancel_goal_async()
         _spin_until(executor, result.done, threading.Event(), time.monotonic() + 5.0)
     if not result.done():
-        print('\noxygen-ask: no result', file=err)
+        print('\noxygen_ask: no result', file=err)
         return 1
     res = result.result()
     answer = res.result.answer

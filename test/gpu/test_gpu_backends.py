@@ -7,7 +7,7 @@ fallback; the calls never wait for the host (``torch.cuda.set_sync_debug_mode('e
 the graphs replay (not re-run) and see new inputs; TensorRT parses and builds our graphs,
 executes on torch's buffers and stream, and the whole engine on it equals the torch backend;
 engines come from the disk cache the second time. Timings on full size:
-``python -m oxygen_ros.tools.bench.gpu_check`` (README, "GPU, TensorRT").
+``python -m oxygen_ros.tools.bench.gpu_check`` (docs/gpu.md).
 """
 
 import importlib.util

@@ -9,8 +9,9 @@ for 8 s, each needing ~1 s of decoding, so most of them cannot get KV blocks. Te
 for KV: in every ``/diagnostics`` status of the loaded span, every control cycle published a
 chunk (chunk rate == control rate, no input rejected), and chunks keep arriving around each
 refusal. The rate itself is compute (text decoding shares the CPU with the actions and, here,
-with other jobs): it is printed for the README, and only a stall (under half the rate before
-the questions) fails the test (house rule: speed is measured, not asserted in timed tests).
+with other jobs): it is printed for docs/robustness.md, and only a stall (under half the rate
+before the questions) fails the test (house rule: speed is measured, not asserted in timed
+tests).
 """
 
 import time

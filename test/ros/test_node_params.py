@@ -1,10 +1,10 @@
 """The node's parameters without DDS traffic: specs, configs, descriptors, files, docs."""
 
 import math
-from pathlib import Path
 
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.resources import config_file, share_dir
+from oxygen_ros.ros import param_docs
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, ParameterError, PARAMETERS, SPECS)
 import pytest
@@ -137,8 +137,21 @@ def test_share_dir_holds_the_params_files():
     assert {p.stem for p in (share_dir() / 'config').glob('*.yaml')} >= set(CONFIGS)
 
 
+def test_parameters_doc_is_generated_from_the_code():
+    assert param_docs.DEFAULT_PAGE.read_text() == param_docs.render(), \
+        'docs/parameters.md is stale: run `make docs`'
+    assert param_docs.main(['--check']) == 0
+
+
+def test_parameters_doc_check_fails_on_a_stale_page(tmp_path, capsys):
+    stale = tmp_path / 'parameters.md'
+    stale.write_text(param_docs.render().replace('`control_rate_hz`', '`control_hz`'))
+    assert param_docs.main(['--check', str(stale)]) == 1
+    assert capsys.readouterr().err == f'{stale} is stale: run `make docs`\n'
+
+
 def test_parameters_doc_lists_every_parameter():
-    doc = (Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md').read_text()
+    doc = param_docs.DEFAULT_PAGE.read_text()
     rows = {line.split('`')[1] for line in doc.splitlines() if line.startswith('| `')}
     assert rows == {spec.name for spec in PARAMETERS}
     for spec in PARAMETERS:

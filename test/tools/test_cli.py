@@ -13,6 +13,8 @@ GROUPS = {'oxygen_bag': bag, 'oxygen_bench': bench, 'oxygen_demo': demo, 'oxygen
 
 
 class _Recorder:
+    """A subcommand module that records its argv."""
+
     def __init__(self):
         self.calls = []
 
