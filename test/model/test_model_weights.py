@@ -65,12 +65,14 @@ def test_load_dtype_override_and_file_path(model, tmp_path):
 
 
 # openpi models_pytorch/gemma_pytorch.py, to_bfloat16_for_selected_params: substrings of the
-# checkpoint keys whose tensors stay float32 in a bfloat16 model.
+# checkpoint keys whose tensors stay float32 in a bfloat16 model; pi0_pytorch.py builds the
+# four heads outside paligemma_with_expert and never casts them.
 OPENPI_FLOAT32_SELECTORS = (
     'vision_tower.vision_model.embeddings.patch_embedding.weight',
     'vision_tower.vision_model.embeddings.patch_embedding.bias',
     'vision_tower.vision_model.embeddings.position_embedding.weight',
     'input_layernorm', 'post_attention_layernorm', 'model.norm')
+OPENPI_FLOAT32_HEADS = ('action_in_proj.', 'action_out_proj.', 'time_mlp_in.', 'time_mlp_out.')
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
@@ -78,10 +80,11 @@ def test_16_bit_models_keep_openpis_float32_parameters(model, tmp_path, dtype):
     save_checkpoint(model, tmp_path, dtype=dtype)
     with safe_open(str(tmp_path / 'model.safetensors'), framework='pt') as reader:
         on_disk = {k: reader.get_slice(k).get_dtype() for k in reader.keys()}
-    want = {k: 'F32' if any(sel in k for sel in OPENPI_FLOAT32_SELECTORS)
+    want = {k: 'F32' if any(sel in k for sel in OPENPI_FLOAT32_SELECTORS) or
+            k.startswith(OPENPI_FLOAT32_HEADS)
             else {torch.bfloat16: 'BF16', torch.float16: 'F16'}[dtype] for k in on_disk}
     assert on_disk == want
-    assert sum(v == 'F32' for v in want.values()) == 3 + 2 * 2 + 1 + 2 * 2 * 2 + 2
+    assert sum(v == 'F32' for v in want.values()) == 3 + 2 * 2 + 1 + 2 * 2 * 2 + 2 + 4 * 2
     loaded = load_checkpoint(tmp_path, model.cfg)
     assert loaded.dtype == dtype
     assert {n for n, p in loaded.named_parameters() if p.dtype == torch.float32} == \
