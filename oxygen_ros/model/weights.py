@@ -83,20 +83,30 @@ def save_checkpoint(model: Pi05Model, out_dir: str | Path, *,
             tensors[prefix + name] = piece.contiguous().cpu()
     path = out_dir / WEIGHTS_FILE
     save_file(tensors, str(path), metadata={'format': 'pt'})
-    cfg = model.cfg
+    config = openpi_config(model.cfg, str(dtype or model.dtype).removeprefix('torch.'), layout)
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + '\n')
+    return path
+
+
+def openpi_config(cfg: ModelConfig, precision: str,
+                  layout: CheckpointLayout = CheckpointLayout.OPENPI) -> dict[str, object]:
+    """
+    Return the ``config.json`` of a checkpoint folder.
+
+    openpi's converter keys (action_dim, action_horizon, paligemma_variant,
+    action_expert_variant, precision) plus our ``preset`` and ``layout``.
+    """
     base = get_preset('pi05_base')
-    config = {
+    return {
         'action_dim': cfg.action_dim,
         'action_horizon': cfg.action_horizon,
         'paligemma_variant': 'gemma_2b' if cfg.vlm == base.vlm else f'{cfg.name}_vlm',
         'action_expert_variant': 'gemma_300m' if cfg.expert == base.expert
         else f'{cfg.name}_expert',
-        'precision': str(dtype or model.dtype).removeprefix('torch.'),
+        'precision': precision,
         'preset': cfg.name,
         'layout': layout.value,
     }
-    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + '\n')
-    return path
 
 
 def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | None = None,
@@ -214,4 +224,5 @@ def _preset_hint(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> list[s
     return [f'  wrong preset? {"; ".join(diff)}; {hint}']
 
 
-__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'save_checkpoint']
+__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'openpi_config',
+           'save_checkpoint']
