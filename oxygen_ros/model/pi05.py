@@ -40,9 +40,12 @@ class Pi05Model(nn.Module):
     Parameters are random (``init.init_parameters``) and deterministic under
     ``torch.manual_seed``; load real weights with ``weights.load_checkpoint``. Built inside
     ``with torch.device('meta')`` it allocates nothing (parameter counts, meta loading).
+
+    :param untied_lm_head: give the LM head its own ``[V, W]`` weight (``lm_head``) instead of
+        the token embedding (π0.5 ties them; some fine-tunes do not).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, *, untied_lm_head: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         target = torch.get_default_device()
@@ -51,6 +54,8 @@ class Pi05Model(nn.Module):
             self.vision = SiglipTower(cfg.vision)
             self.projector = nn.Linear(cfg.vision.width, vlm_w)
             self.embedding = nn.Parameter(torch.empty(cfg.vocab_size, vlm_w))
+            self.lm_head = nn.Parameter(torch.empty(cfg.vocab_size, vlm_w)) \
+                if untied_lm_head else None
             self.vlm = GemmaExpert(cfg.vlm, NormKind.RMS, cfg.norm_eps)
             self.expert = GemmaExpert(cfg.expert, NormKind.ADAPTIVE, cfg.norm_eps)
             self.action_in_proj = nn.Linear(cfg.action_dim, exp_w)
@@ -184,7 +189,7 @@ class Pi05Model(nn.Module):
     @torch.no_grad()
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """
-        Return LM logits: final RMSNorm then the tied embedding (spec §1.3).
+        Return LM logits: final RMSNorm then the LM head (the tied embedding, spec §1.3).
 
         The matmul runs in the model dtype (bf16 logits are then rounded, as openpi-PyTorch).
 
@@ -192,7 +197,12 @@ class Pi05Model(nn.Module):
         :returns: ``float32 [..., V]``.
         """
         y, _ = self.vlm.final_norm(hidden)
-        return F.linear(y, self.embedding).float()
+        return F.linear(y, self.lm_head_weight).float()
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        """Return the LM head ``[V, W]``: ``lm_head`` if untied, else the token embedding."""
+        return self.embedding if self.lm_head is None else self.lm_head
 
     # ---------------------------------------------------------------- prefill
     @torch.no_grad()
