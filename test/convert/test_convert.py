@@ -1,18 +1,20 @@
 """oxygen_convert: openpi's JAX tree written by orbax → model.safetensors, and its refusals."""
 
 import json
+from pathlib import Path
 import shutil
+import subprocess
 import sys
 
 import numpy as np
 from openpi_jax_tree import jax_tree, with_value_leaves, write_orbax
 from oxygen_ros.config import GemmaConfig, get_preset, VisionConfig
-from oxygen_ros.convert.cli import main
 from oxygen_ros.convert.convert import convert_checkpoint
 from oxygen_ros.convert.orbax_reader import ConvertError
 from oxygen_ros.model.norm_stats import identity_norm_stats, save_norm_stats
 from oxygen_ros.model.pi05 import build_model
 from oxygen_ros.model.weights import load_checkpoint, save_checkpoint
+from oxygen_ros.tools.convert import main
 import pytest
 from safetensors import safe_open
 from safetensors.numpy import load_file
@@ -202,3 +204,10 @@ def test_a_checkpoint_without_assets_converts_with_a_warning(direct, tmp_path, c
     assert not (tmp_path / 'out/assets').exists()
     assert f'{src} has no assets/: the converted folder has no norm stats' in caplog.text
     shutil.rmtree(tmp_path / 'out')
+
+
+def test_the_installed_console_script_answers_help():
+    exe = Path(sys.executable).with_name('oxygen_convert')
+    proc = subprocess.run([str(exe), '--help'], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith('usage: oxygen_convert ') and '--precision' in proc.stdout

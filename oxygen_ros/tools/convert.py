@@ -2,7 +2,7 @@
 ``oxygen_convert``: an openpi JAX π0.5 checkpoint folder → an oxygen_ros checkpoint folder.
 
 Needs the ``convert`` extra (``pip install .[convert]``: tensorstore); not openpi, JAX, flax
-or transformers. See ``convert.py`` for what is written and docs/checkpoints.md for use.
+or transformers. What is written: ``oxygen_ros/convert/convert.py``; use: docs/checkpoints.md.
 """
 
 from __future__ import annotations
