@@ -124,6 +124,11 @@ def resolve_conventions(config: EngineConfig, cfg: ModelConfig,
             if prompt.max_length is not None and prompt.max_length != cfg.max_token_len:
                 _LOG.warning('%s: LeRobot tokenizer max length %d, preset %s has %d prompt '
                              'slots', folder, prompt.max_length, cfg.name, cfg.max_token_len)
+            if prompt.chunk_size is not None and prompt.chunk_size != cfg.action_horizon:
+                _LOG.warning('%s: trained with LeRobot chunk_size %d, preset %s denoises %d '
+                             'actions per chunk (the action tokens attend each other: a '
+                             'different horizon changes the actions)', folder,
+                             prompt.chunk_size, cfg.name, cfg.action_horizon)
     return Conventions(state, actions, origin, fmt, config.state_prompt_pad, family)
 
 

@@ -209,10 +209,13 @@ class LerobotPrompt:
 
     :ivar include_state: the discretized state is in the prompt (LeRobot's default).
     :ivar max_length: tokenizer max length (``tokenizer_max_length``), None if not stated.
+    :ivar chunk_size: actions per chunk it was trained with (LeRobot ``chunk_size``, openpi's
+        action horizon), None if not stated.
     """
 
     include_state: bool = True
     max_length: int | None = None
+    chunk_size: int | None = None
 
 
 def lerobot_prompt(folder: Path) -> LerobotPrompt:
@@ -227,7 +230,9 @@ def lerobot_prompt(folder: Path) -> LerobotPrompt:
     include = step_config.get('include_state_in_prompt',
                               not config.get('use_proprioceptive_memory', False))
     length = tokenizer_config.get('max_length', config.get('tokenizer_max_length'))
-    return LerobotPrompt(bool(include), int(length) if isinstance(length, int) else None)
+    chunk = config.get('chunk_size')
+    return LerobotPrompt(bool(include), length if isinstance(length, int) else None,
+                         chunk if isinstance(chunk, int) else None)
 
 
 __all__ = [

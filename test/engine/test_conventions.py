@@ -115,12 +115,17 @@ def test_the_processor_norm_map_wins_over_config_json_with_a_warning(tmp_path, c
         "the processor norm_map {'STATE': 'MEAN_STD', 'ACTION': 'MEAN_STD'}" in caplog.text
 
 
-def test_lerobot_prompt_and_explicit_settings(tmp_path):
+def test_lerobot_prompt_and_explicit_settings(tmp_path, caplog):
     stats = dataset_stats(np.random.default_rng(4))
     write_lerobot_processors(tmp_path, stats)
     # openpi's pi05_libero has no state in the prompt; LeRobot's pi05 always has it
     assert get_preset('pi05_libero').prompt_format is PromptFormat.PI0
-    assert _conventions(tmp_path, 'pi05_libero').prompt_format is PromptFormat.PI05_STATE
+    with caplog.at_level(logging.WARNING):
+        assert _conventions(tmp_path, 'pi05_libero').prompt_format is PromptFormat.PI05_STATE
+    assert f'{tmp_path}: trained with LeRobot chunk_size 4, preset pi05_libero denoises 10 ' \
+        'actions per chunk' in caplog.text
+    assert f'{tmp_path}: LeRobot tokenizer max length 64, preset pi05_libero has 200' in \
+        caplog.text
     conv = _conventions(tmp_path, 'pi05_libero', prompt_format=PromptFormat.PI0,
                         state_prompt_pad=32, quantile_eps=1e-6)
     assert conv.prompt_format is PromptFormat.PI0 and conv.state_prompt_pad == 32
