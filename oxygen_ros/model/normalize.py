@@ -93,6 +93,14 @@ class QuantityNorm:
         """Return the dims the stats cover (None for ``IDENTITY`` without stats)."""
         return None if self.stats is None else self.stats.dim
 
+    def _prepare(self, x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """Return a float64 copy of ``x``, the dims d to map and their ``(offset, range)``."""
+        out = _as_array(x)
+        if self.mode is NormMode.IDENTITY:
+            return out, 0, np.zeros(0), np.zeros(0)
+        d = min(self.stats.dim, out.shape[-1])
+        return (out, d, *self._terms(d))
+
     def _terms(self, d: int) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(offset, range)`` of the first ``d`` dims (``x_n = (x - offset) / range``)."""
         low, high = (getattr(self.stats, f)[:d] for f in _BOUNDS[self.mode])
@@ -113,11 +121,9 @@ class QuantityNorm:
         :returns: ``float64 [..., D]`` (a new array).
         :raises ValueError: ``x`` is a scalar.
         """
-        out = _as_array(x)
+        out, d, offset, span = self._prepare(x)
         if self.mode is NormMode.IDENTITY:
             return out
-        d = min(self.stats.dim, out.shape[-1])
-        offset, span = self._terms(d)
         if self.mode is NormMode.MEAN_STD:
             out[..., :d] = (out[..., :d] - offset) / (span + self.eps)
         else:
@@ -134,11 +140,9 @@ class QuantityNorm:
         :returns: ``float64 [..., D]`` (a new array).
         :raises ValueError: ``x`` is a scalar.
         """
-        out = _as_array(x)
+        out, d, offset, span = self._prepare(x)
         if self.mode is NormMode.IDENTITY:
             return out
-        d = min(self.stats.dim, out.shape[-1])
-        offset, span = self._terms(d)
         if self.mode is NormMode.MEAN_STD:
             out[..., :d] = out[..., :d] * span + offset
         else:
