@@ -19,7 +19,7 @@ origin are logged once at start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import enum
 import logging
 from pathlib import Path
@@ -133,7 +133,7 @@ def resolve_conventions(config: EngineConfig, cfg: ModelConfig,
 
 
 def _with_eps(norm: QuantityNorm, eps: float) -> QuantityNorm:
-    return QuantityNorm(norm.stats, norm.mode, quantile_eps=eps, eps=norm.eps)
+    return replace(norm, quantile_eps=eps)
 
 
 def _normalization(config: EngineConfig, cfg: ModelConfig, family: CheckpointFamily

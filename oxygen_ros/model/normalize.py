@@ -20,7 +20,7 @@ Everything is computed in **float64** (openpi's stats are float64; see ``norm_st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 import enum
 from typing import Mapping
 
@@ -235,28 +235,22 @@ class Normalizer:
                              f'model action dim {self.action_dim}')
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, stats: Mapping[str, NormStats | QuantityNorm], *,
-                    quantile_eps: float | None = None) -> Normalizer:
+    def from_config(cls, cfg: ModelConfig,
+                    stats: Mapping[str, NormStats | QuantityNorm]) -> Normalizer:
         """
         Build from a preset and loaded stats.
 
         :param stats: ``state`` and ``actions``: :class:`NormStats` (openpi's quantile
             normalization, ``load_norm_stats``) or :class:`QuantityNorm` (any mode, e.g. read
             from LeRobot's processor files).
-        :param quantile_eps: replaces the quantile epsilon of both (None: keep theirs; openpi
-            1e-6 for plain :class:`NormStats`).
         :raises ValueError: ``state``/``actions`` missing, too short for the preset, or stats
             without the fields of their mode.
         """
         missing = [key for key in REQUIRED_KEYS if key not in stats]
         if missing:
             raise ValueError(f'norm stats lack {missing}; have {sorted(stats)}')
-        norms = {}
-        for key in REQUIRED_KEYS:
-            norm = stats[key] if isinstance(stats[key], QuantityNorm) else \
-                QuantityNorm(stats[key])
-            norms[key] = norm if quantile_eps is None else replace(norm,
-                                                                   quantile_eps=quantile_eps)
+        norms = {key: stats[key] if isinstance(stats[key], QuantityNorm) else
+                 QuantityNorm(stats[key]) for key in REQUIRED_KEYS}
         return cls(state=norms['state'], actions=norms['actions'], state_dim=cfg.state_dim,
                    robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
                    adapter=cfg.robot_adapter)
