@@ -24,7 +24,8 @@ setup(
     maintainer_email='maintainers@users.noreply.a-seed-0a1f5226.example',
     description='pi0.5 VLA on ROS 2 with OxyGen unified KV cache management',
     license='Apache-2.0',
-    extras_require={'test': ['pytest']},
+    # `pip install .[convert]`: oxygen_convert's orbax reader (requirements/convert.txt).
+    extras_require={'test': ['pytest'], 'convert': ['tensorstore>=0.1.60']},
     entry_points={
         'console_scripts': [
             # One executable per thing a user does (snake_case, as `ros2 run` expects); the
@@ -38,6 +39,7 @@ setup(
             'oxygen_stress = oxygen_ros.tools.stress:main',
             'oxygen_fetch = oxygen_ros.tools.fetch:main',
             'oxygen_export = oxygen_ros.tools.export:main',
+            'oxygen_convert = oxygen_ros.tools.convert:main',
             'oxygen_run_model = oxygen_ros.tools.run_model:main',
         ],
     },

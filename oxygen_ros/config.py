@@ -96,6 +96,9 @@ class PromptFormat(str, enum.Enum):
     PI0 = 'pi0'
     """``"{task}"`` then a separately encoded ``"\\n"`` (pi05_libero: no state in prompt)."""
 
+    PI05_NO_STATE = 'pi05_no_state'
+    """``"Task: {task};\\nAction: "`` (LeRobot's pi05 with ``include_state_in_prompt`` off)."""
+
 
 @dataclass(frozen=True, slots=True)
 class VisionConfig:

@@ -23,9 +23,10 @@ LAYERS = {
     'ros': {'engine', 'model', 'kv', 'sched', 'control', 'config', 'observation', 'resources',
             'signals'},
     'sim': {'ros', 'control', 'config', 'resources', 'signals'},
-    'tools': {'sim', 'ros', 'engine', 'backends', 'model', 'kv', 'sched', 'control', 'config',
-              'observation', 'resources', 'signals'},
+    'tools': {'sim', 'ros', 'engine', 'backends', 'convert', 'model', 'kv', 'sched', 'control',
+              'config', 'observation', 'resources', 'signals'},
     'control': {'config'},
+    'convert': {'model', 'config'},
     'config': set(),
     'observation': set(),
     'resources': set(),
@@ -187,6 +188,11 @@ def test_every_import_follows_the_layers():
                    if src != 'oxygen_ros' and _part(dst) != _part(src)
                    and _part(dst) not in LAYERS[_part(src)])
     assert wrong == []
+
+
+def test_convert_imports_neither_jax_nor_tensorstore_nor_ros():
+    loaded = loaded_after_import(of('oxygen_ros.convert'))
+    assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 
 def test_backends_import_no_ros_no_engine_and_tensorrt_only_when_selected():

@@ -344,7 +344,7 @@ class DenoiseGraph(nn.Module):
         dtype = m.dtype
         b, horizon = x_t.shape[0], x_t.shape[1]
         mod_in, mod_post, mod_final = m.expert.modulations(m.time_condition(t))
-        h = m.action_in_proj(x_t.to(dtype))
+        h = m.embed_actions(x_t)
         new_pos = positions.to(torch.float32)[:, None] + torch.arange(
             horizon, device=x_t.device, dtype=torch.float32)
         cos, sin = rope_cos_sin(new_pos, m.cfg.expert.head_dim, m.cfg.rope_base)
@@ -358,8 +358,7 @@ class DenoiseGraph(nn.Module):
             attn = attend(q, torch.cat([kc[i], k], 1), torch.cat([vc[i], v], 1), allowed)
             h = layer.finish(h, attn, gate, mod_post[i])
         h, _ = m.expert.final_norm(h, mod_final)
-        out = m.action_out_proj
-        return F.linear(h.float(), out.weight.float(), out.bias.float())
+        return m.project_actions(h)
 
 
 class LmHeadGraph(nn.Module):

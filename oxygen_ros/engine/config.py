@@ -11,10 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
-from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention
+from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.scheduler import Policy
+
+
+MAX_STATE_PROMPT_PAD = 256
+"""Largest ``state_prompt_pad`` (LeRobot pads to ``max_state_dim``, 32)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +30,15 @@ class EngineConfig:
     :param checkpoint: directory with ``model.safetensors`` (openpi-PyTorch or LeRobot
         layout) and ``assets/<asset_id>/norm_stats.json``; None: random weights (logged).
     :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
-    :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's.
+    :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's (openpi's or
+        LeRobot's; ``engine/conventions.py``).
+    :param prompt_format: the action prompt's format; None: the checkpoint family's (LeRobot:
+        with the state, or as its processor says), else the preset's.
+    :param state_prompt_pad: zero-pad the normalized state to this many dims before binning
+        it into the prompt (LeRobot <= v0.4.4 fine-tunes: 32); 0: no padding (openpi,
+        LeRobot >= v0.5.0).
+    :param quantile_eps: added to ``q99 - q01`` by the quantile normalization; None: the
+        stats' family's (openpi 1e-6, LeRobot 0).
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
@@ -52,6 +64,9 @@ class EngineConfig:
     checkpoint: str | None = None
     tokenizer: str | None = None
     norm_stats: str | None = None
+    prompt_format: PromptFormat | None = None
+    state_prompt_pad: int = 0
+    quantile_eps: float | None = None
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
@@ -90,6 +105,13 @@ class EngineConfig:
             raise ValueError(f'kv_cache_mb must be > 0, got {self.kv_cache_mb}')
         if self.control_period_s is not None and self.control_period_s <= 0:
             raise ValueError(f'control_period_s must be > 0, got {self.control_period_s}')
+        if not 0 <= self.state_prompt_pad <= MAX_STATE_PROMPT_PAD:
+            raise ValueError(f'state_prompt_pad must be in 0..{MAX_STATE_PROMPT_PAD}, got '
+                             f'{self.state_prompt_pad}')
+        if self.quantile_eps is not None and not 0 <= self.quantile_eps <= 1:
+            raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
+        if self.prompt_format is not None:
+            object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
 
     def model_config(self) -> ModelConfig:
         """Return the preset with this config's overrides applied."""

@@ -22,9 +22,11 @@ from oxygen_ros.backends.torch_backend import FrameInputs
 from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
+from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
-from oxygen_ros.engine.loading import build_model, load_norm_stats_for, load_tokenizer
-from oxygen_ros.model.normalize import Normalizer, NormStats
+from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.model.norm_stats import NormStats
+from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
 from oxygen_ros.model.rtc import RtcGuidance
@@ -85,10 +87,11 @@ class Engine:
                              f'{self.model_cfg.prefix_attention.value}')
         self.model = model.eval()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-        stats = norm_stats if norm_stats is not None else load_norm_stats_for(
-            config, self.model_cfg)
         cfg = self.model_cfg
-        self.normalizer = Normalizer.from_config(cfg, stats)
+        self.conventions = resolve_conventions(config, cfg, norm_stats)
+        _LOG.info('%s', self.conventions.describe())
+        self.normalizer = Normalizer.from_config(
+            cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
         self.max_prefix_tokens = len(cfg.cameras) * cfg.image_tokens_per_camera + \
             cfg.max_token_len
         sched_cfg = SchedulerConfig(
@@ -201,7 +204,9 @@ class Engine:
 
         :raises ObservationError: see ``engine.inputs.prepare_observation``.
         """
-        return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer)
+        return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer,
+                                   prompt_format=self.conventions.prompt_format,
+                                   state_pad=self.conventions.state_prompt_pad)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
              on_action: Callable[[ActionChunk], None] | None = None,

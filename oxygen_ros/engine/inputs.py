@@ -63,9 +63,13 @@ class PreparedObservation:
 
 
 def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: PaligemmaTokenizer,
-                        normalizer: Normalizer) -> PreparedObservation:
+                        normalizer: Normalizer, *, prompt_format: PromptFormat | None = None,
+                        state_pad: int = 0) -> PreparedObservation:
     """
     Check an observation and turn it into model inputs.
+
+    :param prompt_format: the action prompt's format (default: the preset's).
+    :param state_pad: dims the state is zero-padded to before binning (0: none).
 
     :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
         the state has the wrong length or NaN/Inf; the prompt is empty.
@@ -91,11 +95,11 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
 
     if not obs.prompt or not obs.prompt.strip():
         raise ObservationError(InputFault.BAD_PROMPT, 'empty task prompt (no instruction)')
+    fmt = cfg.prompt_format if prompt_format is None else prompt_format
     try:
         tp = tokenize_action_prompt(
-            tokenizer, obs.prompt,
-            state_n if cfg.prompt_format is PromptFormat.PI05_STATE else None,
-            cfg.prompt_format, cfg.max_token_len)
+            tokenizer, obs.prompt, state_n if fmt is PromptFormat.PI05_STATE else None,
+            fmt, cfg.max_token_len, state_pad=state_pad)
     except ValueError as exc:
         raise ObservationError(InputFault.BAD_PROMPT, str(exc)) from None
     return PreparedObservation(images=images, action_prompt_ids=tuple(tp.ids),

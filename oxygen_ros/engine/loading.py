@@ -1,5 +1,5 @@
 """
-Building what an engine needs from its config: model weights, tokenizer, norm stats.
+Building what an engine needs from its config: model weights and tokenizer.
 
 With no checkpoint the model gets seeded random weights and identity norm stats: the
 pipeline, timings and KV behaviour are real, the actions and texts are meaningless (logged).
@@ -8,11 +8,9 @@ pipeline, timings and KV behaviour are real, the actions and texts are meaningle
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.model.normalize import identity_norm_stats, load_norm_stats, NormStats
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 import torch
@@ -60,22 +58,3 @@ def load_tokenizer(config: EngineConfig) -> PaligemmaTokenizer:
     :raises FileNotFoundError: no tokenizer file (the message says how to fetch one).
     """
     return PaligemmaTokenizer(config.tokenizer)
-
-
-def load_norm_stats_for(config: EngineConfig, model_cfg: ModelConfig) -> dict[str, NormStats]:
-    """
-    Return the ``state`` and ``actions`` norm stats of ``config``.
-
-    Order: ``config.norm_stats`` (a norm_stats.json), the checkpoint's
-    ``assets/<asset_id>/norm_stats.json``, else identity stats (random weights only).
-
-    :raises FileNotFoundError: a checkpoint without the asset's norm stats.
-    :raises ValueError: a malformed norm_stats.json (missing ``state``/``actions`` or dims too
-        short for the preset are reported by ``Normalizer.from_config`` in the engine).
-    """
-    if config.norm_stats:
-        return load_norm_stats(Path(config.norm_stats))
-    if config.checkpoint:
-        return load_norm_stats(Path(config.checkpoint), model_cfg.asset_id)
-    return {'state': identity_norm_stats(model_cfg.state_dim),
-            'actions': identity_norm_stats(model_cfg.robot_action_dim)}

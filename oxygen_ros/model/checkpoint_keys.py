@@ -42,8 +42,16 @@ class KeyEntry:
         return tuple(s[0] for s in self.shapes)
 
 
-def key_map(cfg: ModelConfig) -> tuple[KeyEntry, ...]:
-    """Return every parameter of ``Pi05Model(cfg)`` with its checkpoint key(s) and shape(s)."""
+LM_HEAD = 'paligemma_with_expert.paligemma.lm_head.weight'
+"""The LM head's key: the tied embedding's alias, or an untied head of its own."""
+
+
+def key_map(cfg: ModelConfig, *, untied_lm_head: bool = False) -> tuple[KeyEntry, ...]:
+    """
+    Return every parameter of ``Pi05Model(cfg)`` with its checkpoint key(s) and shape(s).
+
+    :param untied_lm_head: the model has its own ``lm_head`` (``LM_HEAD``).
+    """
     entries: list[KeyEntry] = []
 
     def add(ours: str, theirs: str | list[str], *shapes: Shape) -> None:
@@ -76,6 +84,8 @@ def key_map(cfg: ModelConfig) -> tuple[KeyEntry, ...]:
     add('projector.weight', PROJECTOR + 'weight', (cfg.vlm.width, w))
     add('projector.bias', PROJECTOR + 'bias', (cfg.vlm.width,))
     add('embedding', LANGUAGE + 'embed_tokens.weight', (cfg.vocab_size, cfg.vlm.width))
+    if untied_lm_head:
+        add('lm_head', LM_HEAD, (cfg.vocab_size, cfg.vlm.width))
     _gemma_entries(add, 'vlm', LANGUAGE, cfg.vlm, adaptive=False)
     _gemma_entries(add, 'expert', EXPERT, cfg.expert, adaptive=True)
     we, a = cfg.expert.width, cfg.action_dim
@@ -162,4 +172,4 @@ def config_dims(cfg: ModelConfig) -> dict[str, int]:
     return dims
 
 
-__all__ = ['KeyEntry', 'checkpoint_dims', 'config_dims', 'key_map']
+__all__ = ['KeyEntry', 'LM_HEAD', 'checkpoint_dims', 'config_dims', 'key_map']

@@ -25,8 +25,6 @@ from oxygen_ros.model.gemma import GemmaExpert
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 
 import torch
-from torch import nn
-import torch.nn.functional as F  # noqa: N812
 
 Modulations = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """adaRMS modulations ``(input norms [L, ..., 3W], post-attention norms [L, ..., 3W], final
@@ -38,8 +36,6 @@ class ActionExpertModel(Protocol):
 
     cfg: ModelConfig
     expert: GemmaExpert
-    action_in_proj: nn.Linear
-    action_out_proj: nn.Linear
 
     @property
     def dtype(self) -> torch.dtype:
@@ -47,6 +43,12 @@ class ActionExpertModel(Protocol):
 
     def time_condition(self, t: torch.Tensor) -> torch.Tensor:
         """Return the adaRMS condition of flow-matching times ``float32 [M]``: ``[M, W]``."""
+
+    def embed_actions(self, x_t: torch.Tensor) -> torch.Tensor:
+        """Return ``action_in_proj(x_t)`` in the activation dtype: ``[B, H, W]``."""
+
+    def project_actions(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Return ``action_out_proj(hidden)`` in float32: ``[B, H, A]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Te
     :returns: ``float32 [B, H, A]`` (``action_out_proj`` in float32, as openpi).
     """
     p = ctx.prefix_len
-    h = model.action_in_proj(x_t.to(model.dtype))
+    h = model.embed_actions(x_t)
     for i, layer in enumerate(model.expert.layers):
         q, k, v, gate = layer.project_qkv(h, ctx.cos, ctx.sin, mod_in[i])
         ctx.keys[i][:, :, p:] = k.transpose(1, 2)
@@ -149,8 +151,7 @@ def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Te
         h = layer.finish(h, attention(q, ctx.keys[i], ctx.values[i], ctx.mask), gate,
                          mod_post[i])
     h, _ = model.expert.final_norm(h, mod_final)
-    out = model.action_out_proj
-    return F.linear(h.float(), out.weight.float(), out.bias.float())
+    return model.project_actions(h)
 
 
 def velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Tensor,

@@ -61,7 +61,7 @@ def _init_one(module: nn.Module, name: str, param: torch.Tensor, ada_dense: bool
         param.normal_(0.0, gain / math.sqrt(fan_in))
     elif isinstance(module, (nn.Linear, nn.Conv2d)) and name == 'bias':
         param.normal_(0.0, BIAS_STD)
-    elif param.dim() == 2 and name == 'embedding':
+    elif param.dim() == 2 and name in ('embedding', 'lm_head'):
         param.normal_(0.0, 1.0)
         param.div_(param.norm(dim=1, keepdim=True))
     elif param.dim() == 2 and name == 'pos_embed':

@@ -1,5 +1,5 @@
 """
-Norm stats and quantile normalization of state and actions (spec §1.9).
+Normalization of state and actions (spec §1.9; LeRobot ``processor/normalize_processor.py``).
 
 π0.5 normalizes with the 1st/99th percentiles (openpi ``transforms.Normalize`` with
 ``use_quantiles=True``)::
@@ -7,150 +7,175 @@ Norm stats and quantile normalization of state and actions (spec §1.9).
     x_n = (x - q01) / (q99 - q01 + 1e-6) * 2 - 1
     x = (x_n + 1) / 2 * (q99 - q01 + 1e-6) + q01
 
-on the first ``len(q01)`` dims of the last axis; further (padded) dims pass through.
-Stats are read from ``<ckpt>/assets/<asset_id>/norm_stats.json`` in openpi's format
-``{"norm_stats": {"state": {"mean", "std", "q01", "q99"}, "actions": {...}}}``.
+on the first ``len(q01)`` dims of the last axis; further (padded) dims pass through. LeRobot
+checkpoints name a mode per feature type in ``normalization_mapping`` (:class:`NormMode`) and
+use their own formulas (``_NormalizationMixin._apply_transform``): quantiles without the
+``+ 1e-6`` (a zero range is replaced by ``eps`` = 1e-8), ``MEAN_STD`` = ``(x - mean) / (std +
+eps)`` with the inverse ``x * std + mean``, ``MIN_MAX`` like quantiles on min/max,
+``IDENTITY``. :class:`QuantityNorm` holds one quantity's mode, stats and epsilons; the
+quantile epsilon is 1e-6 for openpi and 0 for LeRobot.
 
-Stats are kept and applied in **float64**, as openpi does (its JSON loader yields float64
-arrays, so a float32 state is normalized in float64): the state bins of the prompt
-(``prompt.discretize_state``) then match openpi even for values on a bin edge.
+Everything is computed in **float64** (openpi's stats are float64; see ``norm_stats.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import json
-import logging
-import os
-from pathlib import Path
-import tempfile
+import enum
 from typing import Mapping
 
 import numpy as np
 
 from oxygen_ros.config import ModelConfig, RobotAdapter
 from oxygen_ros.model import robot_adapters
+from oxygen_ros.model.norm_stats import identity_norm_stats, NormStats, REQUIRED_KEYS
 
-logger = logging.getLogger(__name__)
-
-NORM_STATS_FILENAME = 'norm_stats.json'
 QUANTILE_EPS = 1e-6
-"""Added to q99 - q01 (openpi ``_normalize_quantile``)."""
-REQUIRED_KEYS = ('state', 'actions')
-_FIELDS = ('mean', 'std', 'q01', 'q99')
+"""Added to q99 - q01 by openpi (``_normalize_quantile``); LeRobot adds nothing."""
+LEROBOT_EPS = 1e-8
+"""LeRobot's ``eps``: replaces a zero range, added to ``std`` (``NormalizerProcessorStep``)."""
 
 
-def _vector(value: object, field: str) -> np.ndarray:
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f'{field} must be a list of numbers, got {value!r:.80}') from None
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f'{field} must be a non-empty 1-D list, got shape {arr.shape}')
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f'{field} has NaN/Inf at dims {bad.tolist()}')
-    return arr
+class NormMode(str, enum.Enum):
+    """How one quantity is normalized (LeRobot ``NormalizationMode`` names)."""
+
+    QUANTILES = 'QUANTILES'
+    """``(x - q01) / (q99 - q01 + quantile_eps) * 2 - 1`` (π0.5: openpi and LeRobot)."""
+    QUANTILE10 = 'QUANTILE10'
+    """The same on q10/q90."""
+    MEAN_STD = 'MEAN_STD'
+    """``(x - mean) / (std + eps)``; inverse ``x * std + mean`` (LeRobot's LIBERO recipe)."""
+    MIN_MAX = 'MIN_MAX'
+    """``(x - min) / (max - min) * 2 - 1``."""
+    IDENTITY = 'IDENTITY'
+    """No change."""
+
+
+_BOUNDS = {NormMode.QUANTILES: ('q01', 'q99'), NormMode.QUANTILE10: ('q10', 'q90'),
+           NormMode.MIN_MAX: ('minimum', 'maximum'), NormMode.MEAN_STD: ('mean', 'std')}
 
 
 @dataclass(frozen=True, slots=True)
-class NormStats:
+class QuantityNorm:
     """
-    Per-dim statistics of one quantity (openpi ``shared/normalize.NormStats``).
+    The normalization of one quantity (state or actions): mode, stats and epsilons.
 
-    Fields are converted to ``float64 [D]`` arrays on construction.
-
-    :ivar mean: mean (kept for the file format; π0.5 does not use it).
-    :ivar std: standard deviation, >= 0 (idem).
-    :ivar q01: 1st percentile.
-    :ivar q99: 99th percentile, >= q01.
-    :raises ValueError: not 1-D lists of numbers, different lengths, NaN/Inf, std < 0 or
-        q99 < q01 (the message lists the dims).
+    :ivar stats: the statistics; None only for ``IDENTITY``.
+    :ivar mode: see :class:`NormMode`.
+    :ivar quantile_eps: added to the range of ``QUANTILES``/``QUANTILE10`` (openpi 1e-6,
+        LeRobot 0).
+    :ivar eps: replaces a range that is exactly 0 (``QUANTILES``, ``QUANTILE10``,
+        ``MIN_MAX``) and is added to ``std`` (``MEAN_STD``), as LeRobot does.
+    :raises ValueError: the stats lack the fields the mode needs, or an epsilon < 0.
     """
 
-    mean: np.ndarray
-    std: np.ndarray
-    q01: np.ndarray
-    q99: np.ndarray
+    stats: NormStats | None
+    mode: NormMode = NormMode.QUANTILES
+    quantile_eps: float = QUANTILE_EPS
+    eps: float = LEROBOT_EPS
 
     def __post_init__(self) -> None:
-        for field in _FIELDS:
-            object.__setattr__(self, field, _vector(getattr(self, field), field))
-        lengths = {field: getattr(self, field).shape[0] for field in _FIELDS}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f'mean/std/q01/q99 must have the same length, got {lengths}')
-        bad = np.flatnonzero(self.std < 0)
-        if bad.size:
-            raise ValueError(f'std < 0 at dims {bad.tolist()}')
-        bad = np.flatnonzero(self.q99 < self.q01)
-        if bad.size:
-            raise ValueError(f'q99 < q01 at dims {bad.tolist()} (q01={self.q01[bad].tolist()}, '
-                             f'q99={self.q99[bad].tolist()})')
+        object.__setattr__(self, 'mode', NormMode(self.mode))
+        if self.quantile_eps < 0 or self.eps < 0:
+            raise ValueError(f'epsilons must be >= 0, got quantile_eps {self.quantile_eps}, '
+                             f'eps {self.eps}')
+        if self.mode is NormMode.IDENTITY:
+            return
+        needed = _BOUNDS[self.mode]
+        have = self.stats.present() if self.stats is not None else ()
+        missing = [f for f in needed if f not in have]
+        if missing:
+            raise ValueError(f'{self.mode.value} normalization needs {list(needed)}, the stats '
+                             f'lack {missing} (they have {list(have)})')
 
     @property
-    def dim(self) -> int:
-        return int(self.q01.shape[0])
+    def dim(self) -> int | None:
+        """Return the dims the stats cover (None for ``IDENTITY`` without stats)."""
+        return None if self.stats is None else self.stats.dim
 
-    def to_json(self) -> dict[str, list[float]]:
-        """Return the openpi JSON object of these stats."""
-        return {field: [float(v) for v in getattr(self, field)] for field in _FIELDS}
+    def _prepare(self, x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """Return a float64 copy of ``x``, the dims d to map and their ``(offset, range)``."""
+        out = _as_array(x)
+        if self.mode is NormMode.IDENTITY:
+            return out, 0, np.zeros(0), np.zeros(0)
+        d = min(self.stats.dim, out.shape[-1])
+        return (out, d, *self._terms(d))
+
+    def _terms(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(offset, range)`` of the first ``d`` dims (``x_n = (x - offset) / range``)."""
+        low, high = (getattr(self.stats, f)[:d] for f in _BOUNDS[self.mode])
+        if self.mode is NormMode.MEAN_STD:
+            return low, high
+        span = high - low
+        if self.mode is not NormMode.MIN_MAX:
+            span = span + self.quantile_eps
+        return low, np.where(span == 0, self.eps, span)
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """
+        Map robot units to model units on the first ``min(dim, D)`` dims; the others pass.
+
+        Values outside the stats' range map outside [-1, 1] (no clipping).
+
+        :param x: ``float [..., D]``.
+        :returns: ``float64 [..., D]`` (a new array).
+        :raises ValueError: ``x`` is a scalar.
+        """
+        out, d, offset, span = self._prepare(x)
+        if self.mode is NormMode.IDENTITY:
+            return out
+        if self.mode is NormMode.MEAN_STD:
+            out[..., :d] = (out[..., :d] - offset) / (span + self.eps)
+        else:
+            out[..., :d] = (out[..., :d] - offset) / span * 2.0 - 1.0
+        return out
+
+    def unnormalize(self, x: np.ndarray) -> np.ndarray:
+        """
+        Map model units back to robot units (inverse of :meth:`normalize`).
+
+        LeRobot's ``MEAN_STD`` inverse has no ``eps``: ``x * std + mean``.
+
+        :param x: ``float [..., D]``.
+        :returns: ``float64 [..., D]`` (a new array).
+        :raises ValueError: ``x`` is a scalar.
+        """
+        out, d, offset, span = self._prepare(x)
+        if self.mode is NormMode.IDENTITY:
+            return out
+        if self.mode is NormMode.MEAN_STD:
+            out[..., :d] = out[..., :d] * span + offset
+        else:
+            out[..., :d] = (out[..., :d] + 1.0) / 2.0 * span + offset
+        return out
 
 
-def identity_norm_stats(dim: int) -> NormStats:
-    """
-    Return stats that make quantile normalization (almost) the identity on [-1, 1].
-
-    q01 = -1, q99 = 1, mean 0, std 1: ``x_n = (x + 1) / (2 + 1e-6) * 2 - 1``. For presets with
-    random weights, which have no dataset.
-
-    :raises ValueError: ``dim`` < 1.
-    """
-    if dim < 1:
-        raise ValueError(f'dim must be >= 1, got {dim}')
-    return NormStats(mean=np.zeros(dim), std=np.ones(dim), q01=-np.ones(dim), q99=np.ones(dim))
-
-
-def _as_array(x: np.ndarray, what: str) -> np.ndarray:
-    arr = np.asarray(x, dtype=np.float64)
+def _as_array(x: np.ndarray) -> np.ndarray:
+    arr = np.array(x, dtype=np.float64)
     if arr.ndim == 0:
-        raise ValueError(f'{what} must have at least one axis, got a scalar')
+        raise ValueError('x must have at least one axis, got a scalar')
     return arr
 
 
 def normalize_quantile(x: np.ndarray, stats: NormStats) -> np.ndarray:
     """
-    Map robot units to the model's [-1, 1] range (spec §1.9; openpi ``_normalize_quantile``).
+    Map robot units to the model's [-1, 1] range as openpi (``_normalize_quantile``).
 
-    Applied to the first ``min(stats.dim, x.shape[-1])`` dims of the last axis; the others
-    pass through unchanged. Values outside [q01, q99] map outside [-1, 1] (no clipping).
-
-    :param x: ``float [..., D]`` in robot units.
+    :param x: ``float [..., D]``; dims past ``stats.dim`` pass through.
     :returns: ``float64 [..., D]``.
-    :raises ValueError: ``x`` is a scalar.
+    :raises ValueError: ``x`` is a scalar, or the stats lack q01/q99.
     """
-    out = _as_array(x, 'x').copy()
-    d = min(stats.dim, out.shape[-1])
-    q01, q99 = stats.q01[:d], stats.q99[:d]
-    out[..., :d] = (out[..., :d] - q01) / (q99 - q01 + QUANTILE_EPS) * 2.0 - 1.0
-    return out
+    return QuantityNorm(stats).normalize(x)
 
 
 def unnormalize_quantile(x: np.ndarray, stats: NormStats) -> np.ndarray:
     """
-    Map model outputs back to robot units (spec §1.9; openpi ``_unnormalize_quantile``).
+    Inverse of :func:`normalize_quantile` (openpi ``_unnormalize_quantile``).
 
-    Inverse of :func:`normalize_quantile` on the first ``min(stats.dim, x.shape[-1])`` dims;
-    the others (e.g. the padding of a 32-d action) pass through unchanged.
-
-    :param x: ``float [..., D]`` normalized values.
     :returns: ``float64 [..., D]``.
-    :raises ValueError: ``x`` is a scalar.
+    :raises ValueError: ``x`` is a scalar, or the stats lack q01/q99.
     """
-    out = _as_array(x, 'x').copy()
-    d = min(stats.dim, out.shape[-1])
-    q01, q99 = stats.q01[:d], stats.q99[:d]
-    out[..., :d] = (out[..., :d] + 1.0) / 2.0 * (q99 - q01 + QUANTILE_EPS) + q01
-    return out
+    return QuantityNorm(stats).unnormalize(x)
 
 
 def pad_to(x: np.ndarray, dim: int) -> np.ndarray:
@@ -170,108 +195,13 @@ def pad_to(x: np.ndarray, dim: int) -> np.ndarray:
     return np.pad(arr, pad)
 
 
-def _resolve(path: Path, asset_id: str | None) -> Path:
-    """Return the norm_stats.json that ``path`` (+ ``asset_id``) names."""
-    if path.is_file():
-        return path
-    if not path.exists():
-        raise FileNotFoundError(f'norm stats: no such file or directory: {path}')
-    candidate = (path / 'assets' / asset_id / NORM_STATS_FILENAME if asset_id
-                 else path / NORM_STATS_FILENAME)
-    if candidate.is_file():
-        return candidate
-    assets = path / 'assets'
-    known = sorted(str(f.parent.relative_to(assets)) for f in assets.rglob(NORM_STATS_FILENAME)
-                   ) if assets.is_dir() else []
-    hint = (f'asset ids with norm stats in {assets}: {", ".join(known)}' if known
-            else f'{assets} holds no {NORM_STATS_FILENAME}')
-    what = f'asset id {asset_id!r}' if asset_id else 'no asset id given'
-    raise FileNotFoundError(f'norm stats not found: {candidate} ({what}); {hint}')
-
-
-def load_norm_stats(path: str | Path, asset_id: str | None = None) -> dict[str, NormStats]:
-    """
-    Read an openpi ``norm_stats.json``.
-
-    :param path: the JSON file itself, a folder holding ``norm_stats.json``, or a checkpoint
-        folder together with ``asset_id`` (reads ``<path>/assets/<asset_id>/norm_stats.json``).
-    :param asset_id: e.g. ``droid``, ``physical-intelligence/libero`` (spec §1.9).
-    :returns: key (at least ``state`` and ``actions``) → stats.
-    :raises FileNotFoundError: no such file; the message lists the asset ids that exist.
-    :raises ValueError: malformed JSON, missing keys/fields, q01/q99 null (z-score-only stats
-        of a π0 checkpoint), or invalid values (see :class:`NormStats`).
-    """
-    file = _resolve(Path(path).expanduser(), asset_id)
-    try:
-        data = json.loads(file.read_text(encoding='utf-8'))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f'{file}: malformed JSON ({exc})') from None
-    if not isinstance(data, dict) or not isinstance(data.get('norm_stats'), dict):
-        raise ValueError(f'{file}: expected {{"norm_stats": {{"state": ..., "actions": ...}}}} '
-                         f'at the top level')
-    entries = data['norm_stats']
-    missing = [key for key in REQUIRED_KEYS if key not in entries]
-    if missing:
-        raise ValueError(f'{file}: norm_stats lacks {missing}; has {sorted(entries)}')
-    stats: dict[str, NormStats] = {}
-    for key, entry in entries.items():
-        where = f'{file}: norm_stats[{key!r}]'
-        if not isinstance(entry, dict):
-            raise ValueError(f'{where} must be an object with {list(_FIELDS)}')
-        absent = [field for field in _FIELDS if entry.get(field) is None]
-        if absent:
-            raise ValueError(f'{where} lacks {absent} (quantile normalization of π0.5 needs '
-                             f'q01 and q99; got fields {sorted(entry)})')
-        try:
-            stats[key] = NormStats(**{field: entry[field] for field in _FIELDS})
-        except ValueError as exc:
-            raise ValueError(f'{where}: {exc}') from None
-    return stats
-
-
-def save_norm_stats(path: str | Path, stats: Mapping[str, NormStats],
-                    asset_id: str | None = None) -> Path:
-    """
-    Write stats in openpi's ``norm_stats.json`` format, atomically.
-
-    :param path: a ``*.json`` file, a folder (writes ``<path>/norm_stats.json``), or with
-        ``asset_id`` a checkpoint folder (writes ``<path>/assets/<asset_id>/norm_stats.json``).
-    :param stats: key → stats; values are written as float64 (exact round trip).
-    :returns: the file written.
-    :raises ValueError: empty ``stats`` or a value that is not a :class:`NormStats`.
-    """
-    if not stats:
-        raise ValueError('no norm stats to save')
-    for key, value in stats.items():
-        if not isinstance(value, NormStats):
-            raise ValueError(f'norm_stats[{key!r}] is {type(value).__name__}, not NormStats')
-    base = Path(path).expanduser()
-    if asset_id:
-        file = base / 'assets' / asset_id / NORM_STATS_FILENAME
-    elif base.suffix == '.json':
-        file = base
-    else:
-        file = base / NORM_STATS_FILENAME
-    text = json.dumps({'norm_stats': {k: v.to_json() for k, v in stats.items()}}, indent=2)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f'.{file.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as f:
-            f.write(text + '\n')
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return file
-
-
 @dataclass(frozen=True, slots=True)
 class Normalizer:
     """
     State → model inputs and model actions → robot units for one preset (spec §1.9).
 
-    :ivar state: stats of the robot state (``dim`` >= ``state_dim``).
-    :ivar actions: stats of the actions (``dim`` >= ``robot_action_dim``).
+    :ivar state: normalization of the robot state (stats ``dim`` >= ``state_dim``).
+    :ivar actions: of the actions (stats ``dim`` >= ``robot_action_dim``).
     :ivar state_dim: robot state dims (before padding).
     :ivar robot_action_dim: action dims sent to the robot.
     :ivar action_dim: the model's padded dim A (32).
@@ -279,8 +209,8 @@ class Normalizer:
     :raises ValueError: stats shorter than the robot dims, or dims out of range.
     """
 
-    state: NormStats
-    actions: NormStats
+    state: QuantityNorm
+    actions: QuantityNorm
     state_dim: int
     robot_action_dim: int
     action_dim: int = 32
@@ -292,9 +222,11 @@ class Normalizer:
         if not 0 < self.robot_action_dim <= self.action_dim:
             raise ValueError(f'robot_action_dim {self.robot_action_dim} not in '
                              f'1..{self.action_dim}')
-        if self.state.dim < self.state_dim:
+        if self.state.dim is not None and self.state.dim < self.state_dim:
             raise ValueError(f'state norm stats have {self.state.dim} dims, the robot state '
                              f'has {self.state_dim}: wrong asset id?')
+        if self.actions.dim is None:
+            return
         if self.actions.dim < self.robot_action_dim:
             raise ValueError(f'action norm stats have {self.actions.dim} dims, the robot '
                              f'takes {self.robot_action_dim}: wrong asset id?')
@@ -303,24 +235,32 @@ class Normalizer:
                              f'model action dim {self.action_dim}')
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, stats: Mapping[str, NormStats]) -> Normalizer:
+    def from_config(cls, cfg: ModelConfig,
+                    stats: Mapping[str, NormStats | QuantityNorm]) -> Normalizer:
         """
-        Build from a preset and loaded stats (``load_norm_stats``).
+        Build from a preset and loaded stats.
 
-        :raises ValueError: ``state``/``actions`` missing or too short for the preset.
+        :param stats: ``state`` and ``actions``: :class:`NormStats` (openpi's quantile
+            normalization, ``load_norm_stats``) or :class:`QuantityNorm` (any mode, e.g. read
+            from LeRobot's processor files).
+        :raises ValueError: ``state``/``actions`` missing, too short for the preset, or stats
+            without the fields of their mode.
         """
         missing = [key for key in REQUIRED_KEYS if key not in stats]
         if missing:
             raise ValueError(f'norm stats lack {missing}; have {sorted(stats)}')
-        return cls(state=stats['state'], actions=stats['actions'], state_dim=cfg.state_dim,
+        norms = {key: stats[key] if isinstance(stats[key], QuantityNorm) else
+                 QuantityNorm(stats[key]) for key in REQUIRED_KEYS}
+        return cls(state=norms['state'], actions=norms['actions'], state_dim=cfg.state_dim,
                    robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
                    adapter=cfg.robot_adapter)
 
     @classmethod
     def identity(cls, cfg: ModelConfig) -> Normalizer:
         """Return a normalizer with :func:`identity_norm_stats` (random-weight presets)."""
-        return cls(state=identity_norm_stats(cfg.state_dim),
-                   actions=identity_norm_stats(cfg.robot_action_dim), state_dim=cfg.state_dim,
+        return cls(state=QuantityNorm(identity_norm_stats(cfg.state_dim)),
+                   actions=QuantityNorm(identity_norm_stats(cfg.robot_action_dim)),
+                   state_dim=cfg.state_dim,
                    robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
                    adapter=cfg.robot_adapter)
 
@@ -341,7 +281,7 @@ class Normalizer:
         if not np.all(np.isfinite(x)):
             bad = np.flatnonzero(~np.isfinite(x)).tolist()
             raise ValueError(f'state has NaN/Inf at dims {bad}')
-        return normalize_quantile(robot_adapters.state_to_model(self.adapter, x), self.state)
+        return self.state.normalize(robot_adapters.state_to_model(self.adapter, x))
 
     def state_to_model(self, state: np.ndarray) -> np.ndarray:
         """
@@ -374,7 +314,7 @@ class Normalizer:
         if not np.all(np.isfinite(x)):
             raise ValueError(f'model actions contain {int((~np.isfinite(x)).sum())} NaN/Inf '
                              f'values')
-        robot = unnormalize_quantile(x, self.actions)[..., :self.robot_action_dim]
+        robot = self.actions.unnormalize(x)[..., :self.robot_action_dim]
         if self.adapter is RobotAdapter.NONE:
             return robot
         if state is None or np.shape(state) != (self.state_dim,):
@@ -386,7 +326,6 @@ class Normalizer:
 
 
 __all__ = [
-    'NORM_STATS_FILENAME', 'NormStats', 'Normalizer', 'QUANTILE_EPS', 'identity_norm_stats',
-    'load_norm_stats', 'normalize_quantile', 'pad_to', 'save_norm_stats',
-    'unnormalize_quantile',
+    'LEROBOT_EPS', 'NormMode', 'Normalizer', 'QUANTILE_EPS', 'QuantityNorm',
+    'normalize_quantile', 'pad_to', 'unnormalize_quantile',
 ]

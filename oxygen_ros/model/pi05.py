@@ -29,6 +29,10 @@ from torch import nn
 import torch.nn.functional as F  # noqa: N812
 
 
+FLOAT32_HEADS = ('action_in_proj', 'action_out_proj', 'time_mlp_in', 'time_mlp_out')
+"""The π0.5 heads outside ``paligemma_with_expert``: float32 in a 16-bit model (openpi)."""
+
+
 class Pi05Model(nn.Module):
     """
     π0.5: SigLIP + projector, Gemma VLM expert (RMSNorm), action expert (adaRMSNorm).
@@ -36,9 +40,12 @@ class Pi05Model(nn.Module):
     Parameters are random (``init.init_parameters``) and deterministic under
     ``torch.manual_seed``; load real weights with ``weights.load_checkpoint``. Built inside
     ``with torch.device('meta')`` it allocates nothing (parameter counts, meta loading).
+
+    :param untied_lm_head: give the LM head its own ``[V, W]`` weight (``lm_head``) instead of
+        the token embedding (π0.5 ties them; some fine-tunes do not).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, *, untied_lm_head: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
         target = torch.get_default_device()
@@ -47,6 +54,8 @@ class Pi05Model(nn.Module):
             self.vision = SiglipTower(cfg.vision)
             self.projector = nn.Linear(cfg.vision.width, vlm_w)
             self.embedding = nn.Parameter(torch.empty(cfg.vocab_size, vlm_w))
+            self.lm_head = nn.Parameter(torch.empty(cfg.vocab_size, vlm_w)) \
+                if untied_lm_head else None
             self.vlm = GemmaExpert(cfg.vlm, NormKind.RMS, cfg.norm_eps)
             self.expert = GemmaExpert(cfg.expert, NormKind.ADAPTIVE, cfg.norm_eps)
             self.action_in_proj = nn.Linear(cfg.action_dim, exp_w)
@@ -74,10 +83,15 @@ class Pi05Model(nn.Module):
         As openpi-PyTorch (``models_pytorch/gemma_pytorch.py``,
         ``to_bfloat16_for_selected_params``): the SigLIP patch and position embeddings, and
         every RMSNorm of both Gemma experts, which in the action expert is the adaRMS
-        ``Dense`` (spec §1.10). SigLIP's LayerNorms stay in the model dtype, as there.
+        ``Dense`` (spec §1.10). SigLIP's LayerNorms stay in the model dtype, as there. Also
+        ``action_in_proj``, ``action_out_proj``, ``time_mlp_in`` and ``time_mlp_out``
+        (:data:`FLOAT32_HEADS`): openpi builds them outside ``paligemma_with_expert`` and never
+        casts them (``models_pytorch/pi0_pytorch.py``), so they run in float32 there.
         """
         names = {f'vision.patch_embed.{n}' for n, _ in self.vision.patch_embed.named_parameters()}
         names.add('vision.pos_embed')
+        for head in FLOAT32_HEADS:
+            names.update(f'{head}.{n}' for n, _ in getattr(self, head).named_parameters())
         for prefix, module in self.named_modules():
             if isinstance(module, (RMSNorm, AdaRMSNorm)):
                 names.update(f'{prefix}.{n}' for n, _ in module.named_parameters())
@@ -136,17 +150,46 @@ class Pi05Model(nn.Module):
         """
         Return the adaRMS condition ``swish(mlp_out(swish(mlp_in(sincos(t)))))`` (spec §1.6).
 
+        Runs in the dtype of the time MLP: float32 also in a 16-bit model, as openpi
+        (:meth:`float32_parameters`); the adaRMS ``Dense`` reads it in its own dtype.
+
         :param t: ``float32 [M]`` flow-matching times.
-        :returns: ``[M, W_expert]`` in the model dtype.
+        :returns: ``[M, W_expert]`` in the time MLP's dtype.
         """
         emb = sincos_time_embedding(t, self.cfg.expert.width, self.cfg.min_period,
-                                    self.cfg.max_period).to(self.dtype)
+                                    self.cfg.max_period).to(self.time_mlp_in.weight.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
+    def embed_actions(self, x_t: torch.Tensor) -> torch.Tensor:
+        """
+        Return the action tokens ``action_in_proj(x_t)`` for the action expert (spec §1.6).
+
+        The projection runs in its own dtype (float32 also in a 16-bit model, as openpi); the
+        tokens are then cast to the model dtype, where the expert's layers start.
+
+        :param x_t: ``float [B, H, A]`` noisy actions.
+        :returns: ``[B, H, W_expert]`` in the model dtype.
+        """
+        proj = self.action_in_proj
+        return proj(x_t.to(proj.weight.dtype)).to(self.dtype)
+
+    def project_actions(self, hidden: torch.Tensor) -> torch.Tensor:
+        """
+        Return the velocity ``action_out_proj(hidden)`` in float32 (spec §1.10).
+
+        openpi casts the expert's output to float32 before this projection, whose weights are
+        float32 (:meth:`float32_parameters`).
+
+        :param hidden: ``[B, H, W_expert]`` after the expert's final norm.
+        :returns: ``float32 [B, H, A]``.
+        """
+        out = self.action_out_proj
+        return F.linear(hidden.float(), out.weight.float(), out.bias.float())
 
     @torch.no_grad()
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """
-        Return LM logits: final RMSNorm then the tied embedding (spec §1.3).
+        Return LM logits: final RMSNorm then the LM head (the tied embedding, spec §1.3).
 
         The matmul runs in the model dtype (bf16 logits are then rounded, as openpi-PyTorch).
 
@@ -154,7 +197,12 @@ class Pi05Model(nn.Module):
         :returns: ``float32 [..., V]``.
         """
         y, _ = self.vlm.final_norm(hidden)
-        return F.linear(y, self.embedding).float()
+        return F.linear(y, self.lm_head_weight).float()
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        """Return the LM head ``[V, W]``: ``lm_head`` if untied, else the token embedding."""
+        return self.embedding if self.lm_head is None else self.lm_head
 
     # ---------------------------------------------------------------- prefill
     @torch.no_grad()
@@ -404,4 +452,4 @@ def build_model(cfg: ModelConfig, *, dtype: torch.dtype = torch.float32,
     return model.eval()
 
 
-__all__ = ['Pi05Model', 'build_model']
+__all__ = ['FLOAT32_HEADS', 'Pi05Model', 'build_model']

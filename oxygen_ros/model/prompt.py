@@ -7,6 +7,12 @@ Action prompt (spec §1.6, openpi ``models/tokenizer.py``):
   ``b_i`` are the 256-bin codes of the *normalized, unpadded* state (:func:`discretize_state`).
 - ``PromptFormat.PI0`` (pi05_libero, no state in the prompt): BOS + ``"{task}"`` followed by
   a separately encoded ``"\n"``.
+- ``PromptFormat.PI05_NO_STATE`` (LeRobot without the state): BOS +
+  ``"Task: {task};\nAction: "``.
+
+``state_pad`` > 0 zero-pads the normalized state to that many dims before binning, as LeRobot
+<= v0.4.4 did (to ``max_state_dim`` = 32; the padding bins are 128); openpi and LeRobot >=
+v0.5.0 write the unpadded state (``state_pad`` 0).
 
 Text-task prompts (spec §2.2, §3.1; no state):
 
@@ -156,12 +162,14 @@ def discretize_state(state_normalized: np.ndarray) -> list[int]:
 
 
 def format_action_prompt(task: str, state_normalized: np.ndarray | None,
-                         fmt: PromptFormat) -> str:
+                         fmt: PromptFormat, *, state_pad: int = 0) -> str:
     r"""
     Return the action prompt text without BOS (spec §1.6).
 
     For ``PI0`` this is ``"{task}\n"``; the ids encode the ``"\n"`` separately.
 
+    :param state_pad: ``PI05_STATE`` only: zero-pad the normalized state to this many dims
+        before binning (LeRobot <= v0.4.4: 32); 0 or a smaller number: no padding.
     :raises ValueError: empty task, or PI05_STATE without a state.
     """
     task_text = clean_text(task)
@@ -170,8 +178,13 @@ def format_action_prompt(task: str, state_normalized: np.ndarray | None,
     if fmt is PromptFormat.PI05_STATE:
         if state_normalized is None:
             raise ValueError('prompt format pi05_state needs the normalized state')
-        bins = ' '.join(str(b) for b in discretize_state(state_normalized))
+        state = np.asarray(state_normalized)
+        if state.ndim == 1 and state_pad > state.shape[0]:
+            state = np.pad(state, (0, state_pad - state.shape[0]))
+        bins = ' '.join(str(b) for b in discretize_state(state))
         return f'Task: {task_text}, State: {bins};\nAction: '
+    if fmt is PromptFormat.PI05_NO_STATE:
+        return f'Task: {task_text};\nAction: '
     if fmt is PromptFormat.PI0:
         return f'{task_text}\n'
     raise ValueError(f'unknown prompt format {fmt!r}')
@@ -193,7 +206,7 @@ def _pad(ids: list[int], max_len: int, truncated: bool) -> TokenizedPrompt:
 
 def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
                            state_normalized: np.ndarray | None, fmt: PromptFormat,
-                           max_len: int) -> TokenizedPrompt:
+                           max_len: int, *, state_pad: int = 0) -> TokenizedPrompt:
     """
     Tokenize the action prompt and pad it to ``max_len`` (spec §1.6; openpi ``tokenize``).
 
@@ -201,12 +214,13 @@ def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
     :param task: the instruction (cleaned here).
     :param state_normalized: ``float [state_dim]`` normalized unpadded state; required for
         ``PI05_STATE``, ignored for ``PI0``.
-    :param fmt: the preset's ``prompt_format``.
+    :param fmt: the prompt format (the preset's, or the checkpoint family's).
     :param max_len: the preset's ``max_token_len``; longer prompts are cut (warning).
+    :param state_pad: see :func:`format_action_prompt`.
     :raises ValueError: empty task, missing/invalid state, ``max_len`` < 1.
     """
     _check_max_len(max_len)
-    text = format_action_prompt(task, state_normalized, fmt)
+    text = format_action_prompt(task, state_normalized, fmt, state_pad=state_pad)
     if fmt is PromptFormat.PI0:
         # openpi encodes the "\n" (the start-of-answer token) on its own, after the task.
         task_text = text.removesuffix('\n')

@@ -17,7 +17,6 @@ from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prefix import padded_prefix
 
 import torch
-import torch.nn.functional as F  # noqa: N812
 
 
 MASKED_LOGIT = -2.3819763e38
@@ -112,13 +111,12 @@ def reference_sample_actions(model: Pi05Model, image_embeds: torch.Tensor | None
     dt = torch.tensor(-1.0 / n, dtype=torch.float32, device=noise.device)
     t = torch.tensor(1.0, dtype=torch.float32, device=noise.device)
     x = noise.to(torch.float32)
-    out = model.action_out_proj
     for _ in range(n):
         cond = model.time_condition(t.expand(b))
-        se = model.action_in_proj(x.to(model.dtype))
+        se = model.embed_actions(x)
         _, hs = joint_forward(model, pe, pv, pa, se, s_valid, s_ar, cond)
         hs, _ = model.expert.final_norm(hs, model.expert.final_norm.modulation(cond))
-        x = x + dt * F.linear(hs.float(), out.weight.float(), out.bias.float())
+        x = x + dt * model.project_actions(hs)
         t = t + dt
     return x
 

@@ -51,7 +51,7 @@ def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _lm_head(model: Pi05Model, hidden: torch.Tensor) -> torch.Tensor:
     """``Pi05Model.lm_logits`` without its no_grad decorator: ``float32 [B, V]``."""
     y, _ = model.vlm.final_norm(hidden)
-    return F.linear(y, model.embedding).float()
+    return F.linear(y, model.lm_head_weight).float()
 
 
 class VisionCall(nn.Module):

@@ -16,7 +16,8 @@ from pathlib import Path
 import re
 
 from oxygen_ros.config import get_preset, ModelConfig, preset_names
-from oxygen_ros.model.checkpoint_keys import checkpoint_dims, config_dims, key_map
+from oxygen_ros.model.checkpoint_keys import (
+    checkpoint_dims, config_dims, key_map, LM_HEAD, VISION)
 from oxygen_ros.model.pi05 import Pi05Model
 
 from safetensors import safe_open, SafetensorError
@@ -29,13 +30,14 @@ _log = logging.getLogger(__name__)
 WEIGHTS_FILE = 'model.safetensors'
 CONFIG_FILE = 'config.json'
 LEROBOT_PREFIX = 'model.'
-TIED_HEAD_KEY = 'paligemma_with_expert.paligemma.lm_head.weight'
+TIED_HEAD_KEY = LM_HEAD
 EMBED_KEY = 'paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight'
 EXPERT_HEAD_KEY = 'paligemma_with_expert.gemma_expert.lm_head.weight'
 _LEROBOT_NORM = re.compile(
     r'paligemma_with_expert\.gemma_expert\.model\.'
     r'(layers\.\d+\.(input_layernorm|post_attention_layernorm)|norm)\.weight')
 _LEROBOT_TIME = re.compile(r'action_time_mlp_(in|out)\.')
+_TOWER = 'paligemma_with_expert.paligemma.model.vision_tower.'
 
 
 class CheckpointLayout(str, enum.Enum):
@@ -74,7 +76,7 @@ def save_checkpoint(model: Pi05Model, out_dir: str | Path, *,
     state = model.state_dict()
     dtypes = model.parameter_dtypes(dtype) if dtype is not None else {}
     tensors: dict[str, torch.Tensor] = {}
-    for entry in key_map(model.cfg):
+    for entry in key_map(model.cfg, untied_lm_head=model.lm_head is not None):
         value = state[entry.ours].detach()
         if entry.ours in dtypes:
             value = value.to(dtypes[entry.ours])
@@ -83,20 +85,30 @@ def save_checkpoint(model: Pi05Model, out_dir: str | Path, *,
             tensors[prefix + name] = piece.contiguous().cpu()
     path = out_dir / WEIGHTS_FILE
     save_file(tensors, str(path), metadata={'format': 'pt'})
-    cfg = model.cfg
+    config = openpi_config(model.cfg, str(dtype or model.dtype).removeprefix('torch.'), layout)
+    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + '\n')
+    return path
+
+
+def openpi_config(cfg: ModelConfig, precision: str,
+                  layout: CheckpointLayout = CheckpointLayout.OPENPI) -> dict[str, object]:
+    """
+    Return the ``config.json`` of a checkpoint folder.
+
+    openpi's converter keys (action_dim, action_horizon, paligemma_variant,
+    action_expert_variant, precision) plus our ``preset`` and ``layout``.
+    """
     base = get_preset('pi05_base')
-    config = {
+    return {
         'action_dim': cfg.action_dim,
         'action_horizon': cfg.action_horizon,
         'paligemma_variant': 'gemma_2b' if cfg.vlm == base.vlm else f'{cfg.name}_vlm',
         'action_expert_variant': 'gemma_300m' if cfg.expert == base.expert
         else f'{cfg.name}_expert',
-        'precision': str(dtype or model.dtype).removeprefix('torch.'),
+        'precision': precision,
         'preset': cfg.name,
         'layout': layout.value,
     }
-    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + '\n')
-    return path
 
 
 def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | None = None,
@@ -106,8 +118,11 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
 
     Handles the tied LM head (either key), drops the unused ``gemma_expert.lm_head``, and for
     LeRobot applies its renames (``action_time_mlp_*`` → ``time_mlp_*``) and drops
-    (``state_proj.*``, non-adaptive action-expert norm weights). The model is built on the
-    meta device and the tensors are assigned, so nothing is allocated twice.
+    (``state_proj.*``, non-adaptive action-expert norm weights). A checkpoint with both
+    ``embed_tokens`` and a different ``lm_head`` gets an untied LM head (logged at INFO); a
+    SigLIP tree without ``vision_model.`` (third-party LeRobot exports) is renamed (WARN). The
+    model is built on the meta device and the tensors are assigned, so nothing is allocated
+    twice.
 
     :param path: a directory holding ``model.safetensors``, or the file itself.
     :param cfg: the preset the weights must fit.
@@ -128,18 +143,19 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
         with safe_open(str(file), framework='pt', device='cpu') as reader:
             shapes = {k: tuple(reader.get_slice(k).get_shape()) for k in reader.keys()}
             layout, names = _normalize_keys(file, shapes)
+            untied = _untied_head(file, reader, names)
             shapes = {ours: shapes[theirs] for ours, theirs in names.items()}
-            _check(file, layout, cfg, shapes)
+            _check(file, layout, cfg, shapes, untied)
             tensors = {k: reader.get_tensor(names[k]) for k in names}
     except SafetensorError as exc:
         raise CheckpointError(f'{file}: not a readable safetensors file ({exc})') from None
     if dtype is None:
         dtype = tensors[EMBED_KEY].dtype
     with torch.device('meta'):
-        model = Pi05Model(cfg)
+        model = Pi05Model(cfg, untied_lm_head=untied)
     dtypes = model.parameter_dtypes(dtype)
     state = {}
-    for entry in key_map(cfg):
+    for entry in key_map(cfg, untied_lm_head=untied):
         parts = [tensors.pop(name) for name in entry.theirs]
         value = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         state[entry.ours] = value.to(dtypes[entry.ours])
@@ -160,7 +176,7 @@ def _normalize_keys(file: Path, shapes: dict[str, tuple[int, ...]]
         raise CheckpointError(f'{file}: unknown key layout (expected openpi '
                               f'"paligemma_with_expert.…" or LeRobot "model.…"; found {sample})')
     names: dict[str, str] = {}
-    tied_head = None
+    renamed = 0
     for key in shapes:
         name = key
         if layout is CheckpointLayout.LEROBOT:
@@ -168,19 +184,41 @@ def _normalize_keys(file: Path, shapes: dict[str, tuple[int, ...]]
             if name.startswith('state_proj.') or _LEROBOT_NORM.fullmatch(name):
                 continue
             name = _LEROBOT_TIME.sub(r'time_mlp_\1.', name)
-        if name == TIED_HEAD_KEY:
-            tied_head = key
-        elif name != EXPERT_HEAD_KEY:
+        if name.startswith(_TOWER) and not name.startswith(VISION):
+            name, renamed = VISION + name.removeprefix(_TOWER), renamed + 1
+        if name != EXPERT_HEAD_KEY:
             names[name] = key
-    if tied_head is not None and EMBED_KEY not in names:
-        names[EMBED_KEY] = tied_head  # the tied LM head is the embedding (spec §4.2)
+    if renamed:
+        _log.warning('%s: %d SigLIP keys lack "vision_model." (%s…, as some third-party '
+                     'LeRobot exports write them): renamed to %s…', file, renamed, _TOWER,
+                     VISION)
+    if TIED_HEAD_KEY in names and EMBED_KEY not in names:
+        names[EMBED_KEY] = names.pop(TIED_HEAD_KEY)  # the tied head is the embedding (§4.2)
     return layout, names
 
 
+def _untied_head(file: Path, reader, names: dict[str, str]) -> bool:
+    """
+    Return whether the checkpoint's LM head differs from its embedding (an untied head).
+
+    Drops the head from ``names`` when it equals the embedding (both names of a tied weight).
+    """
+    if TIED_HEAD_KEY not in names:
+        return False
+    head = reader.get_tensor(names[TIED_HEAD_KEY])
+    embed = reader.get_tensor(names[EMBED_KEY])
+    if head.shape == embed.shape and torch.equal(head, embed.to(head.dtype)):
+        del names[TIED_HEAD_KEY]
+        return False
+    _log.info('%s holds an LM head (%s) that differs from the token embedding: loaded as an '
+              'untied head, text decoding uses it', file, names[TIED_HEAD_KEY])
+    return True
+
+
 def _check(file: Path, layout: CheckpointLayout, cfg: ModelConfig,
-           shapes: dict[str, tuple[int, ...]]) -> None:
+           shapes: dict[str, tuple[int, ...]], untied: bool) -> None:
     expected: dict[str, tuple[int, ...]] = {}
-    for entry in key_map(cfg):
+    for entry in key_map(cfg, untied_lm_head=untied):
         expected.update(zip(entry.theirs, entry.shapes))
     missing = sorted(set(expected) - set(shapes))
     unexpected = sorted(set(shapes) - set(expected))
@@ -214,4 +252,5 @@ def _preset_hint(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> list[s
     return [f'  wrong preset? {"; ".join(diff)}; {hint}']
 
 
-__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'save_checkpoint']
+__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'openpi_config',
+           'save_checkpoint']

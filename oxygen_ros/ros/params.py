@@ -20,10 +20,11 @@ import re
 from typing import Mapping, Sequence
 
 from oxygen_ros.config import (
-    ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention)
+    ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention, PromptFormat)
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
+from oxygen_ros.engine.config import (
+    BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
 from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.scheduler import Policy
@@ -74,13 +75,24 @@ def _choices(enum_values: Sequence[str]) -> str:
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('preset', DEFAULT_PRESET, 'model preset (sizes, cameras, action horizon): '
               'pi05_droid, pi05_libero, pi05_base, small, demo, tiny', read_only=True),
-    ParamSpec('checkpoint', '', 'directory with model.safetensors and assets/<asset_id>/'
-              "norm_stats.json; '' = seeded random weights (logged, meaningless actions)",
-              read_only=True),
+    ParamSpec('checkpoint', '', 'directory with model.safetensors (openpi-PyTorch or LeRobot '
+              'layout) and its norm stats (assets/<asset_id>/norm_stats.json or LeRobot '
+              "processor files, docs/checkpoints.md); '' = seeded random weights (logged, "
+              'meaningless actions)', read_only=True),
     ParamSpec('tokenizer', '', "paligemma_tokenizer.model path; '' = the one fetched by "
               'oxygen_fetch tokenizer', read_only=True),
     ParamSpec('norm_stats', '', "norm_stats.json overriding the checkpoint's; '' = the "
               "checkpoint's (identity stats for random weights)", read_only=True),
+    ParamSpec('prompt_format', '', "action prompt: '' = the checkpoint's (LeRobot: with the "
+              "state) or the preset's; 'pi05_state' (Task, State bins, Action), 'pi0' (task "
+              "only, openpi pi05_libero), 'pi05_no_state' (Task, Action)", read_only=True),
+    ParamSpec('state_prompt_pad', 0, 'zero-pad the normalized state to this many dims before '
+              'binning it into the prompt: 32 for checkpoints fine-tuned with LeRobot <= '
+              '0.4.4; 0 = no padding (openpi, LeRobot >= 0.5)', (0, MAX_STATE_PROMPT_PAD),
+              read_only=True),
+    ParamSpec('quantile_eps', -1.0, 'added to q99 - q01 by quantile normalization; -1 = the '
+              "stats' own (openpi norm_stats.json 1e-6, LeRobot files 0)", (-1.0, 1.0),
+              read_only=True),
     ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",
               read_only=True),
     ParamSpec('device', 'cpu', "torch device: 'cpu', 'cuda', 'cuda:N'", read_only=True),
@@ -173,7 +185,7 @@ PARAMETERS += tuple(
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
-          'compile_mode': CompileMode, 'policy': Policy}
+          'compile_mode': CompileMode, 'policy': Policy, 'prompt_format': PromptFormat}
 
 
 def model_defaults(model: ModelConfig) -> dict[str, list]:
@@ -336,6 +348,16 @@ def _check_range(name: str, value: object) -> None:
         raise ParameterError(f'{name} must be in [{lo}, {hi}], got {value!r}')
 
 
+def _quantile_eps(value: float) -> float | None:
+    """Return the ``quantile_eps`` parameter as the engine's field (-1: None, the stats')."""
+    if value == -1.0:
+        return None
+    if not 0.0 <= value <= 1.0:
+        raise ParameterError(f"quantile_eps must be -1 (the stats' own) or in [0, 1], got "
+                             f'{value!r}')
+    return value
+
+
 def _enum(name: str, value: str) -> object:
     cls = _ENUMS[name]
     try:
@@ -422,6 +444,9 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         engine = EngineConfig(
             preset=model.name, checkpoint=v['checkpoint'] or None,
             tokenizer=v['tokenizer'] or None, norm_stats=v['norm_stats'] or None,
+            prompt_format=_enum('prompt_format', v['prompt_format']) if v['prompt_format']
+            else None, state_prompt_pad=int(v['state_prompt_pad']),
+            quantile_eps=_quantile_eps(float(v['quantile_eps'])),
             dtype=str(v['dtype']), device=str(v['device']),
             backend=_enum('backend', v['backend']), policy=_enum('policy', v['policy']),
             compile_mode=_enum('compile_mode', v['compile_mode']),

@@ -7,7 +7,7 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine, EngineBusyError, EngineClosedError
 from oxygen_ros.engine.inputs import InputFault, ObservationError
-from oxygen_ros.model.normalize import identity_norm_stats
+from oxygen_ros.model.norm_stats import identity_norm_stats
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation

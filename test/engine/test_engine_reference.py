@@ -10,7 +10,6 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.normalize import unnormalize_quantile
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
 from oxygen_ros.model.reference import reference_sample_actions, reference_text_logits
 from oxygen_ros.sched.scheduler import Policy
@@ -64,7 +63,7 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
             act_ids = torch.tensor([prepared.action_prompt_ids])
             ref = reference_sample_actions(model, embeds, image_mask, act_ids,
                                            torch.ones_like(act_ids, dtype=torch.bool), noise)
-            ref_robot = unnormalize_quantile(ref[0].numpy(), engine.normalizer.actions)
+            ref_robot = engine.normalizer.actions.unnormalize(ref[0].numpy())
             np.testing.assert_allclose(actions, ref_robot[:, :mcfg.robot_action_dim],
                                        atol=1e-5, rtol=0)
             # text: greedy over full recomputation of prefix + generated tokens

@@ -130,3 +130,40 @@ def test_denoise_rejects_bad_noise(model):
         model.denoise(prefix, torch.zeros(1, 4, 7))
     with pytest.raises(ValueError, match='num_steps must be >= 1, got 0'):
         model.denoise(prefix, torch.zeros(1, 4, 32), num_steps=0)
+
+
+def test_bfloat16_keeps_the_four_heads_in_float32_and_casts_at_their_boundaries(model):
+    # openpi (pi0_pytorch.py) builds action_in_proj, action_out_proj, time_mlp_in/out outside
+    # paligemma_with_expert and never casts them: in a bfloat16 model they run in float32.
+    bf16 = Pi05Model(model.cfg)
+    bf16.load_state_dict(model.state_dict())
+    bf16.set_precision(torch.bfloat16)
+    heads = ('action_in_proj', 'action_out_proj', 'time_mlp_in', 'time_mlp_out')
+    for head in heads:
+        for name, param in getattr(bf16, head).named_parameters():
+            assert param.dtype == torch.float32, f'{head}.{name}'
+            assert torch.equal(param, getattr(model, head).get_parameter(name))
+    assert {f'{h}.{n}' for h in heads for n in ('weight', 'bias')} <= bf16.float32_parameters()
+    assert bf16.dtype == torch.bfloat16 and bf16.expert.layers[0].qkv.weight.dtype == \
+        torch.bfloat16
+    # The time MLP runs in float32 from the float32 sincos embedding: bit-equal to float32.
+    t = torch.tensor([1.0, 0.7, 0.1])
+    cond = bf16.time_condition(t)
+    assert cond.dtype == torch.float32 and torch.equal(cond, model.time_condition(t))
+    # action_in_proj reads the float32 x_t; its output enters the expert in bfloat16.
+    x_t = _noise(model, 2, 21)
+    tokens = bf16.embed_actions(x_t)
+    assert tokens.dtype == torch.bfloat16
+    assert torch.equal(tokens, model.embed_actions(x_t).to(torch.bfloat16))
+    # The expert's bfloat16 output goes to the float32 action_out_proj.
+    hidden = torch.randn(2, model.cfg.action_horizon, model.cfg.expert.width).bfloat16()
+    velocity = bf16.project_actions(hidden)
+    assert velocity.dtype == torch.float32
+    assert torch.equal(velocity, model.project_actions(hidden.float()))
+    # A whole chunk runs across these boundaries (float32 out; close to the reference).
+    tokens, token_mask = _prompt(1, [9], 22)
+    prefix = bf16.prefill(tokens, token_mask)
+    actions = bf16.denoise(prefix, _noise(model, 1, 23))
+    want = reference_sample_actions(bf16, None, None, tokens, token_mask, _noise(model, 1, 23))
+    assert actions.dtype == torch.float32
+    assert torch.allclose(actions, want, atol=2e-2), (actions - want).abs().max()

@@ -1,6 +1,7 @@
 """Checkpoint round trips (openpi / LeRobot layouts), damaged files, parameter counts."""
 
 import json
+import logging
 
 from oxygen_ros.config import get_preset, preset_names
 from oxygen_ros.model.pi05 import Pi05Model
@@ -65,12 +66,14 @@ def test_load_dtype_override_and_file_path(model, tmp_path):
 
 
 # openpi models_pytorch/gemma_pytorch.py, to_bfloat16_for_selected_params: substrings of the
-# checkpoint keys whose tensors stay float32 in a bfloat16 model.
+# checkpoint keys whose tensors stay float32 in a bfloat16 model; pi0_pytorch.py builds the
+# four heads outside paligemma_with_expert and never casts them.
 OPENPI_FLOAT32_SELECTORS = (
     'vision_tower.vision_model.embeddings.patch_embedding.weight',
     'vision_tower.vision_model.embeddings.patch_embedding.bias',
     'vision_tower.vision_model.embeddings.position_embedding.weight',
     'input_layernorm', 'post_attention_layernorm', 'model.norm')
+OPENPI_FLOAT32_HEADS = ('action_in_proj.', 'action_out_proj.', 'time_mlp_in.', 'time_mlp_out.')
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
@@ -78,10 +81,11 @@ def test_16_bit_models_keep_openpis_float32_parameters(model, tmp_path, dtype):
     save_checkpoint(model, tmp_path, dtype=dtype)
     with safe_open(str(tmp_path / 'model.safetensors'), framework='pt') as reader:
         on_disk = {k: reader.get_slice(k).get_dtype() for k in reader.keys()}
-    want = {k: 'F32' if any(sel in k for sel in OPENPI_FLOAT32_SELECTORS)
+    want = {k: 'F32' if any(sel in k for sel in OPENPI_FLOAT32_SELECTORS) or
+            k.startswith(OPENPI_FLOAT32_HEADS)
             else {torch.bfloat16: 'BF16', torch.float16: 'F16'}[dtype] for k in on_disk}
     assert on_disk == want
-    assert sum(v == 'F32' for v in want.values()) == 3 + 2 * 2 + 1 + 2 * 2 * 2 + 2
+    assert sum(v == 'F32' for v in want.values()) == 3 + 2 * 2 + 1 + 2 * 2 * 2 + 2 + 4 * 2
     loaded = load_checkpoint(tmp_path, model.cfg)
     assert loaded.dtype == dtype
     assert {n for n, p in loaded.named_parameters() if p.dtype == torch.float32} == \
@@ -205,3 +209,41 @@ def test_parameter_counts():
     assert 50_000_000 <= counts['small'] <= 150_000_000
     for name in ('pi05_droid', 'pi05_libero', 'pi05_base'):
         assert counts[name] == 3_353_433_872  # spec §5.1
+
+
+def test_an_untied_head_is_loaded_as_the_head_with_an_info_line(model, tmp_path, caplog):
+    path = save_checkpoint(model, tmp_path)
+    head = torch.randn(257152, 16)
+    _rewrite(path, lambda t: t.update({LM_HEAD: head}))
+    with caplog.at_level(logging.INFO, logger='oxygen_ros.model.weights'):
+        loaded = load_checkpoint(path, model.cfg)
+    assert f'{path} holds an LM head ({LM_HEAD}) that differs from the token embedding: ' \
+        'loaded as an untied head, text decoding uses it' in caplog.text
+    assert torch.equal(loaded.lm_head, head) and torch.equal(loaded.embedding, model.embedding)
+    hidden = torch.randn(2, 16)
+    y, _ = loaded.vlm.final_norm(hidden)
+    torch.testing.assert_close(loaded.lm_logits(hidden), y @ head.T)
+    # the untied head survives a save / load round trip under its own key
+    save_checkpoint(loaded, tmp_path / 'again')
+    with safe_open(str(tmp_path / 'again/model.safetensors'), framework='pt') as reader:
+        assert LM_HEAD in reader.keys() and EMBED in reader.keys()
+    assert torch.equal(load_checkpoint(tmp_path / 'again', model.cfg).lm_head, head)
+    assert load_checkpoint(tmp_path / 'again', model.cfg).count_parameters() == \
+        model.count_parameters() + 257152 * 16
+
+
+def test_a_siglip_tree_without_vision_model_is_renamed_with_a_warning(model, tmp_path, caplog):
+    path = save_checkpoint(model, tmp_path, layout=CheckpointLayout.LEROBOT)
+    tower = 'model.paligemma_with_expert.paligemma.model.vision_tower.'
+
+    def drop_vision_model(tensors):
+        for key in [k for k in tensors if k.startswith(tower + 'vision_model.')]:
+            tensors[tower + key.removeprefix(tower + 'vision_model.')] = tensors.pop(key)
+    _rewrite(path, drop_vision_model)
+    with caplog.at_level(logging.WARNING):
+        _assert_same(model, load_checkpoint(path, model.cfg))
+    n = 3 + 2 * (4 + 2 + 6 + 4) + 2   # embeddings, per layer: norms, out, qkv, mlp; final norm
+    assert f'{path}: {n} SigLIP keys lack "vision_model." ' \
+        '(paligemma_with_expert.paligemma.model.vision_tower.…, as some third-party LeRobot ' \
+        'exports write them): renamed to ' \
+        'paligemma_with_expert.paligemma.model.vision_tower.vision_model.…' in caplog.text

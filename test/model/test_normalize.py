@@ -1,13 +1,14 @@
-"""Norm stats file and quantile normalization (model/normalize.py; spec §1.9)."""
+"""Norm stats files and quantile normalization (model/norm_stats.py, normalize.py)."""
 
 import json
 
 import numpy as np
 
 from oxygen_ros.config import get_preset
+from oxygen_ros.model.norm_stats import (
+    identity_norm_stats, load_norm_stats, NormStats, save_norm_stats)
 from oxygen_ros.model.normalize import (
-    identity_norm_stats, load_norm_stats, normalize_quantile, Normalizer, NormStats, pad_to,
-    save_norm_stats, unnormalize_quantile)
+    normalize_quantile, Normalizer, NormMode, pad_to, QuantityNorm, unnormalize_quantile)
 import pytest
 
 
@@ -248,3 +249,42 @@ def test_identity_normalizer():
     actions = np.linspace(-1, 1, cfg.action_horizon * 32).reshape(cfg.action_horizon, 32)
     np.testing.assert_allclose(norm.actions_to_robot(actions), actions[:, :7], atol=1e-6)
     np.testing.assert_allclose(norm.normalize_state(np.full(8, 0.25)), 0.25, atol=1e-6)
+
+
+# --- LeRobot's modes (processor/normalize_processor.py, _apply_transform) ---------------------
+
+@pytest.mark.parametrize('mode', list(NormMode))
+def test_lerobot_formulas_by_hand_and_round_trip(mode):
+    rng = np.random.default_rng(3)
+    lo, hi = rng.uniform(-2, 0, 4), rng.uniform(0.5, 3, 4)
+    lo[2] = hi[2] = 0.25   # a zero range: LeRobot puts eps in its place
+    stats = NormStats(mean=(lo + hi) / 2, std=hi - lo, q01=lo, q99=hi, minimum=lo, maximum=hi,
+                      q10=lo, q90=hi)
+    norm = QuantityNorm(stats, mode, quantile_eps=0.0, eps=1e-8)
+    x = rng.normal(size=(5, 6))
+    d = np.where(hi - lo == 0, 1e-8, hi - lo)
+    want = {NormMode.QUANTILES: 2 * (x[:, :4] - lo) / d - 1,
+            NormMode.QUANTILE10: 2 * (x[:, :4] - lo) / d - 1,
+            NormMode.MIN_MAX: 2 * (x[:, :4] - lo) / d - 1,
+            NormMode.MEAN_STD: (x[:, :4] - (lo + hi) / 2) / (hi - lo + 1e-8),
+            NormMode.IDENTITY: x[:, :4]}[mode]
+    out = norm.normalize(x)
+    np.testing.assert_allclose(out[:, :4], want, rtol=1e-12)
+    np.testing.assert_array_equal(out[:, 4:], x[:, 4:])
+    inverse = {NormMode.MEAN_STD: x[:, :4] * (hi - lo) + (lo + hi) / 2,
+               NormMode.IDENTITY: x[:, :4]}.get(mode, (x[:, :4] + 1) * d / 2 + lo)
+    np.testing.assert_allclose(norm.unnormalize(x)[:, :4], inverse, rtol=1e-12)
+
+
+def test_openpi_quantile_eps_is_added_and_modes_check_their_stats():
+    assert QuantityNorm(STATS).quantile_eps == 1e-6
+    np.testing.assert_array_equal(QuantityNorm(STATS).normalize(np.ones(3)),
+                                  normalize_quantile(np.ones(3), STATS))
+    with pytest.raises(ValueError, match=r"MIN_MAX normalization needs \['minimum', "
+                                         r"'maximum'\], the stats lack \['minimum', 'maximum'\]"):
+        QuantityNorm(STATS, NormMode.MIN_MAX)
+    with pytest.raises(ValueError, match='epsilons must be >= 0'):
+        QuantityNorm(STATS, quantile_eps=-1.0)
+    assert QuantityNorm(None, NormMode.IDENTITY).dim is None
+    with pytest.raises(ValueError, match='maximum < minimum at dims'):
+        NormStats(minimum=[1.0], maximum=[0.0])

@@ -99,6 +99,21 @@ def test_pi05_state_prompt_writes_only_the_given_dims(tok):
     assert tok.decode(tp.tokens) == 'Task: go, State: 128 128 128;\nAction: '
 
 
+def test_state_padded_before_binning_as_lerobot_0_4_and_the_no_state_format(tok):
+    # LeRobot <= v0.4.4 padded the normalized state to max_state_dim (32) before binning.
+    state = np.array([-1.0, 0.5, 0.0])
+    padded = format_action_prompt('go', state, PromptFormat.PI05_STATE, state_pad=6)
+    assert padded == 'Task: go, State: 0 192 128 128 128 128;\nAction: '
+    tp = tokenize_action_prompt(tok, 'go', state, PromptFormat.PI05_STATE, 200, state_pad=32)
+    assert tok.decode(tp.tokens) == 'Task: go, State: 0 192 ' + ' '.join(['128'] * 30) + \
+        ';\nAction: '
+    assert format_action_prompt('go', state, PromptFormat.PI05_STATE, state_pad=2) == \
+        format_action_prompt('go', state, PromptFormat.PI05_STATE)   # never cut
+    # LeRobot's pi05 with include_state_in_prompt off
+    no_state = tokenize_action_prompt(tok, ' go_left', state, PromptFormat.PI05_NO_STATE, 64)
+    assert no_state.ids == [2] + tok.encode('Task: go left;\nAction: ', add_bos=False)
+
+
 def test_pi0_prompt_encodes_newline_separately(tok):
     tp = tokenize_action_prompt(tok, 'put the bowl_on the plate', None, PromptFormat.PI0, 48)
     assert tp.ids == [2] + tok.encode('put the bowl on the plate', add_bos=False) + [NEWLINE_ID]

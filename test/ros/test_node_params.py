@@ -2,7 +2,7 @@
 
 import math
 
-from oxygen_ros.config import CAMERA_SLOTS
+from oxygen_ros.config import CAMERA_SLOTS, PromptFormat
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.ros import param_docs
 from oxygen_ros.ros.params import (
@@ -70,10 +70,24 @@ def test_test_yaml_values():
     ({'control_rate_hz': 0.0}, r'control_rate_hz must be in \[0.1, 1000.0\], got 0.0'),
     ({'max_observation_age': math.nan}, r'max_observation_age must be a finite number'),
     ({'tokens_per_cycle': 0}, r'tokens_per_cycle must be in \[1, 1024\], got 0'),
+    ({'prompt_format': 'pi05'}, r"prompt_format must be one of 'pi05_state', 'pi0', "
+                                r"'pi05_no_state', got 'pi05'"),
+    ({'quantile_eps': -0.5}, r"quantile_eps must be -1 \(the stats' own\) or in \[0, 1\], "
+                             r'got -0.5'),
+    ({'state_prompt_pad': 300}, r'state_prompt_pad must be in 0..256, got 300'),
 ])
 def test_bad_values_are_rejected_with_the_value(values, match):
     with pytest.raises(ParameterError, match=match):
         build_configs({'preset': 'tiny', **values})
+
+
+def test_checkpoint_conventions_parameters():
+    engine, _ = build_configs({'preset': 'tiny'})
+    assert (engine.prompt_format, engine.state_prompt_pad, engine.quantile_eps) == (None, 0, None)
+    engine, _ = build_configs({'preset': 'tiny', 'prompt_format': 'pi0', 'state_prompt_pad': 32,
+                               'quantile_eps': 0.0})
+    assert (engine.prompt_format, engine.state_prompt_pad, engine.quantile_eps) == \
+        (PromptFormat.PI0, 32, 0.0)
 
 
 def test_check_update():
