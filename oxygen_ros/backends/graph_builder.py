@@ -17,9 +17,9 @@ Inductor work than the unrolled loop); the CUDA graph of the whole loop replays 
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Callable
 
-from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.static_calls import (
@@ -85,10 +85,10 @@ class GraphBuilder:
             return self.denoise
         return self._compiled[step]
 
-    def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *, cuda_graph: bool,
-              pool: Any = None) -> StaticCall:
+    def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
+              capture: GraphCapture | None = None) -> StaticCall:
         """
-        Return the step at shape ``key`` on its own buffers, captured if ``cuda_graph``.
+        Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
         DENOISE ``(context slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
@@ -96,8 +96,8 @@ class GraphBuilder:
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
         fn, example, dynamic = getattr(self, f'_{step.value}')(self._kernel(step, kernels), key)
-        return StaticCall(fn, (self.pool.k, self.pool.v), example, cuda_graph=cuda_graph,
-                          pool=pool, dynamic=dynamic)
+        return StaticCall(fn, (self.pool.k, self.pool.v), example, capture=capture,
+                          dynamic=dynamic)
 
     # -- one function per step: (fn(k_pool, v_pool, *inputs), example inputs, dynamic dims)
     def _empty(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -235,6 +235,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 __all__ = [
-    'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'MASK_ALIGN', 'QueryLayout', 'RMSNorm', 'apply_rope', 'attention',
-    'gated_residual', 'rms_normalize', 'rope_cos_sin',
+    'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'MASK_ALIGN', 'QueryLayout', 'RMSNorm', 'apply_rope',
+    'attention', 'gated_residual', 'rms_normalize', 'rope_cos_sin',
 ]

@@ -138,7 +138,7 @@ def test_attention_layouts_match_eager(heads, kv_heads, queries):
 @pytest.mark.parametrize('queries,keys', [(1, 200), (50, 1074), (7, 968), (100, 129),
                                           (3, 256)])
 def test_masks_are_16_aligned_views_with_the_unaligned_result(queries, keys):
-    """SDPA's memory-efficient kernel copies a bias whose strides are not multiples of 16."""
+    """A bias whose strides are not multiples of 16 is copied by CUDA's efficient SDPA."""
     torch.manual_seed(queries + keys)
     heads, kv_heads, d = 8, 1, 16
     q = torch.randn(1, queries, heads, d)
