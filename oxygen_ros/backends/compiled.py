@@ -47,6 +47,7 @@ from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.backends.warmup import warm_step
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.folding import fold_layers
@@ -201,7 +202,7 @@ class CompiledModel:
         self.compile_seconds = time.perf_counter() - t0
         counts = self.cache.counts() if self.cache is not None else None
         _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',
-                  self.mode.value, self.kernels.value,
+                  self.mode.value, self._kernel_name(self.kernels),
                   ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
                   sum(len(g) for g in self._graphs.values()),
                   f'; compile cache {counts.hits} hits, {counts.misses} misses'
@@ -214,41 +215,25 @@ class CompiledModel:
         attempts = [self.kernels]
         if self.kernels is Kernels.INDUCTOR and self.cuda_graphs:
             attempts.append(Kernels.EAGER)         # graphs of eager kernels still pay
-        reasons = []
-        compiled_before = _graphs_compiled()
-        for kernels in attempts:
-            t0 = time.perf_counter()
-            try:
-                self._graphs[step] = graphs = {}
-                worst = None
-                for key in keys:
-                    graphs[key] = builder.build(step, key, kernels, capture=capture)
-                    result = getattr(probe, step.value)(*key)
-                    if not result.passed:
-                        raise RuntimeError(f'parity gate failed: {result.describe()}')
-                    if worst is None or result.error / max(result.tolerance, 1e-30) > \
-                            worst.error / max(worst.tolerance, 1e-30):
-                        worst = result
-                    bar.update()
-            except Exception as exc:  # noqa: B902 - any compile/capture/gate failure
-                self._graphs.pop(step, None)
-                reasons.append(f'{kernels.value} kernels: {type(exc).__name__}: {exc}')
-                _LOG.error('fast path: %s with %s kernels failed: %s: %s', step.value,
-                           kernels.value, type(exc).__name__, exc)
-                continue
-            if worst is not None:
-                self.parity[step.value] = worst
-            self.compiles[step.value] = _graphs_compiled() - compiled_before
-            _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s (%d compile(s)); '
-                      'worst %s', step.value, len(keys), kernels.value,
-                      time.perf_counter() - t0, self.compiles[step.value],
-                      worst.describe() if worst else '-')
-            if kernels is not self.kernels:
-                self.fallbacks[step.value] = f'{reasons[0]}; running eager kernels in graphs'
-            return
-        self.fallbacks[step.value] = '; '.join(reasons) + '; running EAGERLY'
-        _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
-                   self.fallbacks[step.value])
+        out = warm_step(step, keys, attempts, probe=probe, graphs=self._graphs, bar=bar,
+                        build=lambda key, k: builder.build(step, key, k, capture=capture),
+                        name=self._kernel_name)
+        self.compiles[step.value] = out.compiles
+        if out.worst is not None:
+            self.parity[step.value] = out.worst
+        if out.kernels is None:
+            self.fallbacks[step.value] = '; '.join(out.reasons) + '; running EAGERLY'
+            _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
+                       self.fallbacks[step.value])
+        elif out.kernels is not self.kernels:
+            self.fallbacks[step.value] = f'{out.reasons[0]}; running eager kernels in graphs'
+
+    def _kernel_name(self, kernels: Kernels) -> str:
+        """Return ``eager`` or the compiler's name (``inductor``; tests: ``aot_eager``)."""
+        if kernels is Kernels.EAGER:
+            return kernels.value
+        return self._backend if isinstance(self._backend, str) else \
+            getattr(self._backend, '__name__', 'custom')
 
     def _graph(self, step: Step, key: tuple[int, ...] | None, cache: KVCache | None,
                shape: object = None) -> StaticCall | None:
@@ -403,12 +388,6 @@ class CompiledModel:
             return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
                                           ctx_mask).argmax(-1)
         return out[1].clone()
-
-
-def _graphs_compiled() -> int:
-    """Return Dynamo's count of graphs compiled in this process (torch's own counter)."""
-    from torch._dynamo.utils import counters
-    return int(counters['stats']['unique_graphs'])
 
 
 def _device_name(device: torch.device) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from typing import Callable
 
+from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
@@ -26,17 +27,6 @@ from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
 from torch import nn
-
-
-class Step(str, enum.Enum):
-    """A per-cycle model call of the engine (``JobKind`` plus the text prefill)."""
-
-    VISION = 'vision'
-    PREFILL = 'prefill'
-    TEXT_PREFILL = 'text_prefill'
-    DENOISE = 'denoise'
-    DECODE = 'decode'
-    SEED = 'seed'
 
 
 class Kernels(enum.Enum):
@@ -64,6 +54,8 @@ class GraphBuilder:
         self.model = model
         self.pool = pool
         self.compiler = compiler
+        for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
+            torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
         self.calls: dict[Step, nn.Module] = {
             Step.VISION: VisionCall(model), Step.PREFILL: PrefillCall(model, layers),
             Step.TEXT_PREFILL: ExtendCall(model, layers), Step.DECODE: DecodeCall(model, layers),
@@ -79,7 +71,9 @@ class GraphBuilder:
             return self.calls[step]
         if step not in self._compiled:
             target = self.denoise.velocity_step if step is Step.DENOISE else self.calls[step]
-            self._compiled[step] = torch.compile(target, backend=self.compiler, fullgraph=True)
+            compiled = torch.compile(target, backend=self.compiler, fullgraph=True)
+            self._compiled[step] = _context_dynamic(compiled) if step is Step.DENOISE else \
+                compiled
         if step is Step.DENOISE:
             self.denoise.step = self._compiled[step]
             return self.denoise
@@ -171,6 +165,21 @@ class GraphBuilder:
         def fn(k_pool, v_pool, hidden):
             return call(hidden)
         return fn, (self._empty(key[0], self.model.cfg.vlm.width),), {0: (0,)}
+
+
+def _context_dynamic(velocity: Callable) -> Callable:
+    """
+    Return ``velocity`` with the context length of its K/V and mask marked dynamic.
+
+    The denoise graphs differ in prefix length only (one per prefill bucket); marked, one
+    Inductor compile serves them all instead of a static one and a dynamic recompile.
+    """
+    def step(keys, values, bias, *rest):
+        for t in (*keys, *values):
+            torch._dynamo.maybe_mark_dynamic(t, 2)
+        torch._dynamo.maybe_mark_dynamic(bias, 3)
+        return velocity(keys, values, bias, *rest)
+    return step
 
 
 __all__ = ['GraphBuilder', 'Kernels', 'Step']

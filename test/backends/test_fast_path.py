@@ -282,8 +282,8 @@ def test_shapes_beyond_the_graphs_run_eagerly_with_a_warning(tiny_models, caplog
     assert comp.fallbacks == {}
 
 
-def _engine_run(cfg, model, tokenizer):
-    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+def _engine_run(cfg, model, tokenizer, engine=None):
+    engine = engine or Engine(cfg, model=model, tokenizer=tokenizer)
     actions, texts = [], {}
     for f, budget in enumerate((4, 6, 2)):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
@@ -333,3 +333,34 @@ def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
     eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
                    tokenizer=tokenizer)
     assert eager.fallbacks == {}
+
+
+def test_two_engines_share_one_fast_path_on_two_halves_of_its_pool(tiny_models, tokenizer):
+    """``TorchBackend.sharing_pool``: the bench's isolated engine reuses OxyGen's warm-up."""
+    from oxygen_ros.sched.scheduler import Policy
+
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
+                       max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
+    blocks = cfg.pool_blocks()
+    shared = CompiledTorchBackend.create(cfg.backend_config(), model, 2 * blocks,
+                                         backend='aot_eager', progress=False,
+                                         only=[Step.DECODE, Step.SEED])
+    iso = Engine(replace(cfg, policy=Policy.ISOLATED), model=model, tokenizer=tokenizer,
+                 backend=shared.sharing_pool(blocks))
+    graphs = [g for gs in shared.model._graphs.values() for g in gs.values()]
+    calls = sum(g.num_calls for g in graphs)
+    half = blocks * cfg.block_size
+    got = _engine_run(replace(cfg, policy=Policy.ISOLATED), model, tokenizer, engine=iso)
+    assert sum(g.num_calls for g in graphs) > calls                 # through the graphs
+    low = shared.cache.k[:, cfg.block_size:half]                    # block 0: padding rows
+    assert (low == 0).all() and (shared.cache.k[:, half:] != 0).any()
+    oxy = Engine(cfg, model=model, tokenizer=tokenizer, backend=shared)
+    both = _engine_run(cfg, model, tokenizer, engine=oxy)
+    assert (shared.cache.k[:, cfg.block_size:half] != 0).any()      # its own half
+    want = _engine_run(replace(cfg, compile_mode=CompileMode.NONE), model, tokenizer)
+    assert got[1] == want[1] == both[1]
+    for a, b in zip(want[0], got[0]):
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match='does not fit'):
+        Engine(cfg, model=model, tokenizer=tokenizer, backend=shared.sharing_pool(2 * blocks - 5))
