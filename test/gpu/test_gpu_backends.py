@@ -6,8 +6,9 @@ captured) equal eager on CUDA and pass the parity gate in float32 and bfloat16 w
 fallback; the calls never wait for the host (``torch.cuda.set_sync_debug_mode('error')``);
 the graphs replay (not re-run) and see new inputs; TensorRT parses and builds our graphs,
 executes on torch's buffers and stream, and the whole engine on it equals the torch backend;
-engines come from the disk cache the second time. Timings on full size:
-``python -m oxygen_ros.tools.bench.gpu_check`` (docs/gpu.md).
+engines come from the disk cache the second time; capture survives another thread using CUDA.
+Timings on full size: ``oxygen_bench gpu --session N`` (docs/gpu.md, "The GPU session", whose
+session 1 runs this file).
 """
 
 import importlib.util
