@@ -63,7 +63,7 @@ def test_run_model_rejects_unknown_images(capsys):
 
 
 def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypatch):
-    """OxyGen and isolated share one compiled model: one warm-up, one KV pool, two halves."""
+    """Both policies share one compiled model: one warm-up, one KV pool, two halves."""
     from oxygen_ros.backends.compiled import CompiledModel
 
     warmups = []

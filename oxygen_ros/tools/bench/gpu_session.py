@@ -209,11 +209,13 @@ def _phase_main(args: argparse.Namespace) -> int:
 
 def _run_phase(argv: list[str], phase: str, timeout: float, log) -> tuple[str, int | None]:
     """Run ``phase`` in a child process, killed after ``timeout`` s; return (status, rc)."""
+    from oxygen_ros.tools.bench.gpu_phases import REPO
+
     cmd = [sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', *argv, '--phase', phase,
            '--deadline', str(time.time() + timeout)]
     env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            cwd=Path(__file__).resolve().parents[3], start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                            start_new_session=True)
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -244,6 +246,7 @@ def run_session(args: argparse.Namespace, argv: list[str]) -> int:
         write_json(path, data)
         print(f'oxygen_bench gpu: {data["error"]}', file=sys.stderr)
         return SETUP_FAILED
+    write_json(path, data)                       # there from the start, rewritten per phase
     with open(args.out / f'session{n}.log', 'a', buffering=1) as log:
         def say(line: str) -> None:
             print(line, flush=True)
