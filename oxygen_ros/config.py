@@ -223,6 +223,11 @@ class ModelConfig:
     def num_layers(self) -> int:
         return self.vlm.depth
 
+    @property
+    def max_prefix_tokens(self) -> int:
+        """Return the longest prefix: every camera's image tokens and a full prompt."""
+        return len(self.cameras) * self.image_tokens_per_camera + self.max_token_len
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """Return K+V bytes of one cached token, all layers (pi05 in bf16: 18 KiB; spec §5.3)."""
         return self.vlm.depth * 2 * self.vlm.num_kv_heads * self.vlm.head_dim * dtype_bytes

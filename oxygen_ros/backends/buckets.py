@@ -2,11 +2,19 @@
 The static shapes of the fast path: which batch sizes and lengths get a compiled graph (pure).
 
 A CUDA graph replays one shape, so variable sizes are padded up to a few buckets (vLLM's
-CUDA-graph batch sizes, gpt-fast's static KV length): decode batches to powers of two up to
-``max_running_requests``, decode contexts to multiples of ``CTX_BUCKET`` slots, prompts to
-powers of two up to ``max_token_len``. Padding is masked (see ``model/static_calls.py``), so
-results equal the unpadded call; it costs compute, at most 2x on the prompt (a few % of a
-prefix dominated by image tokens) and < ``CTX_BUCKET`` context slots per decode row.
+CUDA-graph batch sizes, gpt-fast's static KV length): decode batches to powers of two from 2
+up to ``max_running_requests``, decode contexts to multiples of ``CTX_BUCKET`` slots, prompts
+to powers of two up to ``max_token_len``, the denoise context to the prefix length of its
+prefill's bucket. Padding is masked (see ``model/static_calls.py``), so results equal the
+unpadded call; it costs compute, at most 2x on the prompt (a few % of a prefix dominated by
+image tokens), < ``CTX_BUCKET`` context slots per decode row, and one row for a decode batch
+of 1.
+
+Why batch 1 is padded to 2: a decode step reads every weight whatever its batch (bound by
+weight reads: 5.03 GB at batch 1, 5.05 at 2 over 900 slots for ``pi05_droid``, roofline), so a
+second row is nearly free, while a batch dim of size 1 is specialized by Dynamo: one more
+Inductor compile of the decode and the seed step, and their graphs. Contexts shorter than the
+shortest possible prefix (one camera's image tokens and one prompt token) get no bucket.
 """
 
 from __future__ import annotations
@@ -18,13 +26,19 @@ from oxygen_ros.config import ModelConfig
 CTX_BUCKET = 256
 """Decode contexts are padded to a multiple of this many slots (a 3-camera prefix: ~820)."""
 MIN_PROMPT_BUCKET = 16
+MIN_BATCH_BUCKET = 2
+"""The smallest decode batch compiled where ``max_batch`` allows it (batch 1 is padded)."""
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """Return the decode batch sizes compiled: powers of two below ``max_batch``, then it."""
+    """
+    Return the decode batch sizes compiled: powers of two from 2 below ``max_batch``, then it.
+
+    ``(1,)`` when ``max_batch`` is 1; batch 1 otherwise runs in the graph of batch 2.
+    """
     if max_batch < 1:
         raise ValueError(f'max_batch must be >= 1, got {max_batch}')
-    sizes, b = [], 1
+    sizes, b = [], min(MIN_BATCH_BUCKET, max_batch)
     while b < max_batch:
         sizes.append(b)
         b *= 2
@@ -42,11 +56,27 @@ def prompt_buckets(max_token_len: int) -> tuple[int, ...]:
     return tuple(sizes) + (max_token_len,)
 
 
-def ctx_buckets(max_ctx: int, step: int = CTX_BUCKET) -> tuple[int, ...]:
-    """Return the decode context lengths compiled: ``step, 2 step, ...`` up to ``max_ctx``."""
+def ctx_buckets(max_ctx: int, step: int = CTX_BUCKET, min_ctx: int = 1) -> tuple[int, ...]:
+    """
+    Return the decode context lengths compiled: ``step, 2 step, ...`` up to ``max_ctx``.
+
+    Buckets below ``min_ctx`` (contexts that never occur) are left out.
+    """
     if max_ctx < 1 or step < 1:
         raise ValueError(f'max_ctx and step must be >= 1, got {max_ctx}, {step}')
-    return tuple(range(step, max_ctx, step)) + (max_ctx,)
+    return tuple(c for c in range(step, max_ctx, step) if c >= min_ctx) + (max_ctx,)
+
+
+def denoise_buckets(camera_counts: tuple[int, ...], tokens_per_camera: int,
+                    prompt: tuple[int, ...]) -> tuple[int, ...]:
+    """
+    Return the denoise context lengths compiled: every prefill bucket's prefix length.
+
+    A prefix of ``n`` cameras and ``t`` prompt tokens is denoised in the graph of
+    ``n * tokens_per_camera + bucket_for(t, prompt)`` slots or the next longer one: it is never
+    padded by more than its prompt was (an 818-token 3-camera ``pi05_droid`` prefix: 832).
+    """
+    return tuple(sorted({n * tokens_per_camera + t for n in camera_counts for t in prompt}))
 
 
 def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
@@ -63,31 +93,42 @@ class StaticShapes:
     :ivar prompt: prompt length buckets (prefill, and text prefill on an image prefix).
     :ivar batch: decode and seed batch buckets.
     :ivar ctx: decode context buckets.
-    :ivar denoise_ctx: the one (padded) prefix length of the denoise graph.
+    :ivar denoise: denoise context buckets (prefix slots, padding included).
     """
 
     camera_counts: tuple[int, ...]
     prompt: tuple[int, ...]
     batch: tuple[int, ...]
     ctx: tuple[int, ...]
-    denoise_ctx: int
+    denoise: tuple[int, ...]
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int,
-                  denoise_ctx: int) -> StaticShapes:
+                  camera_counts: tuple[int, ...] | None = None) -> StaticShapes:
         """
         Return the shapes for ``cfg``'s cameras, ``max_batch`` rows and ``max_ctx`` slots.
 
-        ``denoise_ctx``: the padded prefix length of the denoise graph.
-
-        :raises ValueError: a limit below 1 or a denoise context shorter than a prefix.
+        :param camera_counts: numbers of valid cameras to compile (default: 1 to all of
+            ``cfg.cameras``, as a node needs when a camera drops out; a benchmark whose
+            cameras are all valid compiles only their number). A prefix of another count
+            runs eagerly, with a warning.
+        :raises ValueError: a limit below 1, a camera count outside ``1..len(cfg.cameras)``,
+            or ``max_ctx`` shorter than the longest prefix.
         """
-        longest = len(cfg.cameras) * cfg.image_tokens_per_camera + cfg.max_token_len
-        if denoise_ctx < longest:
-            raise ValueError(f'denoise_ctx {denoise_ctx} < the longest prefix {longest}')
-        return cls(tuple(range(1, len(cfg.cameras) + 1)), prompt_buckets(cfg.max_token_len),
-                   batch_buckets(max_batch), ctx_buckets(max_ctx), denoise_ctx)
+        cams = len(cfg.cameras)
+        counts = tuple(range(1, cams + 1)) if camera_counts is None else \
+            tuple(sorted(set(camera_counts)))
+        if not counts or counts[0] < 1 or counts[-1] > cams:
+            raise ValueError(f'camera_counts must lie in 1..{cams}, got {camera_counts}')
+        ti = cfg.image_tokens_per_camera
+        longest = counts[-1] * ti + cfg.max_token_len
+        if max_ctx < longest:
+            raise ValueError(f'max_ctx {max_ctx} < the longest prefix {longest}')
+        prompt = prompt_buckets(cfg.max_token_len)
+        return cls(counts, prompt, batch_buckets(max_batch),
+                   ctx_buckets(max_ctx, min_ctx=counts[0] * ti + 1),
+                   denoise_buckets(counts, ti, prompt))
 
 
-__all__ = ['CTX_BUCKET', 'StaticShapes', 'batch_buckets', 'bucket_for', 'ctx_buckets',
-           'prompt_buckets']
+__all__ = ['CTX_BUCKET', 'MIN_BATCH_BUCKET', 'StaticShapes', 'batch_buckets', 'bucket_for',
+           'ctx_buckets', 'denoise_buckets', 'prompt_buckets']

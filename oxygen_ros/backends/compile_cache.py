@@ -31,6 +31,9 @@ import torch
 _LOG = logging.getLogger(__name__)
 
 SUBDIR = 'torch_compile'
+COMPILE_CACHE_ENV = 'OXYGEN_ROS_COMPILE_CACHE'
+"""Where the compile caches go instead of ``<project cache>/torch_compile`` (e.g. a machine's
+local disk while the project cache is a folder carried along)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +56,15 @@ class CompileCache:
     The on-disk compile caches of one fast-path configuration.
 
     :param key: what the compiled code depends on (any string; hashed into the file name).
-    :param root: default ``<project cache>/torch_compile`` (``$OXYGEN_ROS_CACHE``).
+    :param root: default ``$OXYGEN_ROS_COMPILE_CACHE``, else ``<project cache>/torch_compile``
+        (``$OXYGEN_ROS_CACHE``).
     """
 
     def __init__(self, key: str, root: Path | None = None) -> None:
-        self.root = Path(root) if root is not None else cache_dir() / SUBDIR
+        if root is None:
+            env = os.environ.get(COMPILE_CACHE_ENV)
+            root = Path(env) if env else cache_dir() / SUBDIR
+        self.root = Path(root)
         digest = hashlib.sha256(f'{torch.__version__}|{key}'.encode()).hexdigest()[:24]
         self.artifacts = self.root / 'artifacts' / f'{digest}.bin'
         self._start: CacheCounts | None = None
@@ -111,4 +118,4 @@ class CompileCache:
         return self.artifacts
 
 
-__all__ = ['CacheCounts', 'CompileCache', 'SUBDIR', 'cache_counts']
+__all__ = ['COMPILE_CACHE_ENV', 'CacheCounts', 'CompileCache', 'SUBDIR', 'cache_counts']

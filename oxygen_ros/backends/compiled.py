@@ -14,14 +14,14 @@ because a pool is mutated or an address moved). The kernels inside come from Ind
 left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
 
 Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
-bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise at the longest
-prefix, decode per batch bucket (up to ``max_running_requests``) and context bucket, seed per
-batch bucket. Padding is masked, so results equal eager on the valid part (float32 1e-5 in
-the tests). Graph simplifications: Q/K/V is one fused projection in the model itself; the time
-MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed Euler times
-(``DenoiseCall``); RMSNorm scales folded into the next linear (``model/folding.py``) with eager
-kernels only (Inductor fuses the multiply into the norm anyway, and folding costs 2.6 GB of
-weights at full size).
+bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise per prefix length of
+those prefill buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1
+runs padded to 2) and context bucket, seed per batch bucket. Padding is masked, so results
+equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is
+one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
+evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
+into the next linear (``model/folding.py``) with eager kernels only (Inductor fuses the
+multiply into the norm anyway, and folding costs 2.6 GB of weights at full size).
 
 Warm-up compiles, captures and gates every graph (``parity.py``, probes in
 ``parity_probe.py``), with a progress bar and a log line per step; Inductor's artifacts are
@@ -45,8 +45,9 @@ from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
-from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.backends.warmup import warm_step
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.folding import fold_layers
@@ -76,12 +77,15 @@ class CompiledModel:
     :param fold_norms: fold RMSNorm scales into the linears; default: with eager kernels.
     :param only: put only these steps on the fast path (default: all); the others run
         eagerly (not a fallback: nothing was asked).
+    :param camera_counts: numbers of valid cameras to compile vision and prefixes for
+        (default: 1 to all; ``StaticShapes.for_model``).
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
     def __init__(self, model: Pi05Model, mode: CompileMode, limits: EngineLimits, *,
                  backend: str | Callable = 'inductor', block_size: int = 16,
-                 fold_norms: bool | None = None, only: Collection[Step] | None = None) -> None:
+                 fold_norms: bool | None = None, only: Collection[Step] | None = None,
+                 camera_counts: tuple[int, ...] | None = None) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
@@ -96,12 +100,14 @@ class CompiledModel:
         self.fold_norms = self.kernels is Kernels.EAGER if fold_norms is None else fold_norms
         self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
                                              max_ctx=limits.max_ctx,
-                                             denoise_ctx=limits.denoise_ctx_len)
+                                             camera_counts=camera_counts)
         self.compile_seconds = 0.0
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
         self.parity: dict[str, ParityResult] = {}
         """The gate's closest call (largest error / tolerance) per step that passed."""
+        self.compiles: dict[str, int] = {}
+        """Dynamo graphs compiled per step at the last warm-up (recompiles included)."""
         self.cache: CompileCache | None = None
         self._backend = backend
         self._only = frozenset(Step) if only is None else frozenset(only)
@@ -125,7 +131,7 @@ class CompiledModel:
         s = self.shapes
         cams_prompts = [(n, t) for n in s.camera_counts for t in s.prompt]
         steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts,
-                 Step.DENOISE: [(s.denoise_ctx,)],
+                 Step.DENOISE: [(c,) for c in s.denoise],
                  Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
                  Step.SEED: [(b,) for b in s.batch]}
         if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
@@ -133,19 +139,27 @@ class CompiledModel:
         return {step: keys for step, keys in steps.items() if step in self._only}
 
     # ---------------------------------------------------------------- warm-up
-    def warmup(self, pool: KVCache, *, progress: bool = True) -> float:
+    def warmup(self, pool: KVCache, *, progress: bool = True,
+               reference: Pi05Model | None = None) -> float:
         """
         Compile, capture and gate every graph on ``pool``; fall back step by step.
+
+        Errors writing the compile cache are logged (ERROR), never raised: they cost the
+        next start its cache, not this one its fast path.
 
         :param pool: the backend's KV pool (graphs read and write it by address; zeroed
             after the gate's probes).
         :param progress: draw a tqdm bar (one tick per graph).
+        :param reference: the gate's float32 copy of the model when the caller holds one
+            already (``parity_probe.float32_copy``; a full-size copy is 13.4 GB); default:
+            one is made for the warm-up and dropped after it.
         :returns: seconds spent, also in ``compile_seconds``.
         """
         from tqdm import tqdm
 
         t0 = time.perf_counter()
         self._pool, self.fallbacks, self._graphs, self.parity = pool, {}, {}, {}
+        self.compiles = {}
         if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
             self.cache = CompileCache(f'{self.cfg!r}|{self.dtype}|{self.device}|'
                                       f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
@@ -153,12 +167,13 @@ class CompiledModel:
             self.cache.activate()
         steps = self.steps()
         try:
-            reference = float32_copy(self.model)
+            if reference is None:
+                reference = float32_copy(self.model)
             layers = (fold_layers(self.model.vlm.layers) if self.fold_norms
                       else self.model.vlm.layers)
             builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
             probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
-            graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graphs else None
+            capture = GraphCapture() if self.cuda_graphs else None   # one stream, one pool
         except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
             reason = f'fast path set-up failed: {type(exc).__name__}: {exc}; running EAGERLY'
             _LOG.error('%s', reason)
@@ -172,7 +187,7 @@ class CompiledModel:
             with torch.inference_mode(), torch._dynamo.config.patch(
                     recompile_limit=512, accumulated_recompile_limit=8192):
                 for step, keys in steps.items():
-                    self._warm_step(step, keys, builder, probe, graph_pool, bar)
+                    self._warm_step(step, keys, builder, probe, capture, bar)
         finally:
             bar.close()
             pool.k.zero_()
@@ -181,12 +196,13 @@ class CompiledModel:
         if self.cache is not None:
             try:
                 self.cache.save()
-            except OSError as exc:
-                _LOG.error('cannot write the compile cache: %s', exc)
+            except Exception as exc:  # noqa: B902 - torch raises more than OSError here
+                _LOG.error('cannot write the compile cache (the next start compiles afresh): '
+                           '%s: %s', type(exc).__name__, exc)
         self.compile_seconds = time.perf_counter() - t0
         counts = self.cache.counts() if self.cache is not None else None
         _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',
-                  self.mode.value, self.kernels.value,
+                  self.mode.value, self._kernel_name(self.kernels),
                   ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
                   sum(len(g) for g in self._graphs.values()),
                   f'; compile cache {counts.hits} hits, {counts.misses} misses'
@@ -195,44 +211,29 @@ class CompiledModel:
         return self.compile_seconds
 
     def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
-                   probe: ParityProbe, graph_pool: Any, bar: Any) -> None:
+                   probe: ParityProbe, capture: GraphCapture | None, bar: Any) -> None:
         attempts = [self.kernels]
         if self.kernels is Kernels.INDUCTOR and self.cuda_graphs:
             attempts.append(Kernels.EAGER)         # graphs of eager kernels still pay
-        reasons = []
-        for kernels in attempts:
-            t0 = time.perf_counter()
-            try:
-                self._graphs[step] = graphs = {}
-                worst = None
-                for key in keys:
-                    graphs[key] = builder.build(step, key, kernels, cuda_graph=self.cuda_graphs,
-                                                pool=graph_pool)
-                    args = () if step is Step.DENOISE else key
-                    result = getattr(probe, step.value)(*args)
-                    if not result.passed:
-                        raise RuntimeError(f'parity gate failed: {result.describe()}')
-                    if worst is None or result.error / max(result.tolerance, 1e-30) > \
-                            worst.error / max(worst.tolerance, 1e-30):
-                        worst = result
-                    bar.update()
-            except Exception as exc:  # noqa: B902 - any compile/capture/gate failure
-                self._graphs.pop(step, None)
-                reasons.append(f'{kernels.value} kernels: {type(exc).__name__}: {exc}')
-                _LOG.error('fast path: %s with %s kernels failed: %s: %s', step.value,
-                           kernels.value, type(exc).__name__, exc)
-                continue
-            if worst is not None:
-                self.parity[step.value] = worst
-            _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s; worst %s',
-                      step.value, len(keys), kernels.value, time.perf_counter() - t0,
-                      worst.describe() if worst else '-')
-            if kernels is not self.kernels:
-                self.fallbacks[step.value] = f'{reasons[0]}; running eager kernels in graphs'
-            return
-        self.fallbacks[step.value] = '; '.join(reasons) + '; running EAGERLY'
-        _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
-                   self.fallbacks[step.value])
+        out = warm_step(step, keys, attempts, probe=probe, graphs=self._graphs, bar=bar,
+                        build=lambda key, k: builder.build(step, key, k, capture=capture),
+                        name=self._kernel_name)
+        self.compiles[step.value] = out.compiles
+        if out.worst is not None:
+            self.parity[step.value] = out.worst
+        if out.kernels is None:
+            self.fallbacks[step.value] = '; '.join(out.reasons) + '; running EAGERLY'
+            _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
+                       self.fallbacks[step.value])
+        elif out.kernels is not self.kernels:
+            self.fallbacks[step.value] = f'{out.reasons[0]}; running eager kernels in graphs'
+
+    def _kernel_name(self, kernels: Kernels) -> str:
+        """Return ``eager`` or the compiler's name (``inductor``; tests: ``aot_eager``)."""
+        if kernels is Kernels.EAGER:
+            return kernels.value
+        return self._backend if isinstance(self._backend, str) else \
+            getattr(self._backend, '__name__', 'custom')
 
     def _graph(self, step: Step, key: tuple[int, ...] | None, cache: KVCache | None,
                shape: object = None) -> StaticCall | None:
@@ -340,13 +341,14 @@ class CompiledModel:
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
         """See ``Pi05Model.denoise``: the whole Euler loop is one graph replay."""
-        c = self.shapes.denoise_ctx
-        pad = c - prefix.slots.shape[1]
-        graph = self._graph(Step.DENOISE, (c,), prefix.cache)
-        if (graph is None or pad < 0 or prefix.batch_size != 1
+        p = prefix.slots.shape[1]
+        c = bucket_for(p, self.shapes.denoise)
+        graph = self._graph(Step.DENOISE, (c,) if c else None, prefix.cache, (p,))
+        if (graph is None or prefix.batch_size != 1
                 or num_steps not in (None, self.cfg.num_denoise_steps)
                 or tuple(noise.shape) != tuple(graph.inputs[3].shape)):
             return self.model.denoise(prefix, noise, num_steps=num_steps)
+        pad = c - p
         return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
                      F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
 

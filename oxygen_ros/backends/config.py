@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import enum
+import os
 
 
 class BackendKind(enum.Enum):
@@ -43,6 +44,56 @@ class CompileMode(enum.Enum):
         return self
 
 
+class Step(str, enum.Enum):
+    """A per-cycle model call of the engine (``JobKind`` plus the text prefill)."""
+
+    VISION = 'vision'
+    PREFILL = 'prefill'
+    TEXT_PREFILL = 'text_prefill'
+    DENOISE = 'denoise'
+    DECODE = 'decode'
+    SEED = 'seed'
+
+
+ATTENTION_ENV = 'OXYGEN_ROS_ATTENTION'
+"""Environment variable naming the attention kernel where the configuration leaves it open."""
+
+
+class AttentionBackend(enum.Enum):
+    """
+    Which fused kernel ``scaled_dot_product_attention`` may use (``backends/attention.py``).
+
+    AUTO is PyTorch's own choice per call; the others restrict every attention of the model
+    (eager, compiled and captured) to one kernel through ``torch.nn.attention.sdpa_kernel``,
+    so that one run can compare them. A kernel that cannot run a call raises there (on CUDA
+    FLASH takes no mask, which every call of the model has; EFFICIENT and CUDNN are CUDA
+    only).
+    """
+
+    AUTO = 'auto'
+    MATH = 'math'
+    EFFICIENT = 'efficient'
+    FLASH = 'flash'
+    CUDNN = 'cudnn'
+
+    @classmethod
+    def resolve(cls, value: AttentionBackend | str | None) -> AttentionBackend:
+        """
+        Return ``value``, or ``$OXYGEN_ROS_ATTENTION`` when it is None, else AUTO.
+
+        :raises ValueError: a name that is none of the choices (the message lists them).
+        """
+        if isinstance(value, cls):
+            return value
+        name = os.environ.get(ATTENTION_ENV, '') if value is None else value
+        try:
+            return cls(name.strip().lower() or 'auto')
+        except ValueError:
+            source = f'{ATTENTION_ENV}={name!r}' if value is None else repr(name)
+            raise ValueError(f'unknown attention backend {source}; choose one of '
+                             f'{", ".join(b.value for b in cls)}') from None
+
+
 @dataclass(frozen=True, slots=True)
 class BackendConfig:
     """
@@ -60,6 +111,8 @@ class BackendConfig:
     decode_budget: int | None = None
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
+    attention: AttentionBackend = AttentionBackend.AUTO
 
 
-__all__ = ['BackendConfig', 'BackendKind', 'CompileMode']
+__all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',
+           'Step']

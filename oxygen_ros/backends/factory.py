@@ -9,13 +9,16 @@ TensorRT and the compiler are imported only when selected.
 
 from __future__ import annotations
 
+from typing import Any
+
 from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.backends.errors import BackendUnavailableError
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
 
 
-def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> TorchBackend:
+def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int,
+                 **fast_path: Any) -> TorchBackend:
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
@@ -24,13 +27,17 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> To
     shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
     ignores it (its engines are compiled already).
 
+    :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
+        ``camera_counts``, ``backend``, ``progress``, ``reference``), used when the fast
+        path is on (the benchmarks narrow it to their workload).
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
     """
     if config.backend is BackendKind.TORCH:
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
-            return TorchBackend(model, num_blocks, config.block_size)
+            return TorchBackend(model, num_blocks, config.block_size,
+                                attention=config.attention)
         from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-        return CompiledTorchBackend.create(config, model, num_blocks)
+        return CompiledTorchBackend.create(config, model, num_blocks, **fast_path)
     if config.backend is BackendKind.TENSORRT:
         from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
         from oxygen_ros.backends.trt_profiles import TrtPrecision

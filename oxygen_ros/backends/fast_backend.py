@@ -8,10 +8,11 @@ gates every graph) before the first cycle, and reports that time apart (``compil
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Collection
 
+from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.compiled import CompiledModel
-from oxygen_ros.backends.config import BackendConfig
+from oxygen_ros.backends.config import BackendConfig, Step
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.model.pi05 import Pi05Model
@@ -27,12 +28,19 @@ class CompiledTorchBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-               backend: str | Callable | None = None,
-               progress: bool = True) -> CompiledTorchBackend:
+               backend: str | Callable | None = None, progress: bool = True,
+               only: Collection[Step] | None = None,
+               camera_counts: tuple[int, ...] | None = None,
+               reference: Pi05Model | None = None) -> CompiledTorchBackend:
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
+        The warm-up runs with ``config.attention``'s kernel (chosen while tracing).
+
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
+        :param only: steps to put on the fast path (default all; ``CompiledModel``).
+        :param camera_counts: valid-camera counts to compile (default 1 to all).
+        :param reference: the gate's float32 copy, where the caller holds one.
         :raises ValueError: ``config.compile_mode`` resolves to NONE.
         """
         cfg = model.cfg
@@ -41,9 +49,13 @@ class CompiledTorchBackend(TorchBackend):
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
         compiled = CompiledModel(model, config.compile_mode, limits,
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
-                                 block_size=config.block_size)
-        out = cls(compiled, num_blocks, config.block_size)  # type: ignore[arg-type]
-        out.compile_seconds = compiled.warmup(out.cache, progress=progress)
+                                 block_size=config.block_size, only=only,
+                                 camera_counts=camera_counts)
+        out = cls(compiled, num_blocks, config.block_size,  # type: ignore[arg-type]
+                  attention=config.attention)
+        with sdpa_context(config.attention):
+            out.compile_seconds = compiled.warmup(out.cache, progress=progress,
+                                                  reference=reference)
         return out
 
 

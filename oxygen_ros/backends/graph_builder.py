@@ -17,26 +17,16 @@ Inductor work than the unrolled loop); the CUDA graph of the whole loop replays 
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Callable
 
-from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
 from torch import nn
-
-
-class Step(str, enum.Enum):
-    """A per-cycle model call of the engine (``JobKind`` plus the text prefill)."""
-
-    VISION = 'vision'
-    PREFILL = 'prefill'
-    TEXT_PREFILL = 'text_prefill'
-    DENOISE = 'denoise'
-    DECODE = 'decode'
-    SEED = 'seed'
 
 
 class Kernels(enum.Enum):
@@ -64,6 +54,8 @@ class GraphBuilder:
         self.model = model
         self.pool = pool
         self.compiler = compiler
+        for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
+            torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
         self.calls: dict[Step, nn.Module] = {
             Step.VISION: VisionCall(model), Step.PREFILL: PrefillCall(model, layers),
             Step.TEXT_PREFILL: ExtendCall(model, layers), Step.DECODE: DecodeCall(model, layers),
@@ -79,16 +71,18 @@ class GraphBuilder:
             return self.calls[step]
         if step not in self._compiled:
             target = self.denoise.velocity_step if step is Step.DENOISE else self.calls[step]
-            self._compiled[step] = torch.compile(target, backend=self.compiler, fullgraph=True)
+            compiled = torch.compile(target, backend=self.compiler, fullgraph=True)
+            self._compiled[step] = _context_dynamic(compiled) if step is Step.DENOISE else \
+                compiled
         if step is Step.DENOISE:
             self.denoise.step = self._compiled[step]
             return self.denoise
         return self._compiled[step]
 
-    def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *, cuda_graph: bool,
-              pool: Any = None) -> StaticCall:
+    def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
+              capture: GraphCapture | None = None) -> StaticCall:
         """
-        Return the step at shape ``key`` on its own buffers, captured if ``cuda_graph``.
+        Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
         DENOISE ``(context slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
@@ -96,8 +90,8 @@ class GraphBuilder:
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
         fn, example, dynamic = getattr(self, f'_{step.value}')(self._kernel(step, kernels), key)
-        return StaticCall(fn, (self.pool.k, self.pool.v), example, cuda_graph=cuda_graph,
-                          pool=pool, dynamic=dynamic)
+        return StaticCall(fn, (self.pool.k, self.pool.v), example, capture=capture,
+                          dynamic=dynamic)
 
     # -- one function per step: (fn(k_pool, v_pool, *inputs), example inputs, dynamic dims)
     def _empty(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -171,6 +165,21 @@ class GraphBuilder:
         def fn(k_pool, v_pool, hidden):
             return call(hidden)
         return fn, (self._empty(key[0], self.model.cfg.vlm.width),), {0: (0,)}
+
+
+def _context_dynamic(velocity: Callable) -> Callable:
+    """
+    Return ``velocity`` with the context length of its K/V and mask marked dynamic.
+
+    The denoise graphs differ in prefix length only (one per prefill bucket); marked, one
+    Inductor compile serves them all instead of a static one and a dynamic recompile.
+    """
+    def step(keys, values, bias, *rest):
+        for t in (*keys, *values):
+            torch._dynamo.maybe_mark_dynamic(t, 2)
+        torch._dynamo.maybe_mark_dynamic(bias, 3)
+        return velocity(keys, values, bias, *rest)
+    return step
 
 
 __all__ = ['GraphBuilder', 'Kernels', 'Step']

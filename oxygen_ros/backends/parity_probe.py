@@ -69,7 +69,7 @@ class ParityProbe:
         self.fast, self.model, self.ref, self.pool, self.shapes = (
             fast, model, reference, pool, shapes)
         self.base = base
-        self.size = base + max(shapes.ctx[-1], shapes.denoise_ctx) + shapes.batch[-1]
+        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1]) + shapes.batch[-1]
         if self.size > pool.num_slots:
             raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
                              f'probes need ({self.size})')
@@ -177,16 +177,24 @@ class ParityProbe:
         return self.prefix
 
     @torch.inference_mode()
-    def denoise(self) -> ParityResult:
-        prefix = self._main_prefix()
+    def denoise(self, bucket: int) -> ParityResult:
         cfg = self.model.cfg
+        ti = cfg.image_tokens_per_camera
+        p = _inside(bucket, self.shapes.denoise, 3)     # a prefix of n cameras + t tokens
+        n = max(n for n in self.shapes.camera_counts if n * ti < p)
+        tokens = self._ints(1000, 1, p - n * ti)
+        prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
+                                    cache=self.pool, slots=self._slots(0, p)[None])
+        self._sync_ref_pool()
+        self.prefix = None                              # the pool's probe region changed
         noise = torch.randn(1, cfg.action_horizon, cfg.action_dim,
                             generator=self.gen).to(self.pool.device)
         fast = [self.fast.denoise(prefix, noise)]
         eager = [self.model.denoise(prefix, noise)]
         ref = ([self.ref.denoise(self._ref_prefix(prefix), self._r(noise))]
                if self.ref is not None else None)
-        return self._gate(f'denoise, {cfg.num_denoise_steps} steps', fast, eager, ref)
+        return self._gate(f'denoise, {cfg.num_denoise_steps} steps, prefix {p} '
+                          f'(bucket {bucket})', fast, eager, ref)
 
     @torch.inference_mode()
     def decode(self, bucket_b: int, bucket_c: int) -> ParityResult:

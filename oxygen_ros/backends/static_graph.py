@@ -3,22 +3,92 @@ One static-shape call on buffers it owns: captured in a CUDA graph on CUDA, call
 
 ``StaticCall(fn, fixed, example)`` keeps ``fixed`` tensors by address (the KV pool, read and
 written in place) and copies each call's other inputs into buffers of ``example``'s shapes.
-On CUDA it warms ``fn`` up on a side stream (compilers and cuBLAS allocate on first use),
-then captures one ``torch.cuda.CUDAGraph`` of ``fn`` on those buffers: a call is then a few
-``copy_`` into the buffers and one ``replay()``, however many kernels ``fn`` launches. All
-graphs of a model share one memory pool (``torch.cuda.graph_pool_handle``): they run one at
-a time on one stream, so their intermediate memory can overlap. Outputs live in the graph's
-memory and are overwritten by the next replay of the same graph: read or copy them first.
+On CUDA a :class:`GraphCapture` warms ``fn`` up on its side stream (compilers and cuBLAS
+allocate on first use), then captures one ``torch.cuda.CUDAGraph`` of ``fn`` on those
+buffers: a call is then a few ``copy_`` into the buffers and one ``replay()``, however many
+kernels ``fn`` launches. One ``GraphCapture`` serves every graph of a model: one warm-up side
+stream, one memory pool (``torch.cuda.graph_pool_handle``; the graphs run one at a time on
+one stream, so their intermediate memory can overlap). Outputs live in the graph's memory and
+are overwritten by the next replay of the same graph: read or copy them first.
 
-On the CPU (or with ``cuda_graph=False``) a call runs ``fn`` on the same buffers: the
-padding, the buffer plumbing and the compiled kernels are the same, only the replay is not.
+Capture safety:
+
+- the capture runs with recompiles turned into errors (``torch.compiler.set_stance(
+  'fail_on_recompile')``): a guard of a compiled ``fn`` that fails after the warm-up would
+  make Dynamo and Inductor compile inside ``torch.cuda.graph``, whose allocations and
+  synchronizations corrupt or abort the capture; it raises instead (the caller falls back);
+- ``capture_error_mode='thread_local'``: another thread of the process that touches CUDA
+  meanwhile (a node's executor threads) does not abort the capture; only this thread's
+  unsafe calls do.
+
+On the CPU (or with ``capture=None``) a call runs ``fn`` on the same buffers: the padding,
+the buffer plumbing and the compiled kernels are the same, only the replay is not.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
 import torch
+
+
+def no_recompile() -> AbstractContextManager:
+    """
+    Return a context in which a compiled function that would recompile raises instead.
+
+    ``RuntimeError('Detected recompile when torch.compile stance is ...')`` names the guard
+    that failed. Functions never compiled, and eager code, run as usual.
+    """
+    return torch.compiler.set_stance('fail_on_recompile')
+
+
+class GraphCapture:
+    """
+    How :class:`StaticCall` captures CUDA graphs: one side stream and memory pool for all.
+
+    :param pool: CUDA graph memory pool to share (default: a new one).
+    :param warmup: calls of ``fn`` on the side stream before its capture (first calls
+        compile and allocate workspaces).
+    """
+
+    def __init__(self, pool: Any = None, *, warmup: int = 2) -> None:
+        self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        self.warmup_calls = warmup
+        self.stream = self._new_stream()
+        self.num_captured = 0
+
+    def _new_stream(self) -> Any:
+        return torch.cuda.Stream()
+
+    def _graph(self) -> Any:
+        return torch.cuda.CUDAGraph()
+
+    def _capturing(self, graph: Any) -> AbstractContextManager:
+        return torch.cuda.graph(graph, pool=self.pool, capture_error_mode='thread_local')
+
+    def _on_side_stream(self) -> AbstractContextManager:
+        self.stream.wait_stream(torch.cuda.current_stream())
+        return torch.cuda.stream(self.stream)
+
+    def _join_side_stream(self) -> None:
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def capture(self, fn: Callable[..., Any], args: Sequence[torch.Tensor]) -> tuple[Any, Any]:
+        """
+        Warm ``fn(*args)`` up on the side stream, then capture it; return (graph, outputs).
+
+        :raises RuntimeError: the capture failed, or ``fn`` would recompile inside it.
+        """
+        with self._on_side_stream():
+            for _ in range(self.warmup_calls):
+                fn(*args)
+        self._join_side_stream()
+        graph = self._graph()
+        with no_recompile(), self._capturing(graph):
+            outputs = fn(*args)
+        self.num_captured += 1
+        return graph, outputs
 
 
 class StaticCall:
@@ -28,36 +98,27 @@ class StaticCall:
     :param fn: the computation; must not sync with the host or change shapes.
     :param fixed: tensors passed by address (e.g. the KV pool), never copied.
     :param example: one tensor per other input: shape, dtype and device of its buffer.
-    :param cuda_graph: capture a CUDA graph (CUDA devices only).
-    :param pool: CUDA graph memory pool to share (``torch.cuda.graph_pool_handle()``).
-    :param warmup: calls before the capture (first calls compile and allocate workspaces).
+    :param capture: capture a CUDA graph with it (CUDA devices only); None: call ``fn``.
     :param dynamic: ``{input index: dims}`` a compiler may keep symbolic (one compiled kernel
         for every bucket of those dims; ``torch._dynamo.maybe_mark_dynamic``).
-    :raises RuntimeError: the capture failed (the caller falls back).
+    :raises RuntimeError: the capture failed, or would have recompiled (the caller falls
+        back).
     """
 
     def __init__(self, fn: Callable[..., Any], fixed: Sequence[torch.Tensor],
-                 example: Sequence[torch.Tensor], *, cuda_graph: bool, pool: Any = None,
-                 warmup: int = 2, dynamic: dict[int, tuple[int, ...]] | None = None) -> None:
+                 example: Sequence[torch.Tensor], *, capture: GraphCapture | None = None,
+                 dynamic: dict[int, tuple[int, ...]] | None = None) -> None:
         self.fn = fn
         self.fixed = tuple(fixed)
         self.inputs = tuple(t.clone() for t in example)
         for index, dims in (dynamic or {}).items():
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(self.inputs[index], dim)
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph: Any = None
         self.outputs: Any = None
         self.num_calls = 0
-        if cuda_graph:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(warmup):
-                    fn(*self.fixed, *self.inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=pool):
-                self.outputs = fn(*self.fixed, *self.inputs)
+        if capture is not None:
+            self.graph, self.outputs = capture.capture(fn, self.fixed + self.inputs)
 
     @property
     def captured(self) -> bool:
@@ -82,4 +143,4 @@ class StaticCall:
         return self.outputs
 
 
-__all__ = ['StaticCall']
+__all__ = ['GraphCapture', 'StaticCall', 'no_recompile']

@@ -21,10 +21,13 @@ logits.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-import time
 from typing import Callable
 
+from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
+from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
@@ -72,36 +75,6 @@ class BackendOutput:
     forward_seconds: float
 
 
-def to_device(values: torch.Tensor | list | tuple, device: torch.device | str,
-              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """
-    Return ``values`` on ``device``; from the CPU to CUDA through pinned memory, not blocking.
-
-    A plain ``.to('cuda')`` of pageable memory waits for the stream; a pinned source copies
-    asynchronously (PyTorch's pinned allocator keeps it until the copy is done).
-
-    :param values: a tensor, or a (nested) list of numbers.
-    :param dtype: for lists (default: inferred); tensors keep theirs.
-    """
-    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    device = torch.device(device)
-    if device.type != 'cuda' or t.device.type != 'cpu':
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
-
-
-def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
-                device: torch.device | str = 'cpu') -> torch.Tensor:
-    """
-    Return the slot of each of ``num_tokens`` tokens stored in ``block_ids``.
-
-    :returns: ``int64 [num_tokens]``.
-    """
-    blocks = torch.tensor(block_ids, dtype=torch.int64)
-    offsets = torch.arange(block_size, dtype=torch.int64)
-    return to_device((blocks[:, None] * block_size + offsets).flatten()[:num_tokens], device)
-
-
 _Greedy = Callable[..., torch.Tensor]
 
 
@@ -121,45 +94,28 @@ def greedy_calls(model: object) -> tuple[_Greedy, _Greedy]:
     return decode, seed
 
 
-class _Clock:
-    """Job timing: CUDA events read after the cycle (no sync per job), or a host timer."""
-
-    def __init__(self, device: torch.device, sync: Callable[[], None] | None) -> None:
-        self.events = device.type == 'cuda' and sync is None
-        self.sync = sync or (lambda: None)
-
-    def mark(self) -> object:
-        if self.events:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        self.sync()
-        return time.perf_counter()
-
-    def seconds(self, start: object, end: object) -> float:
-        """Return the time between two marks (CUDA: after ``end`` has completed)."""
-        if self.events:
-            end.synchronize()  # type: ignore[attr-defined]
-            return start.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
-        return end - start  # type: ignore[operator]
-
-
 class TorchBackend:
     """
     Executes plans on a ``Pi05Model`` with one ``KVCache`` pool of ``num_blocks`` blocks.
 
     :param sync: called before reading a host timer so that job times are real; None: on
         CUDA, CUDA events (no sync per job), on the CPU a plain timer.
+    :param attention: the attention kernel every cycle runs with (``attention.py``).
     """
 
+    block_offset = 0
+    """Block ids of plans are offset by this many blocks in the pool (:meth:`sharing_pool`)."""
+
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
-                 sync: Callable[[], None] | None = None) -> None:
+                 sync: Callable[[], None] | None = None,
+                 attention: AttentionBackend = AttentionBackend.AUTO) -> None:
         self.model = model
         self.device = model.device
         self.block_size = block_size
+        self.attention = attention
         self.cache = KVCache(model.cfg.vlm, num_blocks * block_size, dtype=model.dtype,
                              device=self.device)
-        self._clock = _Clock(self.device, sync)
+        self._clock = JobClock(self.device, sync)
         self._decode_in_graph = getattr(model, 'decode_greedy', None) is not None
         self._greedy_decode, self._greedy_seed = greedy_calls(model)
         self._segments: dict[int, PrefixKV] = {}
@@ -180,17 +136,45 @@ class TorchBackend:
         """Return compiled steps that run eagerly instead (step -> reason); empty if none."""
         return dict(getattr(self.model, 'fallbacks', {}))
 
-    @torch.inference_mode()
+    @property
+    def num_blocks(self) -> int:
+        """Return the blocks of the pool that plans may name (from ``block_offset`` on)."""
+        return self.cache.num_slots // self.block_size - self.block_offset
+
+    def sharing_pool(self, block_offset: int) -> TorchBackend:
+        """
+        Return a backend on the same model, graphs and KV pool for a second scheduler.
+
+        Its plans' block ids (null block included) name pool blocks ``block_offset`` on, so
+        two engines (OxyGen and isolated in ``oxygen_bench engine``) run interleaved on one
+        warm-up of the fast path, whose graphs read the pool by address. Job state is its own.
+
+        :raises ValueError: an offset outside the pool.
+        """
+        if not 0 < block_offset < self.cache.num_slots // self.block_size:
+            raise ValueError(f'block_offset {block_offset} outside the pool of '
+                             f'{self.cache.num_slots // self.block_size} blocks')
+        other = copy.copy(self)
+        other.block_offset = block_offset
+        other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
+        return other
+
     def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
                 on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
         """
-        Run every job of ``plan`` in order.
+        Run every job of ``plan`` in order, with the backend's attention kernel.
 
         :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
         :param on_actions: called with the action chunk as soon as it is denoised, before
             the text jobs that follow it in the plan (so it can be published at once).
         :raises ValueError: the plan needs a frame it was not given.
         """
+        with sdpa_context(self.attention):
+            return self._execute(plan, frame, on_actions)
+
+    @torch.inference_mode()
+    def _execute(self, plan: SchedulerOutput, frame: FrameInputs | None,
+                 on_actions: Callable[[torch.Tensor], None] | None) -> BackendOutput:
         for req_id in plan.finished_req_ids:
             self._rows.pop(req_id, None)
         for seg_id in plan.freed_seg_ids:
@@ -305,9 +289,14 @@ class TorchBackend:
         return out
 
     # -- jobs ----------------------------------------------------------------------------
+    def _block_slots(self, block_ids: tuple[int, ...], num_tokens: int) -> torch.Tensor:
+        offset = self.block_offset
+        ids = tuple(b + offset for b in block_ids) if offset else block_ids
+        return block_slots(ids, num_tokens, self.block_size, self.device)
+
     def _prefill(self, job: PrefillJob) -> None:
         dev = self.device
-        slots = block_slots(job.block_ids, job.num_tokens, self.block_size, dev)[None]
+        slots = self._block_slots(job.block_ids, job.num_tokens)[None]
         tokens = to_device([job.prompt_token_ids], dev, torch.int64)
         if job.segment_kind is SegmentKind.TEXT:
             assert job.parent_seg_id is not None
@@ -327,8 +316,7 @@ class TorchBackend:
         for i, (data, prefix) in enumerate(zip(datas, prefixes)):
             if self.device.type == 'cpu':  # a host sync on CUDA: checked on the CPU only
                 assert int(prefix.num_tokens[0]) == data.num_prefix_tokens
-            decode = block_slots(data.block_ids, data.max_tokens - 1, self.block_size,
-                                 self.device)
+            decode = self._block_slots(data.block_ids, data.max_tokens - 1)
             self._rows[data.req_id] = _RowState(
                 slots=torch.cat([prefix.slots[0, :data.num_prefix_tokens], decode]),
                 num_prefix_tokens=data.num_prefix_tokens, num_fed=0, last_token=first[i])
@@ -360,8 +348,8 @@ class TorchBackend:
         tokens = torch.stack([r.last_token for r in rows])
         out = torch.empty(num_rows, job.max_steps, dtype=torch.int64, device=dev)
         done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
-        null_slots = torch.full((num_rows,), NULL_BLOCK_ID * self.block_size, dtype=torch.int64,
-                                device=dev)
+        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        null_slots = torch.full((num_rows,), null, dtype=torch.int64, device=dev)
         eos = job.eos_token_id if dev.type == 'cpu' else None
         steps_run = 0
         for s in range(job.max_steps):

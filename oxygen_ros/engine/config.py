@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
+from oxygen_ros.backends.config import (
+    AttentionBackend, BackendConfig, BackendKind, CompileMode)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
@@ -19,6 +20,9 @@ from oxygen_ros.sched.scheduler import Policy
 
 MAX_STATE_PROMPT_PAD = 256
 """Largest ``state_prompt_pad`` (LeRobot pads to ``max_state_dim``, 32)."""
+
+DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
+"""Bytes per element of the engine's dtypes (weights and KV cache)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,9 @@ class EngineConfig:
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
+    :param attention_backend: the attention kernel of the torch backend (``math``,
+        ``efficient``, ``flash``, ``cudnn``; ``auto``: PyTorch's choice); None:
+        ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
     :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
         dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
     :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
@@ -71,6 +78,7 @@ class EngineConfig:
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
     compile_mode: CompileMode = CompileMode.AUTO
+    attention_backend: AttentionBackend | None = None
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
     policy: Policy = Policy.OXYGEN
@@ -90,10 +98,11 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
+        AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
         if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
             raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
                              f'{self.trt_precision!r}')
-        if self.dtype not in ('float32', 'bfloat16'):
+        if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',
                      'max_pending_requests', 'max_wait_cycles'):
@@ -125,13 +134,29 @@ class EngineConfig:
             changes['cameras'] = tuple(self.cameras)
         return cfg.with_overrides(**changes) if changes else cfg
 
+    def pool_blocks(self) -> int:
+        """
+        Return the KV pool size in blocks (null block included) of an engine of this config.
+
+        ``kv_cache_mb`` when given, else room for ``max_running_requests`` requests with
+        unshared prefixes, plus two prefixes (the action path's reserve).
+        """
+        cfg = self.model_config()
+        bytes_per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[self.dtype])
+        if self.kv_cache_mb is not None:
+            return int(self.kv_cache_mb * 2**20 // (bytes_per_token * self.block_size))
+        per_prefix = -(-cfg.max_prefix_tokens // self.block_size) + 1
+        per_request = per_prefix + -(-cfg.decode_budget // self.block_size)
+        return 1 + 2 * per_prefix + self.max_running_requests * per_request
+
     def backend_config(self) -> BackendConfig:
         """Return the fields a backend needs (``backends.factory.make_backend``)."""
         return BackendConfig(
             backend=self.backend, compile_mode=self.compile_mode, device=self.device,
             block_size=self.block_size, max_running_requests=self.max_running_requests,
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
-            engine_cache_dir=self.engine_cache_dir)
+            engine_cache_dir=self.engine_cache_dir,
+            attention=AttentionBackend.resolve(self.attention_backend))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
-from oxygen_ros.backends.torch_backend import FrameInputs
+from oxygen_ros.backends.torch_backend import FrameInputs, TorchBackend
 from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
@@ -69,13 +69,17 @@ class Engine:
 
     :param model: an already built model to share (the benchmark runs two policies on one
         set of weights); its config must equal ``config.model_config()``.
-    :raises ValueError: inconsistent configuration, checkpoint or norm stats.
+    :param backend: an already built backend on ``model`` to run on (the benchmark's two
+        policies share one warm-up of the fast path: ``TorchBackend.sharing_pool``); it
+        must offer ``config.pool_blocks()`` blocks. Default: one made for this config.
+    :raises ValueError: inconsistent configuration, checkpoint, norm stats or backend.
     :raises FileNotFoundError: missing checkpoint, tokenizer or norm stats file.
     """
 
     def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
-                 norm_stats: Mapping[str, NormStats] | None = None) -> None:
+                 norm_stats: Mapping[str, NormStats] | None = None,
+                 backend: TorchBackend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
         if model is None:
@@ -92,10 +96,9 @@ class Engine:
         _LOG.info('%s', self.conventions.describe())
         self.normalizer = Normalizer.from_config(
             cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
-        self.max_prefix_tokens = len(cfg.cameras) * cfg.image_tokens_per_camera + \
-            cfg.max_token_len
+        self.max_prefix_tokens = cfg.max_prefix_tokens
         sched_cfg = SchedulerConfig(
-            num_blocks=self._num_blocks(), max_prefix_tokens=self.max_prefix_tokens,
+            num_blocks=config.pool_blocks(), max_prefix_tokens=self.max_prefix_tokens,
             policy=config.policy, prefix_attention=cfg.prefix_attention,
             block_size=config.block_size, tokens_per_cycle=config.tokens_per_cycle,
             min_tokens_per_cycle=min(config.min_tokens_per_cycle, config.tokens_per_cycle),
@@ -103,7 +106,15 @@ class Engine:
             max_running_requests=config.max_running_requests,
             eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
         self.scheduler = Scheduler(sched_cfg)
-        self.backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks)
+        if backend is None:
+            backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks)
+        elif (backend.model is not self.model and getattr(backend.model, 'model', None)
+              is not self.model) or backend.block_size != config.block_size or \
+                backend.num_blocks < sched_cfg.num_blocks:
+            raise ValueError(f'the shared backend does not fit: it needs this model, block size '
+                             f'{config.block_size} and {sched_cfg.num_blocks} blocks (it has '
+                             f'{backend.block_size} and {backend.num_blocks})')
+        self.backend = backend
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
         self._pending: deque[_Pending] = deque()
@@ -118,16 +129,6 @@ class Engine:
                   '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
                   config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
                   self.backend.cache.nbytes / 2**20)
-
-    def _num_blocks(self) -> int:
-        cfg, ecfg = self.model_cfg, self.config
-        bytes_per_token = cfg.kv_bytes_per_token(
-            torch.empty((), dtype=getattr(torch, ecfg.dtype)).element_size())
-        if ecfg.kv_cache_mb is not None:
-            return int(ecfg.kv_cache_mb * 2**20 // (bytes_per_token * ecfg.block_size))
-        per_prefix = -(-self.max_prefix_tokens // ecfg.block_size) + 1
-        per_request = per_prefix + -(-cfg.decode_budget // ecfg.block_size)
-        return 1 + 2 * per_prefix + ecfg.max_running_requests * per_request
 
     # -- requests ------------------------------------------------------------------------
     def submit_text(self, task: TextTask, *, question: str | None = None,

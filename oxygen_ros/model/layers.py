@@ -18,6 +18,8 @@ import torch.nn.functional as F  # noqa: N812
 
 FOLD_MAX_QUERIES = 64
 """Query lengths up to this fold the query heads of a kv head into the query axis (below)."""
+MASK_ALIGN = 16
+"""Attention biases are allocated with their key axis a multiple of this many elements."""
 
 
 class RMSNorm(nn.Module):
@@ -162,9 +164,14 @@ class AttentionMask:
     An attention mask prepared once per forward and shared by all layers.
 
     Stored as an additive bias (0 where allowed, -inf where masked) in the query dtype:
-    the fused CPU kernel converts a boolean mask on every call (10-30 % slower).
+    the fused CPU kernel converts a boolean mask on every call (10-30 % slower). The bias is
+    a view of a buffer whose key axis is padded to a multiple of ``MASK_ALIGN``: every stride
+    but the last is then a multiple of 16 elements, which CUDA's memory-efficient SDPA kernel
+    requires of a bias; an unaligned bias is padded and copied inside SDPA on every call
+    (ATen ``attention.cpp``, ``preprocess_mask``), i.e. once per layer and Euler step.
 
-    :ivar bias: ``[B, 1, S, P]`` (HEADS) or ``[B, 1, G*S, P]`` (FOLDED, G-major).
+    :ivar bias: ``[B, 1, S, P]`` (HEADS) or ``[B, 1, G*S, P]`` (FOLDED, G-major); strides
+        ``(..., P16, 1)`` with ``P16`` = P rounded up to ``MASK_ALIGN``.
     :ivar layout: how queries must be laid out for this mask.
     """
 
@@ -196,7 +203,9 @@ class AttentionMask:
         mask = mask[:, None]
         if layout is QueryLayout.FOLDED and s > 1:  # s == 1 broadcasts over the G rows
             mask = mask[:, :, None].expand(b, 1, groups, s, p).reshape(b, 1, groups * s, p)
-        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        aligned = -(-p // MASK_ALIGN) * MASK_ALIGN
+        bias = torch.zeros(mask.shape[:-1] + (aligned,), dtype=dtype, device=mask.device)
+        bias = bias[..., :p]
         return cls(bias.masked_fill_(~mask, float('-inf')), layout)
 
 
@@ -226,6 +235,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 __all__ = [
-    'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'QueryLayout', 'RMSNorm', 'apply_rope', 'attention',
-    'gated_residual', 'rms_normalize', 'rope_cos_sin',
+    'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'MASK_ALIGN', 'QueryLayout', 'RMSNorm', 'apply_rope',
+    'attention', 'gated_residual', 'rms_normalize', 'rope_cos_sin',
 ]

@@ -64,3 +64,14 @@ def test_second_start_hits_the_compile_cache(tmp_path):
     shutil.rmtree(tmp_path / 'torch_compile' / 'inductor')
     third = _start(tmp_path)                   # the artifact file alone is enough
     assert third['loaded'] and third['misses'] == 0 and third['hits'] > 0
+
+
+def test_the_compile_cache_can_live_outside_the_project_cache(tmp_path, monkeypatch):
+    """``OXYGEN_ROS_COMPILE_CACHE``: the GPU session keeps it off the carried tokenizer folder."""
+    from oxygen_ros.backends.compile_cache import CompileCache
+
+    monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path / 'project'))
+    assert CompileCache('k').root == tmp_path / 'project' / 'torch_compile'
+    monkeypatch.setenv('OXYGEN_ROS_COMPILE_CACHE', str(tmp_path / 'local'))
+    cache = CompileCache('k')
+    assert cache.root == tmp_path / 'local' and cache.artifacts.is_relative_to(tmp_path / 'local')

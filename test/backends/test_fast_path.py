@@ -58,20 +58,29 @@ def fresh_dynamo():
 
 
 def test_buckets():
-    assert batch_buckets(1) == (1,)
-    assert batch_buckets(32) == (1, 2, 4, 8, 16, 32)
-    assert batch_buckets(40) == (1, 2, 4, 8, 16, 32, 40)
+    assert batch_buckets(1) == (1,) and batch_buckets(2) == (2,) and batch_buckets(3) == (2, 3)
+    assert batch_buckets(32) == (2, 4, 8, 16, 32)                # batch 1 runs padded to 2
+    assert batch_buckets(40) == (2, 4, 8, 16, 32, 40)
     assert prompt_buckets(200) == (16, 32, 64, 128, 200)
     assert prompt_buckets(10) == (10,)
     assert ctx_buckets(1024) == (256, 512, 768, 1024)
     assert ctx_buckets(1000) == (256, 512, 768, 1000)
+    assert ctx_buckets(1024, min_ctx=257) == (512, 768, 1024)
     assert bucket_for(0, (16, 32)) == 16 and bucket_for(17, (16, 32)) == 32
     assert bucket_for(33, (16, 32)) is None
-    cfg = get_preset('pi05_droid')
-    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, denoise_ctx=1024)
-    assert shapes.camera_counts == (1, 2) and shapes.batch[-1] == 32
-    with pytest.raises(ValueError, match='shorter|<'):
-        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, denoise_ctx=100)
+    cfg = get_preset('pi05_droid').with_overrides(cameras=CAMERA_SLOTS)
+    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024)
+    assert shapes.camera_counts == (1, 2, 3) and shapes.batch[-1] == 32
+    assert shapes.ctx == (512, 768, 1024)          # a context holds a camera's 256 tokens
+    assert len(shapes.denoise) == 15 and shapes.denoise[-1] == 3 * 256 + 200
+    assert bucket_for(3 * 256 + 50, shapes.denoise) == 3 * 256 + 64   # 818 slots, not 1024
+    only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, camera_counts=(3,))
+    assert only3.camera_counts == (3,) and only3.ctx == (1024,)
+    assert only3.denoise == tuple(768 + t for t in only3.prompt)
+    with pytest.raises(ValueError, match='longest prefix'):
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=900)
+    with pytest.raises(ValueError, match='camera_counts'):
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, camera_counts=(4,))
     with pytest.raises(ValueError):
         batch_buckets(0)
 
@@ -180,8 +189,55 @@ def test_decode_compiles_once_or_twice_for_all_buckets(tiny_models):
         return gm.forward
     comp, _ = _warm(model, backend=counting, only=[Step.DECODE], max_batch=16)
     assert comp.fallbacks == {} and set(comp._graphs) == {Step.DECODE}
-    assert len(comp._graphs[Step.DECODE]) == 5 * len(comp.shapes.ctx)
-    assert len(graphs) <= 3, len(graphs)           # batch 1 specialized, the rest symbolic
+    assert len(comp._graphs[Step.DECODE]) == 4 * len(comp.shapes.ctx)
+    assert len(graphs) <= 2, len(graphs)           # no batch 1 to specialize: symbolic
+    assert comp.compiles == {'decode': len(graphs)}
+
+
+def test_batch_1_runs_padded_to_2_and_equals_batch_1(tiny_models):
+    """No batch-1 graph: a lone decode row and a lone seed run in the graphs of batch 2."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    comp, pool = _warm(model, only=[Step.DECODE, Step.SEED], max_batch=4)
+    assert comp.shapes.batch == (2, 4) and all(b > 1 for b, _ in comp._graphs[Step.DECODE])
+    pool.k.normal_(generator=torch.Generator().manual_seed(0))
+    pool.v.normal_(generator=torch.Generator().manual_seed(1))
+    c = 150
+    args = (torch.tensor([7]), torch.tensor([c]), pool, torch.tensor([c + 16]),
+            torch.arange(16, 16 + c)[None], torch.ones(1, c, dtype=torch.bool))
+    hidden = torch.randn(1, model.cfg.vlm.width)
+    key = (2, bucket_for(c, comp.shapes.ctx))
+    before = comp._graphs[Step.DECODE][key].num_calls, comp._graphs[Step.SEED][(2,)].num_calls
+    with torch.inference_mode():
+        got = comp.decode_step(*args), comp.lm_logits(hidden), comp.lm_greedy(hidden)
+        got_k = pool.k[:, c + 16].clone()
+        want = model.decode_step(*args), model.lm_logits(hidden)
+        want_k = pool.k[:, c + 16].clone()
+    assert (comp._graphs[Step.DECODE][key].num_calls, comp._graphs[Step.SEED][(2,)].num_calls) \
+        == (before[0] + 1, before[1] + 2)
+    assert got[0].shape == want[0].shape == (1, model.cfg.vocab_size)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=0)
+    assert torch.equal(got[2], want[1].argmax(-1))
+    torch.testing.assert_close(got_k, want_k, atol=1e-5, rtol=0)      # its K/V, its slot
+
+
+def test_denoise_pads_a_prefix_to_its_prompt_bucket_only(tiny_models):
+    """A 2-camera prefix of 20 tokens takes the graph of 2 x 64 + 32 slots, not the longest."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    comp, pool = _warm(model, only=[Step.DENOISE])
+    ti = model.cfg.image_tokens_per_camera
+    assert comp.shapes.denoise == tuple(sorted({n * ti + t for n in (1, 2)
+                                                for t in comp.shapes.prompt}))
+    assert list(comp._graphs[Step.DENOISE]) == [(c,) for c in comp.shapes.denoise]
+    with torch.inference_mode():
+        prefix = model.prefill(torch.randint(3, 1000, (1, 20)), None,
+                               image_embeds=model.encode_images(torch.rand(1, 2, 3, 224, 224)),
+                               cache=pool, slots=torch.arange(16, 16 + 2 * ti + 20)[None])
+        noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
+        got, want = comp.denoise(prefix, noise), model.denoise(prefix, noise)
+    used = [c for (c,), g in comp._graphs[Step.DENOISE].items() if g.num_calls > 1]
+    assert used == [2 * ti + 32]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 def _failing(gm, example_inputs):
@@ -226,8 +282,8 @@ def test_shapes_beyond_the_graphs_run_eagerly_with_a_warning(tiny_models, caplog
     assert comp.fallbacks == {}
 
 
-def _engine_run(cfg, model, tokenizer):
-    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+def _engine_run(cfg, model, tokenizer, engine=None):
+    engine = engine or Engine(cfg, model=model, tokenizer=tokenizer)
     actions, texts = [], {}
     for f, budget in enumerate((4, 6, 2)):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
@@ -250,7 +306,7 @@ def test_engine_on_the_fast_path_equals_eager(tiny_models, tokenizer, monkeypatc
     backend = got[2].backend
     assert type(want[2].backend) is TorchBackend and isinstance(backend, CompiledTorchBackend)
     assert backend.compile_seconds > 0 and got[2].fallbacks == {}
-    assert backend.model.shapes.batch == (1, 2, 4)
+    assert backend.model.shapes.batch == (2, 4)
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
     assert got[1] == want[1] and len(got[1]) == 3
@@ -277,3 +333,34 @@ def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
     eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
                    tokenizer=tokenizer)
     assert eager.fallbacks == {}
+
+
+def test_two_engines_share_one_fast_path_on_two_halves_of_its_pool(tiny_models, tokenizer):
+    """``TorchBackend.sharing_pool``: the bench's isolated engine reuses OxyGen's warm-up."""
+    from oxygen_ros.sched.scheduler import Policy
+
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
+                       max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
+    blocks = cfg.pool_blocks()
+    shared = CompiledTorchBackend.create(cfg.backend_config(), model, 2 * blocks,
+                                         backend='aot_eager', progress=False,
+                                         only=[Step.DECODE, Step.SEED])
+    iso = Engine(replace(cfg, policy=Policy.ISOLATED), model=model, tokenizer=tokenizer,
+                 backend=shared.sharing_pool(blocks))
+    graphs = [g for gs in shared.model._graphs.values() for g in gs.values()]
+    calls = sum(g.num_calls for g in graphs)
+    half = blocks * cfg.block_size
+    got = _engine_run(replace(cfg, policy=Policy.ISOLATED), model, tokenizer, engine=iso)
+    assert sum(g.num_calls for g in graphs) > calls                 # through the graphs
+    low = shared.cache.k[:, cfg.block_size:half]                    # block 0: padding rows
+    assert (low == 0).all() and (shared.cache.k[:, half:] != 0).any()
+    oxy = Engine(cfg, model=model, tokenizer=tokenizer, backend=shared)
+    both = _engine_run(cfg, model, tokenizer, engine=oxy)
+    assert (shared.cache.k[:, cfg.block_size:half] != 0).any()      # its own half
+    want = _engine_run(replace(cfg, compile_mode=CompileMode.NONE), model, tokenizer)
+    assert got[1] == want[1] == both[1]
+    for a, b in zip(want[0], got[0]):
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match='does not fit'):
+        Engine(cfg, model=model, tokenizer=tokenizer, backend=shared.sharing_pool(2 * blocks - 5))

@@ -84,6 +84,37 @@ def test_real_bfloat16_compile_differences_pass_the_gate():
     assert max(r.error for r in comp.parity.values()) > 2e-3, comp.parity
 
 
+@pytest.mark.slow
+def test_inductor_compiles_vision_and_prefill_in_full_graphs_equal_to_eager():
+    """Inductor's C++ kernels (fullgraph=True: no graph break) for SigLIP and the prefill."""
+    model = _model('float32')
+    limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+                         only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
+    pool = KVCache(model.cfg.vlm, 1024)
+    comp.warmup(pool, progress=False)
+    assert comp.fallbacks == {} and set(comp.parity) == {'vision', 'prefill'}
+    assert comp.compiles == {'vision': 1, 'prefill': 1}     # one graph for every bucket
+    gen = torch.Generator().manual_seed(7)
+    size, ti = model.cfg.vision.image_size, model.cfg.image_tokens_per_camera
+    images = torch.rand(1, 2, 3, size, size, generator=gen) * 2 - 1
+    with torch.inference_mode():
+        got = comp.encode_images(images)
+        want = model.encode_images(images)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for t in (5, 30, 64):                                # every prompt bucket
+            tokens = torch.randint(3, 1000, (1, t), generator=gen)
+            slots = torch.arange(16, 16 + 2 * ti + t)[None]
+            fast = comp.prefill(tokens, None, image_embeds=want, cache=pool, slots=slots)
+            k = pool.k[:, slots[0]].clone()
+            eager = model.prefill(tokens, None, image_embeds=want, cache=pool, slots=slots)
+            torch.testing.assert_close(fast.last_hidden, eager.last_hidden, atol=1e-4,
+                                       rtol=1e-4)
+            torch.testing.assert_close(k, pool.k[:, slots[0]], atol=1e-4, rtol=1e-4)
+    assert all(g.num_calls >= 2 for g in comp._graphs[Step.PREFILL].values())
+
+
 def _wrong(gm, example_inputs):
     """Return a compiled function whose outputs are 10 % off (must never be used)."""
     def run(*args):

@@ -8,7 +8,6 @@ would be built with. The real TensorRT / CUDA checks are in ``test/gpu`` (gpu-ma
 """
 
 import importlib.util
-import json
 import subprocess
 import sys
 import types
@@ -416,16 +415,3 @@ def test_runner_refuses_what_the_model_refuses(tiny_models):
         runner.denoise(long, noise)
     with pytest.raises(ValueError, match='noise must be'):
         runner.denoise(prefix, noise[:, :2])
-
-
-def test_gpu_check_script_runs_on_cpu_and_reports_missing_tensorrt(tmp_path):
-    from oxygen_ros.tools.bench.gpu_check import main as gpu_check
-    rc = gpu_check(['--preset', 'tiny', '--dtype', 'float32', '--device', 'cpu',
-                    '--backends', 'eager', 'tensorrt', '--decode-batches', '1', '2',
-                    '--decode-ctx', '300', '--repeats', '1', '--json', str(tmp_path / 'r.json')])
-    report = json.loads((tmp_path / 'r.json').read_text())
-    assert set(report['backends']['eager']['ms']) == {
-        'vision', 'prefill', 'denoise_10_steps', 'decode_step_b1', 'decode_step_b2', 'lm_head'}
-    if HAVE_TENSORRT:
-        pytest.skip('tensorrt is installed here')
-    assert rc == 1 and 'TensorRT 10.x' in report['backends']['tensorrt']['error']

@@ -6,11 +6,13 @@ captured) equal eager on CUDA and pass the parity gate in float32 and bfloat16 w
 fallback; the calls never wait for the host (``torch.cuda.set_sync_debug_mode('error')``);
 the graphs replay (not re-run) and see new inputs; TensorRT parses and builds our graphs,
 executes on torch's buffers and stream, and the whole engine on it equals the torch backend;
-engines come from the disk cache the second time. Timings on full size:
-``python -m oxygen_ros.tools.bench.gpu_check`` (docs/gpu.md).
+engines come from the disk cache the second time; capture survives another thread using CUDA.
+Timings on full size: ``oxygen_bench gpu --session N`` (docs/gpu.md, "The GPU session", whose
+session 1 runs this file).
 """
 
 import importlib.util
+import threading
 import time
 
 import numpy as np
@@ -121,6 +123,32 @@ def test_fast_path_calls_never_wait_for_the_host(tokenizer):
         torch.cuda.set_sync_debug_mode('default')
     calls = sum(g.num_calls for gs in fast._graphs.values() for g in gs.values())
     assert calls - calls_before == 6                                 # all six were replays
+
+
+def test_capture_survives_another_thread_using_cuda(tokenizer):
+    """``capture_error_mode='thread_local'``: a node's other threads may use CUDA meanwhile."""
+    stop, errors = threading.Event(), []
+
+    def busy():
+        stream = torch.cuda.Stream()
+        try:
+            with torch.cuda.stream(stream):
+                while not stop.is_set():       # fresh allocations and kernels, no sync
+                    x = torch.randn(64 + len(errors), 257, device='cuda')
+                    (x @ x.T).sum()
+        except Exception as exc:  # noqa: B902 - reported by the assertion below
+            errors.append(exc)
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+        cfg = _config(PrefixAttention.CAUSAL_TEXT, compile_mode=CompileMode.CUDA_GRAPHS)
+        engine = Engine(cfg, model=build_model(cfg, cfg.model_config()), tokenizer=tokenizer)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert engine.fallbacks == {}, engine.fallbacks
+    assert all(g.captured for gs in engine.backend.model._graphs.values() for g in gs.values())
 
 
 def test_graph_replays_see_new_inputs(tokenizer):

@@ -5,7 +5,7 @@ import math
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.layers import (AdaRMSNorm, apply_rope, attention, AttentionMask,
-                                     QueryLayout, RMSNorm, rope_cos_sin)
+                                     MASK_ALIGN, QueryLayout, RMSNorm, rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask, suffix_ar
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.reference import eager_attention
@@ -133,6 +133,26 @@ def test_attention_layouts_match_eager(heads, kv_heads, queries):
     assert prepared.layout is want_layout
     out = attention(q, k.transpose(1, 2), v.transpose(1, 2), prepared)
     assert torch.allclose(out, eager_attention(q, k, v, mask), atol=1e-6)
+
+
+@pytest.mark.parametrize('queries,keys', [(1, 200), (50, 1074), (7, 968), (100, 129),
+                                          (3, 256)])
+def test_masks_are_16_aligned_views_with_the_unaligned_result(queries, keys):
+    """A bias whose strides are not multiples of 16 is copied by CUDA's efficient SDPA."""
+    torch.manual_seed(queries + keys)
+    heads, kv_heads, d = 8, 1, 16
+    q = torch.randn(1, queries, heads, d)
+    k, v = torch.randn(1, kv_heads, keys, d), torch.randn(1, kv_heads, keys, d)
+    mask = torch.rand(1, queries, keys) > 0.4
+    mask[..., 0] = True
+    aligned = AttentionMask.build(mask, heads, kv_heads, torch.float32)
+    assert aligned.bias.shape[-1] == keys and aligned.bias.stride(-1) == 1
+    assert all(s % MASK_ALIGN == 0 for s in aligned.bias.stride()[:-1]), aligned.bias.stride()
+    unaligned = AttentionMask(torch.empty(aligned.bias.shape).copy_(aligned.bias),
+                              aligned.layout)              # what an unaligned allocation gives
+    assert keys % MASK_ALIGN == 0 or unaligned.bias.stride(-2) % MASK_ALIGN != 0
+    assert torch.equal(aligned.bias, unaligned.bias)
+    assert torch.equal(attention(q, k, v, aligned), attention(q, k, v, unaligned))
 
 
 def test_text_embedding_scale_and_tied_logits():

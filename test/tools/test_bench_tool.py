@@ -60,3 +60,28 @@ def test_run_model_prints_chunk_and_texts(capsys):
 def test_run_model_rejects_unknown_images(capsys):
     assert run_model.main(['--preset', 'tiny', '--image', 'base_0_rgb=nope.png']) == 2
     assert 'neither a bundled photograph' in capsys.readouterr().err
+
+
+def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypatch):
+    """Both policies share one compiled model: one warm-up, one KV pool, two halves."""
+    from oxygen_ros.backends.compiled import CompiledModel
+
+    warmups = []
+    real = CompiledModel.warmup
+
+    def counted(self, pool, **kw):
+        warmups.append(pool)
+        return real(self, pool, **kw)
+    monkeypatch.setattr(CompiledModel, 'warmup', counted)
+    out = tmp_path / 'bench.json'
+    code = engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '3',
+                        '--decode-budget', '6', '--tokens-per-cycle', '2', '--max-running', '4',
+                        '--compile', 'default', '--compile-backend', 'aot_eager',
+                        '--compile-cameras', '2', '--only', 'decode', 'seed',
+                        '--json', str(out), '--no-progress'])
+    assert code == 0 and len(warmups) == 1
+    result = json.loads(out.read_text())
+    assert result['shared_backend'] and result['compile_seconds'] > 0
+    assert result['compile_counts'] == {'decode': 1, 'seed': 1} and result['fallbacks'] == {}
+    assert result['text_equal'] is True and result['action_max_abs_diff'] <= 1e-5
+    assert result['compile_only'] == ['decode', 'seed'] and result['compile_cameras'] == [2]

@@ -25,10 +25,14 @@ from pathlib import Path
 import platform
 import statistics
 import sys
+from typing import Callable
 
 import numpy as np
 
+from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, preset_names
+from oxygen_ros.tools.bench.options import add_fast_path_arguments, COMPILE_MODES
+from oxygen_ros.tools.bench.options import fast_path_options
 from oxygen_ros.tools.common.machine import cpu_name
 
 
@@ -48,8 +52,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
     p.add_argument('--device', default='cpu')
     p.add_argument('--backend', default='torch', choices=('torch', 'tensorrt'))
-    p.add_argument('--compile', default='none', choices=('none', 'default', 'reduce-overhead'),
-                   help='torch.compile mode of the torch backend (GPU)')
+    p.add_argument('--compile', default='none', choices=COMPILE_MODES,
+                   help='fast path of the torch backend (docs/gpu.md)')
+    add_fast_path_arguments(p)
     p.add_argument('--threads', type=int, default=0, help='torch threads (0: default)')
     p.add_argument('--max-running', type=int, default=64, help='largest decode batch')
     p.add_argument('--stop-on-eos', action='store_true')
@@ -91,22 +96,24 @@ def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; return the process exit code."""
+def main(argv: list[str] | None = None, *,
+         on_warm: Callable[[dict], None] | None = None) -> int:
+    """
+    Run the benchmark; return the process exit code.
+
+    :param on_warm: called once both engines are warm, with the warm-up's figures
+        (``oxygen_bench gpu`` keeps them if the frames then run out of time).
+    """
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     import torch
-    from tqdm import tqdm
 
+    from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.errors import BackendUnavailableError
-    from oxygen_ros.backends.torch_backend import block_slots
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
-    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
     from oxygen_ros.sched.scheduler import Policy
-    from oxygen_ros.tools.bench.probe import ComponentProbe
-    from oxygen_ros.tools.common.workload import make_observation
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -117,16 +124,45 @@ def main(argv: list[str] | None = None) -> int:
         else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
         decode_budget=args.decode_budget, max_running_requests=args.max_running,
         stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
-        max_pending_requests=10**6)
+        max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention))
     model_cfg = base.model_config()
     model = build_model(base, model_cfg)
-    try:
-        engines = {pol: Engine(replace(base, policy=pol), model=model)
-                   for pol in (Policy.ISOLATED, Policy.OXYGEN)}
+    blocks = base.pool_blocks()
+    try:       # one backend, one warm-up: the isolated engine on the pool's upper half
+        shared = _shared_backend(args, base, model, 2 * blocks)
     except BackendUnavailableError as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
-    compile_s = getattr(engines[Policy.OXYGEN].backend, 'compile_seconds', 0.0)
+    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=model, backend=shared)
+    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=model,
+                                       backend=shared.sharing_pool(blocks)),
+               Policy.OXYGEN: oxygen}
+    with sdpa_context(shared.attention):         # the probes call the model directly
+        return _run(args, base, model, engines, torch, on_warm)
+
+
+def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int):
+    """Return the backend both engines run on (the fast path warmed up once)."""
+    from oxygen_ros.backends.factory import make_backend
+
+    return make_backend(config.backend_config(), model, num_blocks,
+                        **fast_path_options(args, progress=not args.no_progress))
+
+
+def _run(args: argparse.Namespace, base, model, engines: dict, torch,
+         on_warm: Callable[[dict], None] | None) -> int:
+    """Interleave the two policies' frames, probe components, write the results."""
+    from tqdm import tqdm
+
+    from oxygen_ros.backends.async_io import block_slots
+    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+    from oxygen_ros.sched.scheduler import Policy
+    from oxygen_ros.tools.bench.probe import ComponentProbe
+    from oxygen_ros.tools.common.workload import make_observation
+
+    oxygen = engines[Policy.OXYGEN]
+    model_cfg = oxygen.model_cfg
+    compile_s = getattr(oxygen.backend, 'compile_seconds', 0.0)
     tok = engines[Policy.OXYGEN].tokenizer
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
@@ -135,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
            for f in range(total_frames)]
     for eng in engines.values():
         eng.warmup(obs[0])
+    if on_warm is not None:
+        on_warm({'compile_seconds': compile_s, 'fallbacks': oxygen.fallbacks,
+                 'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {}))})
 
     n_text = 1 / args.text_every + (1 / args.memory_every if args.memory_every else 0)
     batch = min(args.max_running, max(1, round(n_text * math.ceil(budget / k))))
@@ -146,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
     probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
                            torch.from_numpy(prepared.images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
-
-    oxygen = engines[Policy.OXYGEN]
 
     def probe_round(decode_batch: int | None = None) -> None:
         """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
@@ -215,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         'text_every': args.text_every, 'memory_every': args.memory_every,
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
         'device': args.device, 'backend': args.backend, 'compile': args.compile,
-        'compile_seconds': compile_s,
+        'compile_seconds': compile_s, 'compile_backend': args.compile_backend,
+        'compile_only': args.only, 'compile_cameras': args.compile_cameras,
+        'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {})),
+        'shared_backend': True, 'attention_backend': oxygen.backend.attention.value,
         'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],

@@ -44,7 +44,8 @@ def roofline(ms: dict[str, float], costs: dict[str, CallCost],
     """
     out = {}
     for name, cost in costs.items():
-        row: dict = {'ms': ms.get(name), 'gflop': cost.flops / 1e9, 'gbytes': cost.num_bytes / 1e9}
+        row: dict = {'ms': ms.get(name), 'gflop': cost.flops / 1e9, 'gbytes': cost.num_bytes / 1e9,
+                     'bound_ms': None, 'bound_by': None, 'pct_of_bound': None}
         if gpu is not None:
             bound = 1e3 * cost.bound_seconds(gpu.bandwidth, gpu.bf16_flops)
             row['bound_ms'] = bound

@@ -1,0 +1,187 @@
+"""
+The model calls of a control cycle, timed one by one, and the action path's parity (GPU session).
+
+What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
+(``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
+the whole prefix, the 10-step denoise, a decode step at several batch sizes over a long
+context, the LM head), the outputs of one untimed pass, and the parity of the fast path's
+outputs against eager with eager float32 as the reference (``backends/parity.py``'s rule).
+Defaults: issue 10's deployment case (``pi05_droid``, bfloat16, 3 cameras, 50 prompt tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+import statistics
+import time
+from typing import Any, Callable
+
+DECODE_BATCHES = (1, 8, 32)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """
+    The calls timed and their sizes.
+
+    :ivar decode_ctx: context slots of each decode row (inside the fast path's context
+        buckets: a 30-token decode budget on the longest prefix).
+    :ivar repeats: timed calls per component (median reported), after one untimed call.
+    """
+
+    preset: str = 'pi05_droid'
+    dtype: str = 'bfloat16'
+    device: str = 'cuda'
+    cameras: int = 3
+    prompt_tokens: int = 50
+    decode_batches: tuple[int, ...] = DECODE_BATCHES
+    decode_ctx: int = 900
+    repeats: int = 20
+    seed: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def prefix_tokens(self) -> int:
+        from oxygen_ros.config import get_preset
+        return self.cameras * get_preset(self.preset).image_tokens_per_camera + \
+            self.prompt_tokens
+
+    def model_config(self):
+        """Return the preset with ``cameras`` camera slots."""
+        from oxygen_ros.config import CAMERA_SLOTS, get_preset
+        return get_preset(self.preset).with_overrides(cameras=CAMERA_SLOTS[:self.cameras])
+
+    def num_blocks(self, block_size: int = 16) -> int:
+        """Return a KV pool for the probes: the context, every decode row, and room."""
+        slots = block_size + max(self.decode_ctx, self.prefix_tokens) + \
+            2 * max(self.decode_batches) + 4096
+        return -(-slots // block_size) + 1
+
+    def build_model(self):
+        """Return random weights of the workload's model (seeded)."""
+        import torch
+
+        from oxygen_ros.model.pi05 import build_model
+        torch.manual_seed(self.seed)
+        return build_model(self.model_config(), dtype=getattr(torch, self.dtype),
+                           device=self.device)
+
+    def sync(self) -> Callable[[], None]:
+        import torch
+        return torch.cuda.synchronize if self.device.startswith('cuda') else (lambda: None)
+
+
+def timed_ms(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
+    """Return the median wall time of ``fn`` in ms (one untimed call first)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True) -> dict:
+    """
+    Run (and time) the calls the engine makes on ``model`` over ``cache``.
+
+    :param model: ``Pi05Model`` or ``CompiledModel`` (calls with token masks None, as the
+        backend makes them; decode through ``greedy_calls``, as the engine decodes).
+    :returns: ``{'ms': {component: median ms}, 'outputs': {name: tensor}}`` (``ms`` empty
+        when not ``timed``).
+    """
+    import torch
+
+    from oxygen_ros.backends.torch_backend import greedy_calls
+
+    greedy, seed = greedy_calls(model)
+    cfg, dev, sync = model.cfg, cache.k.device, work.sync()
+    gen = torch.Generator().manual_seed(work.seed)
+    size = cfg.vision.image_size
+    images = (torch.rand(1, work.cameras, 3, size, size, generator=gen) * 2 - 1).to(
+        dev, model.dtype)
+    tokens = torch.randint(3, 1000, (1, work.prompt_tokens), generator=gen).to(dev)
+    p = work.prefix_tokens
+    slots = torch.arange(16, 16 + p, device=dev)[None]     # block 0 is the null block
+    noise = torch.randn(1, cfg.action_horizon, cfg.action_dim, generator=gen).to(dev)
+    out, ms = {}, {}
+
+    def time_it(name: str, fn: Callable[[], object]) -> None:
+        if timed:
+            ms[name] = timed_ms(fn, work.repeats, sync)
+    with torch.inference_mode():
+        embeds = model.encode_images(images)
+        out['image_embeds'] = embeds
+        time_it('vision', lambda: model.encode_images(images))
+        prefix = model.prefill(tokens, None, image_embeds=embeds, cache=cache, slots=slots)
+        out['prefix_hidden'] = prefix.last_hidden
+        time_it('prefill', lambda: model.prefill(tokens, None, image_embeds=embeds,
+                                                 cache=cache, slots=slots))
+        out['actions'] = model.denoise(prefix, noise)
+        time_it('denoise_10_steps', lambda: model.denoise(prefix, noise))
+        ctx_len = max(work.decode_ctx, p)
+        for b in work.decode_batches:
+            ctx = torch.cat([slots[0], 16 + p + torch.arange(ctx_len - p, device=dev)])
+            ctx = ctx[None].expand(b, ctx_len).contiguous()
+            mask = torch.ones(b, ctx_len, dtype=torch.bool, device=dev)
+            write = 16 + ctx_len + torch.arange(b, device=dev)
+            toks = torch.randint(3, 1000, (b,), generator=gen).to(dev)
+            pos = torch.full((b,), ctx_len, dtype=torch.int64, device=dev)
+
+            def step(toks=toks, pos=pos, write=write, ctx=ctx, mask=mask):
+                return greedy(toks, pos, cache, write, ctx, mask)
+            out[f'decode_logits_b{b}'] = model.decode_step(toks, pos, cache, write, ctx, mask)
+            time_it(f'decode_step_b{b}', step)
+        hidden = prefix.last_hidden.expand(max(work.decode_batches), -1).contiguous()
+        time_it('lm_head', lambda: seed(hidden))
+    return {'ms': ms, 'outputs': out}
+
+
+def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
+                    work: Workload) -> dict:
+    """
+    Hold the fast path's outputs against eager, eager float32 being the reference.
+
+    :param fast: ``run_components(...)['outputs']`` of the fast path; ``eager`` and
+        ``reference`` likewise of the eager model and its float32 copy (None: float32).
+    :returns: per output the error, tolerance, eager's own distance to float32 and
+        ``passed``; ``passed`` overall; the rule.
+    """
+    from oxygen_ros.backends.parity import check_parity
+
+    result = {}
+    for key in ('actions', 'prefix_hidden') + tuple(f'decode_logits_b{b}'
+                                                    for b in work.decode_batches):
+        r = check_parity(key, [fast[key]], [eager[key]],
+                         None if reference is None else [reference[key]])
+        result[key] = {'error': r.error, 'tolerance': r.tolerance,
+                       'eager_vs_float32': r.reference_error, 'passed': r.passed}
+    return {'passed': all(r['passed'] for r in result.values()), 'outputs': result,
+            'rule': 'max|fast - eager| <= max(1e-4 * scale, 3 * max|eager - eager_fp32|)'}
+
+
+def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
+    """Return each component beside its bound on ``gpu_name`` and the paper-workload cycle."""
+    from oxygen_ros.backends.gpu_specs import lookup_gpu
+    from oxygen_ros.engine.config import DTYPE_BYTES
+    from oxygen_ros.tools.bench.roofline import component_costs, paper_cycle, roofline
+
+    costs = component_costs(work.model_config(), cameras=work.cameras,
+                            prompt_tokens=work.prompt_tokens,
+                            decode_batches=list(work.decode_batches),
+                            decode_ctx=work.decode_ctx,
+                            dtype_bytes=DTYPE_BYTES[work.dtype])
+    rows = roofline(ms, costs, lookup_gpu(gpu_name))
+    batch = work.decode_batches[1] if len(work.decode_batches) > 1 else work.decode_batches[0]
+    return {'roofline': rows,
+            'paper_cycle': paper_cycle(rows, tokens_per_cycle=5,
+                                       batch_name=f'decode_step_b{batch}')}
+
+
+__all__ = ['DECODE_BATCHES', 'Workload', 'pipeline_parity', 'roofline_entry',
+           'run_components', 'timed_ms']

