@@ -9,8 +9,10 @@ W width.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 import enum
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -20,6 +22,34 @@ FOLD_MAX_QUERIES = 64
 """Query lengths up to this fold the query heads of a kv head into the query axis (below)."""
 MASK_ALIGN = 16
 """Attention biases are allocated with their key axis a multiple of this many elements."""
+
+_matmul_short_queries: bool | None = None
+"""Set by :func:`matmul_short_queries`; None: matmul where compiled for CUDA, else SDPA."""
+
+
+@contextmanager
+def matmul_short_queries(enabled: bool | None = True) -> Iterator[None]:
+    """
+    Choose how folded (short-query) attention runs inside this context.
+
+    Denoise and decode attend with at most ``FOLD_MAX_QUERIES`` queries per kv head: on an
+    H100 every fused SDPA kernel takes 60-75 us for such a call however few its rows, while
+    ``q @ k^T``, a softmax and ``p @ v`` compiled by Inductor take a few (compiled denoise
+    22.1 -> 12.4 ms, decode b=1 4.3 -> 3.5 ms; ``docs/gpu/2026-11-24-h100``). Logits and
+    softmax stay in float32, as inside the fused kernels; the probabilities are cast to the
+    value dtype before ``p @ v``, as they do. Dynamo guards on the setting: changing it
+    between calls of a compiled function recompiles it.
+
+    :param enabled: True: :func:`matmul_attention`; False: ``scaled_dot_product_attention``;
+        None (the default outside any context): matmul while compiling for CUDA, else SDPA
+        (eagerly one fused kernel beats five launches).
+    """
+    global _matmul_short_queries
+    before, _matmul_short_queries = _matmul_short_queries, enabled
+    try:
+        yield
+    finally:
+        _matmul_short_queries = before
 
 
 class RMSNorm(nn.Module):
@@ -230,11 +260,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return out.transpose(1, 2).reshape(b, s, h * d)
     g = h // hkv
     qf = q.view(b, s, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * s, d)
-    out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.bias)
+    use_matmul = _matmul_short_queries
+    if use_matmul is None:
+        use_matmul = qf.is_cuda and torch.compiler.is_compiling()
+    if use_matmul:
+        out = matmul_attention(qf, k, v, mask.bias)
+    else:
+        out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.bias)
     return out.view(b, hkv, g, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, h * d)
+
+
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     bias: torch.Tensor) -> torch.Tensor:
+    """
+    ``softmax(q k^T / sqrt(D) + bias) v`` as two matrix products, logits in float32.
+
+    Equal to ``F.scaled_dot_product_attention(q, k, v, attn_mask=bias)`` up to the rounding
+    of the probabilities to ``v.dtype`` (which the fused kernels do too).
+
+    :param q: ``[B, Hkv, R, D]`` query rows.
+    :param k: ``[B, Hkv, P, D]`` keys; ``v`` alike.
+    :param bias: additive bias broadcastable to ``[B, Hkv, R, P]`` (``-inf`` where masked).
+    :returns: ``[B, Hkv, R, D]`` in ``v.dtype``.
+    """
+    scale = q.shape[-1] ** -0.5
+    logits = torch.matmul(q.float() * scale, k.float().transpose(-1, -2)) + bias
+    return torch.matmul(torch.softmax(logits, dim=-1).to(v.dtype), v)
 
 
 __all__ = [
     'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'MASK_ALIGN', 'QueryLayout', 'RMSNorm', 'apply_rope',
-    'attention', 'gated_residual', 'rms_normalize', 'rope_cos_sin',
+    'attention', 'gated_residual', 'matmul_attention', 'matmul_short_queries', 'rms_normalize',
+    'rope_cos_sin',
 ]

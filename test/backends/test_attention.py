@@ -41,5 +41,7 @@ def test_every_cycle_runs_with_the_chosen_kernel(tiny_models, tokenizer, monkeyp
     auto = _run(cfg, model, tokenizer)
     math = _run(replace(cfg, attention_backend=AttentionBackend.MATH), model, tokenizer)
     np.testing.assert_allclose(math, auto, atol=1e-4, rtol=0)
+    matmul = _run(replace(cfg, attention_backend=AttentionBackend.MATMUL), model, tokenizer)
+    np.testing.assert_allclose(matmul, auto, atol=1e-4, rtol=0)
     with pytest.raises(RuntimeError, match='No viable backend'):
         _run(replace(cfg, attention_backend=AttentionBackend.EFFICIENT), model, tokenizer)

@@ -130,11 +130,13 @@ def test_capture_survives_another_thread_using_cuda(tokenizer):
     stop, errors = threading.Event(), []
 
     def busy():
-        stream = torch.cuda.Stream()
+        # Its own generator: the default CUDA generator belongs to the capture while one runs
+        # (a draw from it on another stream raises 'Offset increment outside graph capture').
+        stream, gen = torch.cuda.Stream(), torch.Generator(device='cuda').manual_seed(0)
         try:
             with torch.cuda.stream(stream):
                 while not stop.is_set():       # fresh allocations and kernels, no sync
-                    x = torch.randn(64 + len(errors), 257, device='cuda')
+                    x = torch.randn(64 + len(errors), 257, device='cuda', generator=gen)
                     (x @ x.T).sum()
         except Exception as exc:  # noqa: B902 - reported by the assertion below
             errors.append(exc)

@@ -5,12 +5,14 @@ import math
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.layers import (AdaRMSNorm, apply_rope, attention, AttentionMask,
-                                     MASK_ALIGN, QueryLayout, RMSNorm, rope_cos_sin)
+                                     MASK_ALIGN, matmul_short_queries, QueryLayout, RMSNorm,
+                                     rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask, suffix_ar
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.reference import eager_attention
 import pytest
 import torch
+import torch.nn.functional as F  # noqa: N812
 
 
 def test_sincos_time_embedding_by_hand():
@@ -153,6 +155,40 @@ def test_masks_are_16_aligned_views_with_the_unaligned_result(queries, keys):
     assert keys % MASK_ALIGN == 0 or unaligned.bias.stride(-2) % MASK_ALIGN != 0
     assert torch.equal(aligned.bias, unaligned.bias)
     assert torch.equal(attention(q, k, v, aligned), attention(q, k, v, unaligned))
+
+
+@pytest.mark.parametrize('queries', [1, 10, 64, 65])
+def test_matmul_short_queries_equal_sdpa_and_leave_long_queries_to_it(queries, monkeypatch):
+    """Folded attention as q k^T, float32 softmax, p v: SDPA's result without calling it."""
+    torch.manual_seed(0)
+    b, heads, kv_heads, d, keys = 2, 8, 1, 32, 83
+    q = torch.randn(b, queries, heads, d, dtype=torch.bfloat16)
+    k, v = (torch.randn(b, kv_heads, keys, d, dtype=torch.bfloat16) for _ in range(2))
+    mask = torch.rand(b, queries, keys) < 0.6
+    mask[..., 0] = True
+    bias = AttentionMask.build(mask, heads, kv_heads, torch.bfloat16)
+    want = attention(q, k, v, bias)
+    exact = attention(q.float(), k.float(), v.float(),
+                      AttentionMask.build(mask, heads, kv_heads, torch.float32))
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return sdpa(*args, **kwargs)
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', counted)
+    with matmul_short_queries():
+        got = attention(q, k, v, bias)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    assert len(calls) == (bias.layout is QueryLayout.HEADS)   # only long queries use SDPA
+    # Both round the probabilities to bfloat16: each as far from float32 as the other.
+    err_sdpa, err_matmul = ((x.float() - exact).abs().max().item() for x in (want, got))
+    assert err_matmul <= 2 * err_sdpa + 1e-3, (err_matmul, err_sdpa)
+    with matmul_short_queries(False):
+        assert torch.equal(attention(q, k, v, bias), want)
+    calls.clear()
+    attention(q, k, v, bias)                        # default on the CPU: SDPA, not compiled
+    assert len(calls) == 1
 
 
 def test_text_embedding_scale_and_tied_logits():
