@@ -65,12 +65,12 @@ class AttentionBackend(enum.Enum):
 
     AUTO is PyTorch's own choice per call (but see MATMUL below); the others restrict every
     attention of the model (eager, compiled and captured) to one kernel through
-    ``torch.nn.attention.sdpa_kernel``, so that one run can compare them. A kernel that cannot run a call raises there (on CUDA
-    FLASH takes no mask, which every call of the model has; EFFICIENT and CUDNN are CUDA
-    only). MATMUL runs the short-query attention of denoise and decode as two matrix
-    products (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to
-    PyTorch's choice; AUTO does so only where compiled for CUDA (1.8x faster denoise on an
-    H100, ``docs/gpu.md``).
+    ``torch.nn.attention.sdpa_kernel``, so that one run can compare them. A kernel that
+    cannot run a call raises there (on CUDA FLASH takes no mask, which every call of the
+    model has; EFFICIENT and CUDNN are CUDA only). MATMUL runs the short-query attention of
+    denoise and decode as two matrix products (``model/layers.py``, ``matmul_short_queries``)
+    and leaves the prefill's to PyTorch's choice; AUTO does so only where compiled for CUDA
+    (1.8x faster denoise on an H100, ``docs/gpu.md``).
     """
 
     AUTO = 'auto'
