@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+import time
 from typing import Callable
 
 from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
