@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+import time
 from typing import Callable
 
 from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
@@ -326,9 +327,11 @@ class TorchBackend:
         """
         Run up to ``job.max_steps`` greedy steps; return the steps run.
 
-        On the CPU the loop stops early once every row has emitted EOS; on CUDA it runs every
-        step (knowing that would need a host sync per step; the scheduler drops tokens after
-        EOS, and a row's K/V stays inside the slots reserved for its budget).
+        On the CPU the loop stops early once every row has emitted EOS, or once the previous
+        step's wall time says the next one would end after ``job.deadline`` (the first step
+        always runs); on CUDA it runs every step (knowing either would need a host sync per
+        step; the scheduler drops tokens after EOS, and a row's K/V stays inside the slots
+        reserved for its budget).
         """
         dev = self.device
         rows = [self._rows[req_id] for req_id in job.req_ids]
@@ -351,8 +354,12 @@ class TorchBackend:
         null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
         null_slots = torch.full((num_rows,), null, dtype=torch.int64, device=dev)
         eos = job.eos_token_id if dev.type == 'cpu' else None
-        steps_run = 0
+        deadline = job.deadline if dev.type == 'cpu' else None
+        steps_run, step_s = 0, 0.0
         for s in range(job.max_steps):
+            if deadline is not None and s and time.monotonic() + step_s > deadline:
+                break  # the rows' other steps run in a later cycle
+            t_step = time.monotonic()
             active = s < steps                               # [B] rows with a step left
             pos = base + s                                   # rope position = context length
             write = torch.where(active, all_slots[row_idx, pos.clamp(max=width - 1)], null_slots)
@@ -361,7 +368,7 @@ class TorchBackend:
             ctx_mask = cols[None, :ctx_len] < pos[:, None]
             tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
             out[:, s] = tokens
-            steps_run = s + 1
+            steps_run, step_s = s + 1, time.monotonic() - t_step
             if eos is not None:
                 done |= tokens == eos
                 if bool((done | ~(s + 1 < steps)).all()):

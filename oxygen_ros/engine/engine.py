@@ -211,7 +211,7 @@ class Engine:
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
              on_action: Callable[[ActionChunk], None] | None = None,
-             rtc: RtcRequest | None = None) -> StepOutput:
+             rtc: RtcRequest | None = None, deadline: float | None = None) -> StepOutput:
         """
         Run one control cycle.
 
@@ -225,6 +225,9 @@ class Engine:
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
             for the new chunk's times, found by the two observation stamps, are the target;
             none when there is no previous chunk or it has no point left for the new one.
+        :param deadline: monotonic seconds by which the cycle's text work should be done (the
+            node's next control tick); default ``now + control_period_s``. Text decoding
+            plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         """
@@ -234,7 +237,7 @@ class Engine:
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
         frame, inputs, rejected = None, None, []
         if prepared is not None:
-            frame, inputs = self._new_frame(prepared, now, rtc)
+            frame, inputs = self._new_frame(prepared, now, rtc, deadline)
             rejected = self._offer_pending(prepared)
         self.scheduler.kv.pool.reset_peak()
         plan = self.scheduler.schedule(frame, now)
@@ -274,13 +277,15 @@ class Engine:
                                         req.is_finished))
         return tuple(deltas)
 
-    def _new_frame(self, prepared: PreparedObservation, now: float,
-                   rtc: RtcRequest | None) -> tuple[FrameSpec, FrameInputs]:
+    def _new_frame(self, prepared: PreparedObservation, now: float, rtc: RtcRequest | None,
+                   deadline: float | None) -> tuple[FrameSpec, FrameInputs]:
         fid = self._frame_index
         self._frame_index += 1
         period = self.config.control_period_s
+        if deadline is None and period:
+            deadline = now + period
         action = Request(f'action-{fid}', RequestKind.ACTION, prepared.action_prompt_ids,
-                         arrival_time=now, deadline=now + period if period else None)
+                         arrival_time=now, deadline=deadline)
         num_cams = prepared.num_cameras
         frame = FrameSpec(fid, num_cams * self.model_cfg.image_tokens_per_camera, num_cams,
                           action)

