@@ -23,7 +23,7 @@ TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_st
 def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
                     decode_batches: list[int], decode_ctx: int,
                     dtype_bytes: int) -> dict[str, CallCost]:
-    """Return the work of each component ``gpu_check`` times, by its name there."""
+    """Return the work of each component ``gpu_components`` times, by its name there."""
     prefix = cameras * cfg.image_tokens_per_camera + prompt_tokens
     costs = {'vision': vision_cost(cfg, cameras, dtype_bytes),
              'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
