@@ -43,6 +43,22 @@ class Child:
         return '\n'.join(self.log_path.read_text(errors='replace').splitlines()[-lines:])
 
 
+def stop_children(children: Sequence[Child], tool: str = '') -> bool:
+    """
+    Stop ``children`` last first; print the log tail of each that exited non-zero.
+
+    :param tool: prefix of those messages (``'oxygen_stress flood: '``).
+    :returns: True when every one exited with status 0.
+    """
+    ok = True
+    for child in reversed(children):
+        code = child.stop()
+        if code != 0:
+            ok = False
+            print(f'{tool}{child.name} exited with {code}:\n{child.tail()}', file=sys.stderr)
+    return ok
+
+
 def ros_environment(domain_id: int | None) -> int:
     """Set this process's (and its children's) ROS domain; return it."""
     if domain_id is None:

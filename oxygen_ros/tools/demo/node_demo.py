@@ -26,7 +26,8 @@ import numpy as np
 from oxygen_ros.resources import config_file
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
-from oxygen_ros.tools.common.children import Child, replay_args, ros_environment
+from oxygen_ros.tools.common.children import (
+    Child, replay_args, ros_environment, stop_children)
 from oxygen_ros.tools.common.observer import Observer, OUTPUTS, period_stats, Received, STREAMS
 import rclpy
 from rclpy.signals import SignalHandlerOptions
@@ -123,11 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         observer.wait_for(observer.got.timing.all_answered, 10.0)
         observer.got.diagnostics = diagnostics_at_end
     finally:
-        for child in reversed(children):
-            code = child.stop()
-            ok = ok and code == 0
-            if code != 0:
-                print(f'{child.name} exited with {code}:\n{child.tail()}', file=sys.stderr)
+        ok = stop_children(children) and ok
         observer.close()
         rclpy.try_shutdown()
     target_hz = yaml.safe_load(params.read_text())['/**']['ros__parameters']['control_rate_hz']

@@ -48,7 +48,8 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
-from oxygen_ros.tools.common.children import Child, replay_args, ros_environment
+from oxygen_ros.tools.common.children import (
+    Child, replay_args, ros_environment, stop_children)
 from oxygen_ros.tools.stress.flood_client import FloodClient, FloodTally, Phase, Via
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
@@ -167,8 +168,8 @@ def launched(config: str | None, bag: Path | None) -> Iterator[list[Child]]:
     if config is None:
         yield []
         return
+    domain_id = ros_environment(None)      # first: it also finds the package's share folder
     params = config_file(config)
-    domain_id = ros_environment(None)
     log_dir = Path(tempfile.mkdtemp(prefix='oxygen_flood_'))
     print(f'oxygen_stress flood: starting the node ({params}) and the replay on '
           f'ROS_DOMAIN_ID={domain_id}; logs in {log_dir}', flush=True)
@@ -178,10 +179,7 @@ def launched(config: str | None, bag: Path | None) -> Iterator[list[Child]]:
         children.append(Child('replay', replay_args(bag or demo_bag()), log_dir))
         yield children
     finally:
-        for child in reversed(children):
-            if child.stop() != 0:
-                print(f'oxygen_stress flood: {child.name} exited with '
-                      f'{child.popen.returncode}:\n{child.tail()}', file=sys.stderr)
+        stop_children(children, 'oxygen_stress flood: ')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
