@@ -27,6 +27,7 @@ class CostModel:
     alpha: float = 0.3
     vision_s_per_image: float | None = None
     prefill_s_per_token: float | None = None
+    suffix_s_per_token: float | None = None
     denoise_s: float | None = None
     seed_s_per_row: float | None = None
     decode_step_s: dict[int, float] = field(default_factory=dict)
@@ -48,6 +49,9 @@ class CostModel:
         elif timing.kind is JobKind.PREFILL and timing.num_tokens > 0:
             self.prefill_s_per_token = self._ema(self.prefill_s_per_token,
                                                  timing.seconds / timing.num_tokens)
+        elif timing.kind is JobKind.SUFFIX and timing.num_tokens > 0:
+            self.suffix_s_per_token = self._ema(self.suffix_s_per_token,
+                                                timing.seconds / timing.num_tokens)
         elif timing.kind is JobKind.DENOISE:
             self.denoise_s = self._ema(self.denoise_s, timing.seconds)
         elif timing.kind is JobKind.SEED and timing.batch_size > 0:
@@ -71,9 +75,17 @@ class CostModel:
             return self.decode_step_s[b] * batch_size / b
         return None
 
-    def action_path(self, num_images: int, num_prefill_tokens: int, num_seed_rows: int) -> float:
-        """Return the estimated seconds of vision + prefill + denoise + seed (0 if unknown)."""
+    def action_path(self, num_images: int, num_prefill_tokens: int, num_seed_rows: int,
+                    num_suffix_tokens: int = 0) -> float:
+        """
+        Return the estimated seconds of vision + prefill + denoise + suffix + seed.
+
+        Unmeasured parts count 0. Suffix tokens (short causal rows on a cached root) cost
+        per token what the last suffix jobs cost, not what a long prefill does.
+        """
         total = 0.0
+        if self.suffix_s_per_token is not None:
+            total += self.suffix_s_per_token * num_suffix_tokens
         if self.vision_s_per_image is not None:
             total += self.vision_s_per_image * num_images
         if self.prefill_s_per_token is not None:

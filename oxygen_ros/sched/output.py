@@ -9,6 +9,7 @@ job                   what the backend does
 ====================  =========================================================================
 ``VisionJob``         SigLIP + projector on the frame's images -> image embeddings ``emb_id``
 ``PrefillJob``        VLM expert over a segment's new tokens, K/V written to its blocks
+``SuffixJob``         the causal suffixes of new text requests on their roots, one batch
 ``DenoiseJob``        10 Euler steps of the action expert reading a prefix chain -> chunk
 ``SeedJob``           LM head on the last prefix token of new text requests -> first token
 ``DecodeJob``         ``num_steps`` batched greedy steps over text requests of any frames
@@ -33,11 +34,17 @@ class SegmentKind(enum.Enum):
     """A prompt on top of an IMAGE segment (causal prompt mode)."""
     FULL = 'full'
     """Images and prompt in one segment (bidirectional prefix)."""
+    SUFFIX = 'suffix'
+    """
+    A text request's own causal tokens after its frame's action prefix, the root (OxyGen's
+    language suffix: a seed such as ``Memory: `` or a question); private to the request.
+    """
 
 
 class JobKind(enum.Enum):
     VISION = 'vision'
     PREFILL = 'prefill'
+    SUFFIX = 'suffix'
     DENOISE = 'denoise'
     SEED = 'seed'
     DECODE = 'decode'
@@ -70,6 +77,41 @@ class PrefillJob:
     emb_id: int | None
     parent_seg_id: int | None
     kind: JobKind = field(default=JobKind.PREFILL, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SuffixRow:
+    """
+    One request's suffix in a ``SuffixJob``.
+
+    ``prompt_token_ids`` attend the request's root chain (ending with ``parent_seg_id``) and
+    each other causally; their K/V go to ``block_ids``.
+
+    :ivar use_adapter: the suffix LoRA is active on these tokens.
+    """
+
+    req_id: str
+    seg_id: int
+    parent_seg_id: int
+    prompt_token_ids: tuple[int, ...]
+    block_ids: tuple[int, ...]
+    use_adapter: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SuffixJob:
+    """
+    Prefill the causal suffixes of the cycle's new requests as one batch (row per request).
+
+    Positions continue after each row's root; a row's last hidden state seeds its request.
+    """
+
+    rows: tuple[SuffixRow, ...]
+    kind: JobKind = field(default=JobKind.SUFFIX, init=False)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.prompt_token_ids) for r in self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +158,7 @@ class DecodeJob:
         return max(self.num_steps, default=0)
 
 
-Job = VisionJob | PrefillJob | DenoiseJob | SeedJob | DecodeJob
+Job = VisionJob | PrefillJob | SuffixJob | DenoiseJob | SeedJob | DecodeJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +170,7 @@ class NewRequestData:
     :ivar block_ids: private blocks for generated tokens (token j of the decode goes to
         slot ``block_ids[j // block_size] * block_size + j % block_size``).
     :ivar num_prefix_tokens: tokens in the chain = rope position of the first fed token.
+    :ivar use_adapter: the suffix LoRA is active on its decoded tokens.
     """
 
     req_id: str
@@ -137,6 +180,7 @@ class NewRequestData:
     block_ids: tuple[int, ...]
     num_prefix_tokens: int
     max_tokens: int
+    use_adapter: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +222,9 @@ class JobTiming:
     """
     Measured wall time of one job.
 
-    :ivar batch_size: rows (DECODE, SEED), images (VISION), 1 otherwise.
-    :ivar num_tokens: new tokens (PREFILL), steps run (DECODE), Euler steps (DENOISE).
+    :ivar batch_size: rows (DECODE, SEED, SUFFIX), images (VISION), 1 otherwise.
+    :ivar num_tokens: new tokens (PREFILL, SUFFIX), steps run (DECODE), Euler steps
+        (DENOISE).
     """
 
     kind: JobKind

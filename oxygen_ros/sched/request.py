@@ -22,6 +22,24 @@ class RequestKind(enum.Enum):
     """A textual memory note (decoded like TEXT, routed to ``~/memory``)."""
 
 
+class TextContext(enum.Enum):
+    """
+    What a TEXT or MEMORY request reads before its own tokens.
+
+    OxyGen's repository (``src/openpi/models/pi05.py``: ``prefill_language_root``,
+    ``forward_language_suffix``) runs language as a short *causal suffix* on the frame's
+    **root**, the action's own prefix (images + action prompt + state, bidirectional as in
+    openpi), so one prefill per frame serves every job. A request with a prompt of its own
+    (openpi_subtask_generation's ``Task: ... Subtask: ``) needs a prefix of its own instead.
+    """
+
+    ACTION_PREFIX = 'action_prefix'
+    """The frame's action prefix (shared, reference counted) + the request's causal suffix
+    (``prompt_token_ids``: its seed, e.g. ``Memory: ``, or a question)."""
+    OWN_PROMPT = 'own_prompt'
+    """The frame's images + the request's own prompt (``prompt_token_ids``) as a prefix."""
+
+
 class RequestStatus(enum.Enum):
     WAITING = 'waiting'
     RUNNING = 'running'
@@ -57,7 +75,11 @@ class Request:
     """
     One job on one frame.
 
-    :ivar prompt_token_ids: the job's own prompt (the part of the prefix after the images).
+    :ivar prompt_token_ids: the job's own prompt (the part of the prefix after the images);
+        with ``context`` ACTION_PREFIX the causal suffix after the frame's action prefix.
+    :ivar context: what the request reads before ``prompt_token_ids`` (TEXT, MEMORY).
+    :ivar use_adapter: the suffix LoRA is active on the request's suffix and generated tokens
+        (OxyGen's textual-memory adapter; ACTION_PREFIX only).
     :ivar max_tokens: token budget (TEXT/MEMORY); 0 for ACTION.
     :ivar deadline: monotonic seconds by which an ACTION must be published; None otherwise.
     :ivar frame_id: the frame whose prefix the request reads; set when it is scheduled.
@@ -71,6 +93,8 @@ class Request:
     max_tokens: int = 0
     arrival_time: float = 0.0
     deadline: float | None = None
+    context: TextContext = TextContext.OWN_PROMPT
+    use_adapter: bool = False
     frame_id: int | None = None
     status: RequestStatus = RequestStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)
@@ -84,8 +108,14 @@ class Request:
             if self.max_tokens != 0:
                 raise ValueError(f'{self.req_id}: an ACTION request generates no tokens '
                                  f'(max_tokens={self.max_tokens})')
+            if self.context is not TextContext.OWN_PROMPT or self.use_adapter:
+                raise ValueError(f'{self.req_id}: an ACTION request reads its own prompt '
+                                 f'(it is the root) without an adapter')
         elif self.max_tokens < 1:
             raise ValueError(f'{self.req_id}: max_tokens must be >= 1, got {self.max_tokens}')
+        if self.use_adapter and self.context is not TextContext.ACTION_PREFIX:
+            raise ValueError(f'{self.req_id}: the suffix adapter needs the ACTION_PREFIX '
+                             f'context (it is active on the suffix only)')
         if not self.prompt_token_ids:
             raise ValueError(f'{self.req_id}: empty prompt')
 

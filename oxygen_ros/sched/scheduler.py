@@ -7,19 +7,24 @@ plan → ``update_from_output``. One call of ``schedule`` plans one control cycl
 ``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
      always: text can never take the blocks the action needs (``action_reserve_blocks``);
-  2. new text/memory requests share that frame's K/V (the whole prefix when their prompt is
-     the same, the image segment in causal-prompt mode) and prefill only what they lack;
-     the seed token comes from their prefix's last hidden state; beyond the first of a cycle,
-     a request is admitted only while the measured times leave a decode step before the
-     action deadline (the others wait for the next cycle);
+  2. new text/memory requests share that frame's K/V and prefill only what they lack: a
+     request on the action prefix (``TextContext.ACTION_PREFIX``, OxyGen's root + language
+     suffix) holds the action's prefix and prefills only its causal suffix, the suffixes of
+     all of the cycle's new requests in one batched ``SuffixJob``; a request with a prompt
+     of its own shares the whole prefix when its prompt is the action's, the image segment
+     in causal-prompt mode. The seed token comes from the last hidden state of the request's
+     chain; beyond the first of a cycle, a request is admitted only while the measured
+     times leave a decode step before the action deadline (the others wait);
   3. one decode job runs k steps for every live text request of every frame, in one batch;
      k shrinks when the measured times say the full k would miss the action deadline, and
      the job carries that deadline: the backend stops between steps once the clock says the
      next one would miss it (the estimate was low: a busy CPU, a batch size not seen yet);
   4. requests that hit EOS or their budget are retired and their blocks freed.
 
-``ISOLATED`` (openpi-style, OxyGen's baseline §3.2): every job its own vision pass and its own
-full prefill, one after another; each text request decodes to completion in its frame.
+``ISOLATED`` (openpi-style; OxyGen's ``blocking_baseline``, "separate prefixes for action and
+language"): every job its own vision pass and its own full prefill (a request on the action
+prefix prefills a copy of it, then its suffix), one after another; each text request decodes
+to completion in its frame.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from oxygen_ros.kv.manager import KVCacheManager, Segment, SegmentSpec
 from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
-    SeedJob, SegmentKind, VisionJob)
-from oxygen_ros.sched.request import Request, RequestKind, RequestStatus
+    SeedJob, SegmentKind, SuffixJob, SuffixRow, VisionJob)
+from oxygen_ros.sched.request import Request, RequestKind, RequestStatus, TextContext
 
 
 class Policy(enum.Enum):
@@ -90,12 +95,22 @@ class FrameSpec:
     :ivar num_image_tokens: image tokens of its valid cameras.
     :ivar num_images: valid cameras (for the vision cost estimate).
     :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
+    :ivar prompt_token_ids: the frame's action prompt, the prompt of its root (the prefix
+        that ACTION_PREFIX requests read); default (empty): the action's.
     """
 
     frame_id: int
     num_image_tokens: int
     num_images: int = 1
     action: Request | None = None
+    prompt_token_ids: tuple[int, ...] = ()
+
+    @property
+    def root_prompt(self) -> tuple[int, ...]:
+        """Return the prompt of the frame's root (empty: none known, no ACTION_PREFIX text)."""
+        if self.prompt_token_ids or self.action is None:
+            return self.prompt_token_ids
+        return self.action.prompt_token_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +129,14 @@ class _Plan:
     emb_id: int | None = None
     num_images: int = 0
     num_prefill_tokens: int = 0
+    num_suffix_tokens: int = 0
+    suffix_rows: list[SuffixRow] = field(default_factory=list)
+
+    def flush_suffixes(self) -> None:
+        """Append one ``SuffixJob`` for the suffixes collected so far (none: nothing)."""
+        if self.suffix_rows:
+            self.jobs.append(SuffixJob(tuple(self.suffix_rows)))
+            self.suffix_rows.clear()
 
 
 class Scheduler:
@@ -211,6 +234,7 @@ class Scheduler:
                 continue
             new_requests.append(data)
             if isolated:
+                plan.flush_suffixes()
                 plan.jobs.append(SeedJob((req.req_id,)))
                 if req.max_tokens > 1:
                     plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
@@ -218,6 +242,7 @@ class Scheduler:
         self.num_deferred_total += len(deferred)
         k = self.config.tokens_per_cycle
         if not isolated:
+            plan.flush_suffixes()
             if new_requests:
                 plan.jobs.append(SeedJob(tuple(d.req_id for d in new_requests)))
             k = self._tokens_this_cycle(frame, plan, len(new_requests), now)
@@ -241,10 +266,11 @@ class Scheduler:
             return self.kv.blocks_for(prefix_tokens) + 1
         return self.kv.blocks_for(prefix_tokens)
 
-    def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec]:
-        prompt = req.prompt_token_ids
-        if self.config.policy is Policy.ISOLATED:
-            key = SegmentKey(SegmentKind.FULL, frame.frame_id, prompt, owner=req.req_id)
+    def _prefix_chain(self, frame: FrameSpec, prompt: tuple[int, ...],
+                      owner: str | None) -> list[SegmentSpec]:
+        """Return the segments of images + ``prompt``; ``owner`` set: a private FULL one."""
+        if owner is not None:
+            key = SegmentKey(SegmentKind.FULL, frame.frame_id, prompt, owner=owner)
             return [SegmentSpec(key, frame.num_image_tokens + len(prompt))]
         if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             return [SegmentSpec(SegmentKey(SegmentKind.IMAGE, frame.frame_id),
@@ -254,10 +280,34 @@ class Scheduler:
         return [SegmentSpec(SegmentKey(SegmentKind.FULL, frame.frame_id, prompt),
                             frame.num_image_tokens + len(prompt))]
 
-    def _prefill_jobs(self, frame: FrameSpec, new_segments: tuple[Segment, ...],
+    def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec] | None:
+        """
+        Return the prefix chain ``req`` reads on ``frame`` (None: the frame has no root).
+
+        ISOLATED gives every job private segments (a copy of the root for a request on the
+        action prefix); OXYGEN shares every segment but a request's own suffix.
+        """
+        owner = req.req_id if self.config.policy is Policy.ISOLATED else None
+        prompt = req.prompt_token_ids
+        if req.context is not TextContext.ACTION_PREFIX:
+            return self._prefix_chain(frame, prompt, owner)
+        if not frame.root_prompt:
+            return None
+        suffix = SegmentKey(SegmentKind.SUFFIX, frame.frame_id, prompt, owner=req.req_id)
+        return self._prefix_chain(frame, frame.root_prompt, owner) + [
+            SegmentSpec(suffix, len(prompt))]
+
+    def _prefill_jobs(self, frame: FrameSpec, req: Request, new_segments: tuple[Segment, ...],
                       plan: _Plan) -> None:
         for seg in new_segments:
             key: SegmentKey = seg.key
+            if key.kind is SegmentKind.SUFFIX:
+                assert seg.parent is not None
+                plan.suffix_rows.append(SuffixRow(
+                    req.req_id, seg.seg_id, seg.parent.seg_id, key.prompt_token_ids,
+                    seg.block_ids, req.use_adapter))
+                plan.num_suffix_tokens += seg.num_tokens
+                continue
             emb_id = None
             if key.kind is not SegmentKind.TEXT:
                 # isolated: every job encodes its own images; oxygen: once per frame
@@ -276,7 +326,9 @@ class Scheduler:
     def _schedule_action(self, frame: FrameSpec, plan: _Plan) -> None:
         req = frame.action
         assert req is not None
-        alloc = self.kv.allocate(req.req_id, self._chain(frame, req))
+        chain = self._chain(frame, req)
+        assert chain is not None  # an action reads its own prompt
+        alloc = self.kv.allocate(req.req_id, chain)
         # the reserve kept free by every text admission guarantees this (never starved)
         assert alloc is not None, 'action reserve violated'
         req.frame_id = frame.frame_id
@@ -284,7 +336,7 @@ class Scheduler:
         req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
         self._action_req_id = req.req_id
         self.requests[req.req_id] = req
-        self._prefill_jobs(frame, alloc.new_segments, plan)
+        self._prefill_jobs(frame, req, alloc.new_segments, plan)
         plan.jobs.append(DenoiseJob(req.req_id, frame.frame_id,
                                     tuple(s.seg_id for s in alloc.segments)))
 
@@ -293,8 +345,11 @@ class Scheduler:
         if self.config.policy is Policy.OXYGEN and \
                 len(self.running) >= self.config.max_running_requests:
             return None
+        chain = self._chain(frame, req)
+        if chain is None:
+            return None
         # the last generated token is never fed back, so it needs no slot
-        alloc = self.kv.allocate(req.req_id, self._chain(frame, req), req.max_tokens - 1,
+        alloc = self.kv.allocate(req.req_id, chain, req.max_tokens - 1,
                                  keep_free=self.action_reserve_blocks)
         if alloc is None:
             return None
@@ -303,10 +358,10 @@ class Scheduler:
         req.first_cycle = cycle_id
         req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
         self.running.append(req)
-        self._prefill_jobs(frame, alloc.new_segments, plan)
+        self._prefill_jobs(frame, req, alloc.new_segments, plan)
         return NewRequestData(req.req_id, req.kind, frame.frame_id,
                               tuple(s.seg_id for s in alloc.segments), alloc.block_ids,
-                              alloc.num_prefix_tokens, req.max_tokens)
+                              alloc.num_prefix_tokens, req.max_tokens, req.use_adapter)
 
     def _fits(self, req: Request, frame: FrameSpec, plan: _Plan, num_new: int,
               now: float) -> bool:
@@ -322,10 +377,13 @@ class Scheduler:
         if num_new == 0 or self.config.policy is Policy.ISOLATED or action is None or \
                 action.deadline is None or not self.config.adapt_tokens_per_cycle:
             return True
-        new_tokens = sum(spec.num_tokens for spec in self._chain(frame, req)
-                         if self.kv.lookup(spec.key) is None)
+        new = [spec for spec in self._chain(frame, req) or ()
+               if self.kv.lookup(spec.key) is None]
+        suffix = sum(spec.num_tokens for spec in new if spec.key.kind is SegmentKind.SUFFIX)
+        prefill = sum(spec.num_tokens for spec in new) - suffix
         left = action.deadline - now - self.cost.action_path(
-            plan.num_images, plan.num_prefill_tokens + new_tokens, num_new + 1)
+            plan.num_images, plan.num_prefill_tokens + prefill, num_new + 1,
+            plan.num_suffix_tokens + suffix)
         step = self.cost.decode_step(len(self.running) + 1) or 0.0
         return left >= step * self.config.min_tokens_per_cycle
 
@@ -336,7 +394,7 @@ class Scheduler:
         if not cfg.adapt_tokens_per_cycle or action is None or action.deadline is None:
             return cfg.tokens_per_cycle
         left = action.deadline - now - self.cost.action_path(
-            plan.num_images, plan.num_prefill_tokens, num_new)
+            plan.num_images, plan.num_prefill_tokens, num_new, plan.num_suffix_tokens)
         return self.cost.tokens_within(left, len(self.running), cfg.tokens_per_cycle,
                                        cfg.min_tokens_per_cycle)
 

@@ -9,48 +9,9 @@ from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, PrefillJob, RunnerOutput, SeedJob, SegmentKind,
     VisionJob)
 from oxygen_ros.sched.request import FinishReason, Request, RequestKind, RequestStatus
-from oxygen_ros.sched.scheduler import FrameSpec, Policy, Scheduler, SchedulerConfig
+from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
 import pytest
-
-ACTION_PROMPT = (2, 10, 11, 12, 13)
-SUBTASK_PROMPT = (2, 10, 20, 21)
-IMG = 32          # image tokens per frame in these tests
-EOS = 1
-
-
-def make(policy=Policy.OXYGEN, mode=PrefixAttention.CAUSAL_TEXT, num_blocks=64, k=3, **kw):
-    cfg = SchedulerConfig(num_blocks=num_blocks, max_prefix_tokens=IMG + 8, policy=policy,
-                          prefix_attention=mode, block_size=8, tokens_per_cycle=k, **kw)
-    return Scheduler(cfg)
-
-
-def frame(i, deadline=None, prompt=ACTION_PROMPT):
-    action = Request(f'act{i}', RequestKind.ACTION, prompt, deadline=deadline)
-    return FrameSpec(frame_id=i, num_image_tokens=IMG, num_images=2, action=action)
-
-
-def text(req_id, budget=6, prompt=SUBTASK_PROMPT, kind=RequestKind.TEXT):
-    return Request(req_id, kind, prompt, max_tokens=budget)
-
-
-def run(sched, out, token_of=lambda req_id, n: 100 + n, timings=()):
-    """Fake backend: every scheduled token is `token_of(req_id, index within request)`."""
-    produced: dict[str, list[int]] = {}
-    counts = {r.req_id: r.num_output_tokens for r in sched.running}
-    for job in out.jobs:
-        if isinstance(job, SeedJob):
-            rows = [(r, 1) for r in job.req_ids]
-        elif isinstance(job, DecodeJob):
-            rows = list(zip(job.req_ids, job.num_steps))
-        else:
-            continue
-        for req_id, n in rows:
-            for _ in range(n):
-                produced.setdefault(req_id, []).append(token_of(req_id, counts[req_id]))
-                counts[req_id] += 1
-    return sched.update_from_output(
-        out, RunnerOutput(out.cycle_id, {k: tuple(v) for k, v in produced.items()},
-                          tuple(timings)))
+from sched_plans import ACTION_PROMPT, EOS, frame, IMG, make, run, SUBTASK_PROMPT, text
 
 
 def test_oxygen_causal_text_shares_the_image_segment_and_decodes_after_the_action():
