@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from oxygen_ros.model.gemma import GemmaLayer
 from oxygen_ros.model.layers import apply_rope, rms_normalize, RMSNorm
+from oxygen_ros.model.lora import RowLoRA, SuffixLoRA
 
 import torch
 from torch import nn
@@ -64,24 +65,37 @@ class FoldedGemmaLayer(nn.Module):
         self.down = layer.mlp.down
 
     def project_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                    modulation: None = None
+                    modulation: None = None, lora: RowLoRA | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        """Return q, k (post-RoPE), v and no gate, as ``GemmaLayer.project_qkv``."""
+        """
+        Return q, k (post-RoPE), v and no gate, as ``GemmaLayer.project_qkv``.
+
+        ``lora`` must come from a folded adapter (``SuffixLoRA.folded``): its ``A`` carries the
+        norm scale too.
+        """
         b, s, _ = x.shape
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         y = rms_normalize(x, self.eps).to(x.dtype)
-        q, k, v = F.linear(y, self.qkv_weight).split([h * d, hkv * d, hkv * d], dim=-1)
+        qkv = F.linear(y, self.qkv_weight)
+        if lora is not None:
+            qkv = qkv + lora.qkv(y)
+        q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
         q = apply_rope(q.view(b, s, h, d), cos, sin)
         k = apply_rope(k.view(b, s, hkv, d), cos, sin)
         return q, k, v.view(b, s, hkv, d), None
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor, gate: None = None,
-               modulation: None = None) -> torch.Tensor:
+               modulation: None = None, lora: RowLoRA | None = None) -> torch.Tensor:
         """Return the layer output, as ``GemmaLayer.finish`` (o-proj, residual, MLP, residual)."""
-        x = x + self.o(attn)
+        o = self.o(attn)
+        x = x + (o if lora is None else o + lora.o(attn))
         y = rms_normalize(x, self.eps).to(x.dtype)
-        g, u = F.linear(y, self.gate_up_weight).chunk(2, dim=-1)
-        return x + self.down(F.gelu(g, approximate='tanh') * u)
+        gate_up = F.linear(y, self.gate_up_weight)
+        if lora is not None:
+            gate_up = gate_up + lora.gate_up(y)
+        g, u = gate_up.chunk(2, dim=-1)
+        h = F.gelu(g, approximate='tanh') * u
+        return x + (self.down(h) if lora is None else self.down(h) + lora.down(h))
 
 
 def fold_layers(layers: nn.ModuleList) -> nn.ModuleList:
@@ -89,4 +103,15 @@ def fold_layers(layers: nn.ModuleList) -> nn.ModuleList:
     return nn.ModuleList(FoldedGemmaLayer(layer) for layer in layers)
 
 
-__all__ = ['FoldedGemmaLayer', 'fold_layers', 'fold_scale']
+def fold_adapter(adapter: SuffixLoRA, layers: nn.ModuleList) -> SuffixLoRA:
+    """
+    Return the suffix LoRA for the folded copies of ``layers`` (the unfolded VLM layers).
+
+    A folded layer feeds the bare ``x̂`` to its Q/K/V and gate/up projections, so the
+    adapter's ``A`` of those takes the norm scale ``(1 + w)`` as the weights did.
+    """
+    return adapter.folded([1.0 + layer.input_norm.weight.float() for layer in layers],
+                          [1.0 + layer.post_norm.weight.float() for layer in layers])
+
+
+__all__ = ['FoldedGemmaLayer', 'fold_adapter', 'fold_layers', 'fold_scale']

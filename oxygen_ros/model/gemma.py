@@ -13,6 +13,7 @@ import enum
 
 from oxygen_ros.config import GemmaConfig
 from oxygen_ros.model.layers import AdaRMSNorm, apply_rope, gated_residual, GeGLU, RMSNorm
+from oxygen_ros.model.lora import RowLoRA
 
 import torch
 from torch import nn
@@ -51,7 +52,7 @@ class GemmaLayer(nn.Module):
         self.mlp = GeGLU(cfg.width, cfg.mlp_dim)
 
     def project_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                    modulation: torch.Tensor | None = None
+                    modulation: torch.Tensor | None = None, lora: RowLoRA | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """
         First half of the layer: input norm, Q/K/V projection, RoPE on Q and K.
@@ -60,19 +61,24 @@ class GemmaLayer(nn.Module):
         :param cos: ``float32 [B, S, D/2]`` from ``layers.rope_cos_sin``.
         :param sin: same shape as ``cos``.
         :param modulation: ``[B or 1, 3W]`` adaRMS modulation of the input norm (adaptive only).
+        :param lora: a suffix LoRA on the rows it selects (``model/lora.py``), or None.
         :returns: ``q [B, S, H, D]``, ``k [B, S, Hkv, D]``, ``v [B, S, Hkv, D]`` (q and k
             post-RoPE; q is not pre-scaled) and the residual gate of the attention branch.
         """
         b, s, _ = x.shape
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         y, gate = self.input_norm(x, modulation)
-        q, k, v = self.qkv(y).split([h * d, hkv * d, hkv * d], dim=-1)
+        qkv = self.qkv(y)
+        if lora is not None:
+            qkv = qkv + lora.qkv(y)
+        q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
         q = apply_rope(q.view(b, s, h, d), cos, sin)
         k = apply_rope(k.view(b, s, hkv, d), cos, sin)
         return q, k, v.view(b, s, hkv, d), gate
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor, gate: torch.Tensor | None,
-               modulation: torch.Tensor | None = None) -> torch.Tensor:
+               modulation: torch.Tensor | None = None,
+               lora: RowLoRA | None = None) -> torch.Tensor:
         """
         Second half: output projection, residual, post-attention norm, MLP, residual.
 
@@ -80,11 +86,15 @@ class GemmaLayer(nn.Module):
         :param attn: ``[B, S, H * D]`` attention output.
         :param gate: the gate returned by :meth:`project_qkv`.
         :param modulation: ``[B or 1, 3W]`` adaRMS modulation of the post-attention norm.
+        :param lora: as :meth:`project_qkv`.
         :returns: ``[B, S, W]`` residual stream after the layer.
         """
-        x = gated_residual(x, self.o(attn), gate)
+        o = self.o(attn)
+        if lora is not None:
+            o = o + lora.o(attn)
+        x = gated_residual(x, o, gate)
         y, gate2 = self.post_norm(x, modulation)
-        return gated_residual(x, self.mlp(y), gate2)
+        return gated_residual(x, self.mlp(y, lora), gate2)
 
 
 class GemmaExpert(nn.Module):

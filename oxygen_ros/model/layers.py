@@ -12,11 +12,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 import enum
-from typing import Iterator
+from typing import Iterator, TYPE_CHECKING
 
 import torch
 from torch import nn
 import torch.nn.functional as F  # noqa: N812
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oxygen_ros.model.lora import RowLoRA
 
 FOLD_MAX_QUERIES = 64
 """Query lengths up to this fold the query heads of a kv head into the query axis (below)."""
@@ -138,10 +141,14 @@ class GeGLU(nn.Module):
         self.gate_up = nn.Linear(width, 2 * hidden, bias=False)
         self.down = nn.Linear(hidden, width, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Map ``[..., W]`` to ``[..., W]``."""
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.gelu(gate, approximate='tanh') * up)
+    def forward(self, x: torch.Tensor, lora: RowLoRA | None = None) -> torch.Tensor:
+        """Map ``[..., W]`` to ``[..., W]``; ``lora`` adds a suffix LoRA's deltas."""
+        gate_up = self.gate_up(x)
+        if lora is not None:
+            gate_up = gate_up + lora.gate_up(x)
+        gate, up = gate_up.chunk(2, dim=-1)
+        h = F.gelu(gate, approximate='tanh') * up
+        return self.down(h) if lora is None else self.down(h) + lora.down(h)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int,

@@ -20,8 +20,10 @@ from oxygen_ros.model.init import init_parameters
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import (
     AdaRMSNorm, attention, AttentionMask, RMSNorm, rope_cos_sin)
+from oxygen_ros.model.lora import AdapterRows
 from oxygen_ros.model.masks import make_attn_mask
-from oxygen_ros.model.prefix import check_new_slots, pack_prefix, PackedPrefix
+from oxygen_ros.model.prefix import (
+    check_new_slots, pack_prefix, PackedPrefix, suffix_tokens)
 from oxygen_ros.model.siglip import SiglipTower
 
 import torch
@@ -270,6 +272,42 @@ class Pi05Model(nn.Module):
                         torch.cat([context.mask, packed.valid], 1),
                         base + packed.counts, last_hidden)
 
+    @torch.no_grad()
+    def prefill_suffix(self, tokens: torch.Tensor, token_mask: torch.Tensor | None,
+                       context: PrefixKV, *, slots: torch.Tensor,
+                       adapter: AdapterRows | None = None) -> PrefixKV:
+        """
+        Run causal suffixes on cached roots: B rows of text tokens after B prefixes.
+
+        OxyGen's language suffix (``pi05.py`` ``forward_language_suffix`` /
+        ``append_language_suffix_block``): each row's new tokens attend every valid token of
+        its context (``context.mask``, e.g. a bidirectional action prefix, whose K/V they do
+        not change) and each other causally (ar = 1); positions continue from
+        ``context.num_tokens``. Their K/V go to ``slots`` in the context's cache.
+
+        :param tokens: ``int64 [B, T]`` suffix ids, left-aligned.
+        :param token_mask: ``bool [B, T]`` True for the first ``n_b`` ids of row b (None: all);
+            ``n_b`` may be 0 (the row is returned unchanged).
+        :param context: the B roots, in one cache.
+        :param slots: ``int64 [B, >= T]`` slots of the new tokens (padding entries unused).
+        :param adapter: a suffix LoRA active on the rows it selects (``model/lora.py``).
+        :returns: the prefixes context + suffix, ``last_hidden`` at each row's last token.
+        :raises ValueError: bad shapes, a mask with holes, slots out of range or overlapping
+            the context.
+        """
+        packed = suffix_tokens(self, tokens, token_mask, context.batch_size)
+        cache = context.cache
+        slots = check_new_slots(slots, cache, packed, context)
+        if packed.valid.shape[1] == 0:
+            return context
+        last_hidden = self._run_prefill(packed, cache, slots, context.num_tokens, context,
+                                        adapter)
+        last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
+                                  context.last_hidden)
+        return PrefixKV(cache, torch.cat([context.slots, slots], 1),
+                        torch.cat([context.mask, packed.valid], 1),
+                        context.num_tokens + packed.counts, last_hidden)
+
     def _check_context(self, context: PrefixKV, packed: PackedPrefix) -> None:
         if self.cfg.prefix_attention is PrefixAttention.BIDIRECTIONAL:
             raise ValueError(
@@ -283,7 +321,8 @@ class Pi05Model(nn.Module):
                              'CAUSAL_TEXT); got image tokens')
 
     def _run_prefill(self, packed: PackedPrefix, cache: KVCache, slots: torch.Tensor,
-                     base: torch.Tensor, context: PrefixKV | None) -> torch.Tensor:
+                     base: torch.Tensor, context: PrefixKV | None,
+                     adapter: AdapterRows | None = None) -> torch.Tensor:
         b, p = packed.valid.shape
         vlm = self.cfg.vlm
         dev = self.device
@@ -309,8 +348,9 @@ class Pi05Model(nn.Module):
                                         vlm.num_kv_heads, self.dtype)
         h = packed.embeds
         num_layers = len(self.vlm.layers)
-        for i, layer in enumerate(self.vlm.layers):
-            q, k, v, _ = layer.project_qkv(h, cos, sin)
+        loras = adapter.layers(h.dtype) if adapter is not None else [None] * num_layers
+        for i, (layer, lora) in enumerate(zip(self.vlm.layers, loras)):
+            q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
             kw, vw = ((k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]))
                       if write_rows is None else (k[write_rows], v[write_rows]))
             cache.k[i].index_copy_(0, write_slots, kw.to(cache.dtype))
@@ -320,10 +360,11 @@ class Pi05Model(nn.Module):
                 v = cache.v[i].index_select(0, key_slots).view(b, -1, *v.shape[2:])
             k, v = k.to(self.dtype).transpose(1, 2), v.to(self.dtype).transpose(1, 2)
             if i < num_layers - 1:
-                h = layer.finish(h, attention(q, k, v, full_mask), None)
+                h = layer.finish(h, attention(q, k, v, full_mask), None, lora=lora)
             else:  # only the last token's output is needed after the last layer
                 h = h[rows, last][:, None]
-                h = layer.finish(h, attention(q[rows, last][:, None], k, v, last_mask), None)
+                h = layer.finish(h, attention(q[rows, last][:, None], k, v, last_mask), None,
+                                 lora=lora)
         return h[:, 0]
 
     # ---------------------------------------------------------------- denoise
@@ -388,7 +429,8 @@ class Pi05Model(nn.Module):
     @torch.no_grad()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                     write_slots: torch.Tensor, ctx_slots: torch.Tensor,
-                    ctx_mask: torch.Tensor) -> torch.Tensor:
+                    ctx_mask: torch.Tensor, adapter: AdapterRows | None = None
+                    ) -> torch.Tensor:
         """
         Feed one token per row through the VLM expert and return the next-token logits.
 
@@ -403,6 +445,7 @@ class Pi05Model(nn.Module):
         :param write_slots: ``int64 [B]`` distinct slots for the new K/V.
         :param ctx_slots: ``int64 [B, C]`` slots the token attends besides itself.
         :param ctx_mask: ``bool [B, C]`` True for real context entries.
+        :param adapter: a suffix LoRA active on the rows it selects (``model/lora.py``).
         :returns: ``float32 [B, V]`` logits (final RMSNorm, tied embedding).
         """
         b, c = ctx_slots.shape
@@ -413,15 +456,16 @@ class Pi05Model(nn.Module):
         mask = torch.cat([ctx_mask, torch.ones(b, 1, dtype=torch.bool, device=h.device)], 1)
         amask = AttentionMask.build(mask[:, None, :], vlm.num_heads, vlm.num_kv_heads,
                                     self.dtype)
-        for i, layer in enumerate(self.vlm.layers):
-            q, k, v, _ = layer.project_qkv(h, cos, sin)
+        loras = adapter.layers(h.dtype) if adapter is not None else [None] * len(self.vlm.layers)
+        for i, (layer, lora) in enumerate(zip(self.vlm.layers, loras)):
+            q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
             cache.k[i].index_copy_(0, write_slots, k[:, 0].to(cache.dtype))
             cache.v[i].index_copy_(0, write_slots, v[:, 0].to(cache.dtype))
             kk = cache.k[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
             vv = cache.v[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
             attn = attention(q, kk.to(self.dtype).transpose(1, 2),
                              vv.to(self.dtype).transpose(1, 2), amask)
-            h = layer.finish(h, attn, None)
+            h = layer.finish(h, attn, None, lora=lora)
         return self.lm_logits(h[:, 0])
 
 

@@ -123,6 +123,34 @@ def pack_prefix(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.T
                         bool(packed_valid.all()))
 
 
+def suffix_tokens(model: PrefixEmbedder, tokens: torch.Tensor, token_mask: torch.Tensor | None,
+                  batch_size: int) -> PackedPrefix:
+    """
+    Embed causal suffix tokens (ar = 1 each; no host sync unless a mask is given).
+
+    :param tokens: ``int64 [B, T]`` left-aligned ids.
+    :param token_mask: ``bool [B, T]``, a run of True then False per row; None: all True.
+    :param batch_size: B of the context the suffixes extend.
+    :raises ValueError: shapes that disagree, or a mask with a hole.
+    """
+    if tokens.dim() != 2 or tokens.shape[0] != batch_size:
+        raise ValueError(f'suffix tokens must be [{batch_size}, T] (one row per context), got '
+                         f'{tuple(tokens.shape)}')
+    b, t = tokens.shape
+    ar = torch.ones(b, t, dtype=torch.int64, device=tokens.device)
+    if token_mask is None:
+        valid = torch.ones(b, t, dtype=torch.bool, device=tokens.device)
+        counts = torch.full((b,), t, dtype=torch.int64, device=tokens.device)
+        return PackedPrefix(model.embed_text(tokens), valid, ar, counts, True)
+    if tuple(token_mask.shape) != (b, t):
+        raise ValueError(f'token_mask must be [{b}, {t}], got {tuple(token_mask.shape)}')
+    counts = token_mask.sum(1)
+    valid = torch.arange(t, device=tokens.device) < counts[:, None]
+    if not bool((valid == token_mask).all()):
+        raise ValueError('suffix token_mask must be left-aligned (True, then False, per row)')
+    return PackedPrefix(model.embed_text(tokens), valid, ar, counts, bool(valid.all()))
+
+
 def check_new_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPrefix,
                     context: PrefixKV | None) -> torch.Tensor:
     """
@@ -147,4 +175,5 @@ def check_new_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPr
     return slots
 
 
-__all__ = ['PackedPrefix', 'PrefixEmbedder', 'check_new_slots', 'pack_prefix', 'padded_prefix']
+__all__ = ['PackedPrefix', 'PrefixEmbedder', 'check_new_slots', 'pack_prefix', 'padded_prefix',
+           'suffix_tokens']

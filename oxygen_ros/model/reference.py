@@ -17,6 +17,7 @@ from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prefix import padded_prefix
 
 import torch
+from torch import nn
 
 
 MASKED_LOGIT = -2.3819763e38
@@ -46,7 +47,7 @@ def joint_forward(model: Pi05Model, prefix_embeds: torch.Tensor, prefix_valid: t
                   prefix_ar: torch.Tensor, suffix_embeds: torch.Tensor | None = None,
                   suffix_valid: torch.Tensor | None = None,
                   suffix_ar_flags: torch.Tensor | None = None,
-                  cond: torch.Tensor | None = None
+                  cond: torch.Tensor | None = None, suffix_layers: nn.ModuleList | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """
     One Mixture-of-Transformers pass over ``[prefix ; suffix]`` (spec §1.5).
@@ -63,6 +64,8 @@ def joint_forward(model: Pi05Model, prefix_embeds: torch.Tensor, prefix_valid: t
     :param suffix_valid: ``bool [B, S]``.
     :param suffix_ar_flags: ``int [B, S]`` or ``[S]``.
     :param cond: ``[B, W_expert]`` adaRMS condition (time MLP output).
+    :param suffix_layers: run the suffix through these plain-RMSNorm layers instead of the
+        action expert (``cond`` None): VLM tokens with other weights, e.g. a LoRA merged in.
     :returns: final hidden states before the final norms: ``([B, Pp, W_vlm], [B, S, W_exp]
         or None)``.
     """
@@ -76,12 +79,15 @@ def joint_forward(model: Pi05Model, prefix_embeds: torch.Tensor, prefix_valid: t
     positions = torch.cumsum(valid.to(torch.int64), dim=1) - 1
     cos, sin = rope_cos_sin(positions, model.cfg.vlm.head_dim, model.cfg.rope_base)
     hp, hs = prefix_embeds, suffix_embeds
-    for lp, ls in zip(model.vlm.layers, model.expert.layers):
+    for lp, ls in zip(model.vlm.layers, model.expert.layers if suffix_layers is None
+                      else suffix_layers):
         qp, kp, vp, _ = lp.project_qkv(hp, cos[:, :pp], sin[:, :pp])
         if hs is None:
             hp = lp.finish(hp, eager_attention(qp, kp, vp, mask), None)
             continue
-        mod_in, mod_post = ls.input_norm.modulation(cond), ls.post_norm.modulation(cond)
+        mod_in = mod_post = None
+        if cond is not None:
+            mod_in, mod_post = ls.input_norm.modulation(cond), ls.post_norm.modulation(cond)
         qs, ks, vs, gate = ls.project_qkv(hs, cos[:, pp:], sin[:, pp:], mod_in)
         out = eager_attention(torch.cat([qp, qs], 1), torch.cat([kp, ks], 1),
                               torch.cat([vp, vs], 1), mask)
@@ -124,23 +130,34 @@ def reference_sample_actions(model: Pi05Model, image_embeds: torch.Tensor | None
 @torch.no_grad()
 def reference_text_logits(model: Pi05Model, image_embeds: torch.Tensor | None,
                           image_mask: torch.Tensor | None, tokens: torch.Tensor,
-                          token_mask: torch.Tensor, generated: torch.Tensor) -> torch.Tensor:
+                          token_mask: torch.Tensor, generated: torch.Tensor, *,
+                          generated_layers: nn.ModuleList | None = None) -> torch.Tensor:
     """
     Full-sequence text forward: prefix (prefix-LM) + generated tokens (causal, ar=1).
 
+    The generated tokens may be a causal suffix (OxyGen's ``Memory: `` seed, a question)
+    followed by decoded tokens: the mask is the same (ar = 1 after the prefix).
+
     :param generated: ``int64 [B, G]`` tokens appended after the prefix (G may be 0).
+    :param generated_layers: VLM layers for the generated tokens only (the prefix keeps the
+        model's), e.g. ``SuffixLoRA.merged``: OxyGen's suffix-only LoRA as merged weights.
     :returns: ``float32 [B, G + 1, V]``: logits at the last valid prefix token, then at each
         generated token, i.e. the prediction of generated token 0 .. G.
     """
     pe, pv, pa = padded_prefix(model, tokens, token_mask, image_embeds, image_mask)
     b, pp = pv.shape
     g = generated.shape[1]
-    seq = torch.cat([pe, model.embed_text(generated)], 1)
+    ge = model.embed_text(generated)
     ones = torch.ones(b, g, dtype=torch.int64, device=pv.device)
-    hidden, _ = joint_forward(model, seq, torch.cat([pv, ones.bool()], 1),
-                              torch.cat([pa, ones], 1))
     last = (torch.arange(pp, device=pv.device) * pv).argmax(1)
-    rows = torch.cat([hidden[torch.arange(b), last][:, None], hidden[:, pp:]], 1)
+    if generated_layers is None:
+        hidden, _ = joint_forward(model, torch.cat([pe, ge], 1),
+                                  torch.cat([pv, ones.bool()], 1), torch.cat([pa, ones], 1))
+        rows = torch.cat([hidden[torch.arange(b), last][:, None], hidden[:, pp:]], 1)
+    else:
+        hp, hg = joint_forward(model, pe, pv, pa, ge, ones.bool(), ones,
+                               suffix_layers=generated_layers)
+        rows = torch.cat([hp[torch.arange(b), last][:, None], hg], 1)
     return model.lm_logits(rows)
 
 
