@@ -28,6 +28,10 @@ CTX_BUCKET = 256
 MIN_PROMPT_BUCKET = 16
 MIN_BATCH_BUCKET = 2
 """The smallest decode batch compiled where ``max_batch`` allows it (batch 1 is padded)."""
+MAX_SUFFIX_BATCH = 8
+"""The largest batch of causal suffixes compiled; more new requests in a cycle go in turns."""
+SUFFIX_BUCKET_STEP = 4
+"""Suffix length buckets grow by this factor from ``MIN_PROMPT_BUCKET`` (16, 64, ...)."""
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:
@@ -54,6 +58,22 @@ def prompt_buckets(max_token_len: int) -> tuple[int, ...]:
         sizes.append(t)
         t *= 2
     return tuple(sizes) + (max_token_len,)
+
+
+def suffix_buckets(max_tokens: int) -> tuple[int, ...]:
+    """
+    Return the suffix lengths compiled: 16, 64, ... below ``max_tokens``, then it.
+
+    Suffixes are short (a ``Memory: `` seed is 3 tokens, a question a few dozen), so the
+    buckets grow by ``SUFFIX_BUCKET_STEP``: fewer graphs, at most 4x padding of a few tokens.
+    """
+    if max_tokens < 1:
+        raise ValueError(f'max_tokens must be >= 1, got {max_tokens}')
+    sizes, t = [], MIN_PROMPT_BUCKET
+    while t < max_tokens:
+        sizes.append(t)
+        t *= SUFFIX_BUCKET_STEP
+    return tuple(sizes) + (max_tokens,)
 
 
 def ctx_buckets(max_ctx: int, step: int = CTX_BUCKET, min_ctx: int = 1) -> tuple[int, ...]:
@@ -94,6 +114,9 @@ class StaticShapes:
     :ivar batch: decode and seed batch buckets.
     :ivar ctx: decode context buckets.
     :ivar denoise: denoise context buckets (prefix slots, padding included).
+    :ivar suffix: causal-suffix length buckets (text requests on the action prefix).
+    :ivar suffix_batch: suffix batch buckets (new requests of a cycle).
+    :ivar suffix_ctx: the decode context buckets that hold an action prefix (the root).
     """
 
     camera_counts: tuple[int, ...]
@@ -101,6 +124,9 @@ class StaticShapes:
     batch: tuple[int, ...]
     ctx: tuple[int, ...]
     denoise: tuple[int, ...]
+    suffix: tuple[int, ...] = ()
+    suffix_batch: tuple[int, ...] = ()
+    suffix_ctx: tuple[int, ...] = ()
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int,
@@ -125,10 +151,13 @@ class StaticShapes:
         if max_ctx < longest:
             raise ValueError(f'max_ctx {max_ctx} < the longest prefix {longest}')
         prompt = prompt_buckets(cfg.max_token_len)
-        return cls(counts, prompt, batch_buckets(max_batch),
-                   ctx_buckets(max_ctx, min_ctx=counts[0] * ti + 1),
-                   denoise_buckets(counts, ti, prompt))
+        ctx = ctx_buckets(max_ctx, min_ctx=counts[0] * ti + 1)
+        roots = {bucket_for(n * ti + t, ctx) for n in counts
+                 for t in range(1, cfg.max_token_len + 1)}
+        return cls(counts, prompt, batch_buckets(max_batch), ctx,
+                   denoise_buckets(counts, ti, prompt), suffix_buckets(cfg.max_token_len),
+                   batch_buckets(min(max_batch, MAX_SUFFIX_BATCH)), tuple(sorted(roots)))
 
 
-__all__ = ['CTX_BUCKET', 'MIN_BATCH_BUCKET', 'StaticShapes', 'batch_buckets', 'bucket_for',
-           'ctx_buckets', 'denoise_buckets', 'prompt_buckets']
+__all__ = ['CTX_BUCKET', 'MAX_SUFFIX_BATCH', 'MIN_BATCH_BUCKET', 'StaticShapes', 'batch_buckets',
+           'bucket_for', 'ctx_buckets', 'denoise_buckets', 'prompt_buckets', 'suffix_buckets']

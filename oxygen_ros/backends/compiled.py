@@ -14,9 +14,12 @@ because a pool is mutated or an address moved). The kernels inside come from Ind
 left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
 
 Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
-bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise per prefix length of
-those prefill buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1
-runs padded to 2) and context bucket, seed per batch bucket. Padding is masked, so results
+bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, causal suffixes on action
+prefixes per batch bucket (2 up to ``MAX_SUFFIX_BATCH``), suffix bucket and root context
+bucket, denoise per prefix length of those prefill buckets, decode per batch bucket (2 up to
+``max_running_requests``; batch 1 runs padded to 2) and context bucket, seed per batch
+bucket. With a suffix LoRA (the memory adapter) the suffix and decode graphs carry it, active
+on the rows a per-row mask selects (an input of the graph). Padding is masked, so results
 equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is
 one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
 evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
@@ -50,8 +53,9 @@ from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.backends.warmup import warm_step
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
-from oxygen_ros.model.folding import fold_layers
+from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -63,11 +67,12 @@ class CompiledModel:
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
-    Same signatures and results as the model (``encode_images``, ``prefill``, ``denoise``,
-    ``decode_step``, ``lm_logits``) plus ``decode_greedy`` / ``lm_greedy`` (token ids from
-    the graph's argmax). A call takes a graph when it has a compiled shape, batch 1 where
-    the graph has one, masks None (every token valid) and the KV pool given to
-    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
+    Same signatures and results as the model (``encode_images``, ``prefill``,
+    ``prefill_suffix``, ``denoise``, ``decode_step``, ``lm_logits``) plus ``decode_greedy`` /
+    ``lm_greedy`` (token ids from the graph's argmax). A call takes a graph when it has a
+    compiled shape, batch 1 where the graph has one, masks None (every token valid) and the KV
+    pool given to :meth:`warmup`; else the eager model runs it. Graph outputs are copied
+    before return.
 
     :param model: the eager model (weights shared; also the fallback).
     :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).
@@ -79,17 +84,22 @@ class CompiledModel:
         eagerly (not a fallback: nothing was asked).
     :param camera_counts: numbers of valid cameras to compile vision and prefixes for
         (default: 1 to all; ``StaticShapes.for_model``).
+    :param adapter: the suffix LoRA the backend passes (``AdapterRows`` of it) to
+        ``prefill_suffix`` and the decode calls; the graphs hold it (folded with the norms
+        where those are folded).
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
     def __init__(self, model: Pi05Model, mode: CompileMode, limits: EngineLimits, *,
                  backend: str | Callable = 'inductor', block_size: int = 16,
                  fold_norms: bool | None = None, only: Collection[Step] | None = None,
-                 camera_counts: tuple[int, ...] | None = None) -> None:
+                 camera_counts: tuple[int, ...] | None = None,
+                 adapter: SuffixLoRA | None = None) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
         self.model = model
+        self.adapter = adapter
         self.cfg = model.cfg
         self.mode = mode
         self.limits = limits
@@ -130,12 +140,15 @@ class CompiledModel:
         """Return every step and the shape keys it compiles, in warm-up order."""
         s = self.shapes
         cams_prompts = [(n, t) for n in s.camera_counts for t in s.prompt]
-        steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts,
-                 Step.DENOISE: [(c,) for c in s.denoise],
-                 Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
-                 Step.SEED: [(b,) for b in s.batch]}
+        steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts}
         if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             steps[Step.TEXT_PREFILL] = cams_prompts
+        steps.update({
+            Step.SUFFIX: [(b, t, c) for b in s.suffix_batch for t in s.suffix
+                          for c in s.suffix_ctx],
+            Step.DENOISE: [(c,) for c in s.denoise],
+            Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
+            Step.SEED: [(b,) for b in s.batch]})
         return {step: keys for step, keys in steps.items() if step in self._only}
 
     # ---------------------------------------------------------------- warm-up
@@ -163,16 +176,22 @@ class CompiledModel:
         if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
             self.cache = CompileCache(f'{self.cfg!r}|{self.dtype}|{self.device}|'
                                       f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
-                                      f'{self.fold_norms}')
+                                      f'{self.fold_norms}|adapter rank '
+                                      f'{self.adapter.rank if self.adapter else 0}')
             self.cache.activate()
         steps = self.steps()
         try:
             if reference is None:
                 reference = float32_copy(self.model)
-            layers = (fold_layers(self.model.vlm.layers) if self.fold_norms
-                      else self.model.vlm.layers)
-            builder = GraphBuilder(self.model, layers, pool, compiler=self._backend)
-            probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size)
+            layers, adapter = self.model.vlm.layers, self.adapter
+            if self.fold_norms:
+                layers = fold_layers(self.model.vlm.layers)
+                if adapter is not None:
+                    adapter = fold_adapter(adapter, self.model.vlm.layers)
+            builder = GraphBuilder(self.model, layers, pool, compiler=self._backend,
+                                   adapter=adapter)
+            probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size,
+                                adapter=self.adapter)
             capture = GraphCapture() if self.cuda_graphs else None   # one stream, one pool
         except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
             reason = f'fast path set-up failed: {type(exc).__name__}: {exc}; running EAGERLY'
@@ -338,6 +357,59 @@ class CompiledModel:
                         context.num_tokens + t, hidden.clone())
 
     @torch.inference_mode()
+    def prefill_suffix(self, tokens: torch.Tensor, token_mask: torch.Tensor | None,
+                       context: PrefixKV, *, slots: torch.Tensor,
+                       adapter: AdapterRows | None = None) -> PrefixKV:
+        """
+        See ``Pi05Model.prefill_suffix``; more rows than the largest suffix batch go in turns.
+
+        The graph path skips the model's slot checks (host syncs); slots of padding tokens are
+        replaced by the null slot (never written by the caller's rows).
+        """
+        b, t = tokens.shape
+        most = self.shapes.suffix_batch[-1] if self.shapes.suffix_batch else b
+        if b > most and Step.SUFFIX in self._graphs and context.cache is self._pool:
+            parts = []
+            for i in range(0, b, most):
+                rows = slice(i, i + most)
+                part = None if adapter is None else AdapterRows(adapter.adapter,
+                                                                adapter.mask[rows])
+                parts.append(self.prefill_suffix(
+                    tokens[rows], None if token_mask is None else token_mask[rows],
+                    _rows_of(context, rows), slots=slots[rows], adapter=part))
+            return PrefixKV(context.cache, torch.cat([p.slots for p in parts]),
+                            torch.cat([p.mask for p in parts]),
+                            torch.cat([p.num_tokens for p in parts]),
+                            torch.cat([p.last_hidden for p in parts]))
+        c = context.slots.shape[1]
+        bb, tb = bucket_for(b, self.shapes.suffix_batch), bucket_for(t, self.shapes.suffix)
+        cb = bucket_for(c, self.shapes.suffix_ctx)
+        graph = self._graph(Step.SUFFIX, (bb, tb, cb) if bb and tb and cb else None,
+                            context.cache, (b, t, c))
+        if graph is None or t == 0:
+            return self.model.prefill_suffix(tokens, token_mask, context, slots=slots,
+                                             adapter=adapter)
+        dev, null = tokens.device, self.null_slot
+        valid = (torch.ones(b, t, dtype=torch.bool, device=dev) if token_mask is None
+                 else token_mask)
+        rows, cols = bb - b, tb - t
+        write = torch.where(valid, slots[:, :t].to(torch.int64), null)
+        extra = ()
+        if self.adapter is not None:
+            mask = (adapter.mask if adapter is not None
+                    else torch.zeros(b, dtype=torch.bool, device=dev))
+            extra = (F.pad(mask, (0, rows)),)
+        hidden = graph(F.pad(tokens, (0, cols, 0, rows)), F.pad(valid, (0, cols, 0, rows)),
+                       F.pad(context.num_tokens, (0, rows)),
+                       F.pad(context.slots.to(torch.int64), (0, cb - c, 0, rows), value=null),
+                       F.pad(context.mask, (0, cb - c, 0, rows)),
+                       F.pad(write, (0, cols, 0, rows), value=null).reshape(-1), *extra)
+        counts = valid.sum(1)
+        return PrefixKV(context.cache, torch.cat([context.slots, slots[:, :t]], 1),
+                        torch.cat([context.mask, valid], 1), context.num_tokens + counts,
+                        torch.where((counts > 0)[:, None], hidden[:b], context.last_hidden))
+
+    @torch.inference_mode()
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
         """See ``Pi05Model.denoise``: the whole Euler loop is one graph replay."""
@@ -353,41 +425,54 @@ class CompiledModel:
                      F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                write_slots: torch.Tensor, ctx_slots: torch.Tensor,
-                ctx_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+                write_slots: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor,
+                adapter: AdapterRows | None) -> tuple[torch.Tensor, torch.Tensor] | None:
         b, c = ctx_slots.shape
         bb, cb = bucket_for(b, self.shapes.batch), bucket_for(c, self.shapes.ctx)
         graph = self._graph(Step.DECODE, (bb, cb) if bb and cb else None, cache, (b, c))
         if graph is None:
             return None
         rows, cols, null = bb - b, cb - c, self.null_slot
+        extra = ()
+        if self.adapter is not None:
+            mask = (adapter.mask if adapter is not None
+                    else torch.zeros(b, dtype=torch.bool, device=tokens.device))
+            extra = (F.pad(mask, (0, rows)),)
         logits, ids = graph(F.pad(tokens, (0, rows)), F.pad(positions, (0, rows)),
                             F.pad(write_slots, (0, rows), value=null),
                             F.pad(ctx_slots.to(torch.int64), (0, cols, 0, rows), value=null),
-                            F.pad(ctx_mask, (0, cols, 0, rows)))
+                            F.pad(ctx_mask, (0, cols, 0, rows)), *extra)
         return logits[:b], ids[:b]
 
     @torch.inference_mode()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                     write_slots: torch.Tensor, ctx_slots: torch.Tensor,
-                    ctx_mask: torch.Tensor) -> torch.Tensor:
+                    ctx_mask: torch.Tensor, adapter: AdapterRows | None = None
+                    ) -> torch.Tensor:
         """See ``Pi05Model.decode_step`` (batch padded to a bucket, context to a bucket)."""
-        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask, adapter)
         if out is None:
             return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
-                                          ctx_mask)
+                                          ctx_mask, adapter)
         return out[0].clone()
 
     @torch.inference_mode()
     def decode_greedy(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                       write_slots: torch.Tensor, ctx_slots: torch.Tensor,
-                      ctx_mask: torch.Tensor) -> torch.Tensor:
+                      ctx_mask: torch.Tensor, adapter: AdapterRows | None = None
+                      ) -> torch.Tensor:
         """Return ``decode_step(...).argmax(-1)``: ``int64 [B]`` (LM head + argmax in graph)."""
-        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)
+        out = self._decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask, adapter)
         if out is None:
             return self.model.decode_step(tokens, positions, cache, write_slots, ctx_slots,
-                                          ctx_mask).argmax(-1)
+                                          ctx_mask, adapter).argmax(-1)
         return out[1].clone()
+
+
+def _rows_of(prefix: PrefixKV, rows: slice) -> PrefixKV:
+    """Return some rows of a batched prefix."""
+    return PrefixKV(prefix.cache, prefix.slots[rows], prefix.mask[rows],
+                    prefix.num_tokens[rows], prefix.last_hidden[rows])
 
 
 def _device_name(device: torch.device) -> str:

@@ -45,11 +45,12 @@ class CompileMode(enum.Enum):
 
 
 class Step(str, enum.Enum):
-    """A per-cycle model call of the engine (``JobKind`` plus the text prefill)."""
+    """A per-cycle model call of the engine (``JobKind`` plus the causal-text prefill)."""
 
     VISION = 'vision'
     PREFILL = 'prefill'
     TEXT_PREFILL = 'text_prefill'
+    SUFFIX = 'suffix'
     DENOISE = 'denoise'
     DECODE = 'decode'
     SEED = 'seed'

@@ -14,11 +14,12 @@ from typing import Any
 from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.backends.errors import BackendUnavailableError
 from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
 
-def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int,
-                 **fast_path: Any) -> TorchBackend:
+def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+                 adapter: SuffixLoRA | None = None, **fast_path: Any) -> TorchBackend:
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
@@ -27,17 +28,25 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int,
     shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
     ignores it (its engines are compiled already).
 
+    :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
+        backend only.
     :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
         ``camera_counts``, ``backend``, ``progress``, ``reference``), used when the fast
         path is on (the benchmarks narrow it to their workload).
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
+    :raises ValueError: an adapter with TensorRT (its graphs have no LoRA).
     """
     if config.backend is BackendKind.TORCH:
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size,
-                                attention=config.attention)
+                                attention=config.attention, adapter=adapter)
         from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-        return CompiledTorchBackend.create(config, model, num_blocks, **fast_path)
+        return CompiledTorchBackend.create(config, model, num_blocks, adapter=adapter,
+                                           **fast_path)
+    if adapter is not None:
+        raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
+                         f'backend {config.backend.value!r} has no LoRA in its graphs: use '
+                         f'backend torch, or no memory_adapter')
     if config.backend is BackendKind.TENSORRT:
         from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
         from oxygen_ros.backends.trt_profiles import TrtPrecision

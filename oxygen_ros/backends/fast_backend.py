@@ -15,6 +15,7 @@ from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import BackendConfig, Step
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
 DEFAULT_COMPILE_BACKEND = 'inductor'
@@ -31,7 +32,8 @@ class CompiledTorchBackend(TorchBackend):
                backend: str | Callable | None = None, progress: bool = True,
                only: Collection[Step] | None = None,
                camera_counts: tuple[int, ...] | None = None,
-               reference: Pi05Model | None = None) -> CompiledTorchBackend:
+               reference: Pi05Model | None = None,
+               adapter: SuffixLoRA | None = None) -> CompiledTorchBackend:
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
@@ -41,6 +43,8 @@ class CompiledTorchBackend(TorchBackend):
         :param only: steps to put on the fast path (default all; ``CompiledModel``).
         :param camera_counts: valid-camera counts to compile (default 1 to all).
         :param reference: the gate's float32 copy, where the caller holds one.
+        :param adapter: the memory adapter (suffix LoRA), compiled into the suffix and decode
+            graphs.
         :raises ValueError: ``config.compile_mode`` resolves to NONE.
         """
         cfg = model.cfg
@@ -50,9 +54,9 @@ class CompiledTorchBackend(TorchBackend):
         compiled = CompiledModel(model, config.compile_mode, limits,
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=config.block_size, only=only,
-                                 camera_counts=camera_counts)
+                                 camera_counts=camera_counts, adapter=adapter)
         out = cls(compiled, num_blocks, config.block_size,  # type: ignore[arg-type]
-                  attention=config.attention)
+                  attention=config.attention, adapter=adapter)
         with sdpa_context(config.attention):
             out.compile_seconds = compiled.warmup(out.cache, progress=progress,
                                                   reference=reference)

@@ -1,7 +1,7 @@
 """
 Building the fast path's graphs: compile, capture and gate one step at every static shape.
 
-For each step (vision, prefill, text prefill, denoise, decode, seed) and each of its shapes
+For each step (vision, prefill, text prefill, suffix, denoise, decode, seed) and each shape
 (``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA graph will hold:
 the static-shape model call (``model/static_calls.py``), compiled or not, followed by the
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
@@ -22,6 +22,7 @@ from typing import Callable
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
@@ -47,19 +48,24 @@ class GraphBuilder:
     :param pool: the KV pool every graph reads and writes by address.
     :param compiler: ``torch.compile`` backend for INDUCTOR kernels (``'inductor'``; tests
         pass ``'aot_eager'`` or a callable).
+    :param adapter: the suffix LoRA for ``layers`` (folded ones: ``fold_adapter``): the
+        suffix and decode graphs then take one more input, ``adapter_rows bool [B]``.
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList, pool: KVCache, *,
-                 compiler: str | Callable = 'inductor') -> None:
+                 compiler: str | Callable = 'inductor',
+                 adapter: SuffixLoRA | None = None) -> None:
         self.model = model
         self.pool = pool
         self.compiler = compiler
+        self.adapter = adapter
         for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
             torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
         self.calls: dict[Step, nn.Module] = {
             Step.VISION: VisionCall(model), Step.PREFILL: PrefillCall(model, layers),
-            Step.TEXT_PREFILL: ExtendCall(model, layers), Step.DECODE: DecodeCall(model, layers),
-            Step.SEED: SeedCall(model)}
+            Step.TEXT_PREFILL: ExtendCall(model, layers),
+            Step.SUFFIX: ExtendCall(model, layers, adapter),
+            Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
         self._compiled: dict[Step, Callable] = {}
 
@@ -85,7 +91,8 @@ class GraphBuilder:
         Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
-        DENOISE ``(context slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
+        SUFFIX ``(batch, suffix bucket, context)``; DENOISE ``(context slots,)``; DECODE
+        ``(batch, context)``; SEED ``(batch,)``.
 
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
@@ -135,6 +142,24 @@ class GraphBuilder:
                    self._empty(1, c, dtype=torch.bool), self._empty(t, dtype=i64))
         return fn, example, {0: (1,), 1: (1,), 3: (1,), 4: (1,), 5: (0,)}
 
+    def _suffix(self, call: Callable, key: tuple[int, ...]):
+        b, t, c = key
+        rows = self.adapter is not None
+
+        def fn(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask, slots, *adapter):
+            hidden, k, v = call(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask,
+                                *adapter)
+            k_pool.index_copy_(1, slots, k.flatten(1, 2).to(k_pool.dtype))
+            v_pool.index_copy_(1, slots, v.flatten(1, 2).to(v_pool.dtype))
+            return hidden
+        i64 = torch.int64
+        example = (self._empty(b, t, dtype=i64), self._empty(b, t, dtype=torch.bool),
+                   self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
+                   self._empty(b, c, dtype=torch.bool), self._empty(b * t, dtype=i64)) + \
+            ((self._empty(b, dtype=torch.bool),) if rows else ())
+        dynamic = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0,)}
+        return fn, example, {**dynamic, 6: (0,)} if rows else dynamic
+
     def _denoise(self, call: Callable, key: tuple[int, ...]):
         cfg = self.model.cfg
         c = key[0]
@@ -149,17 +174,21 @@ class GraphBuilder:
 
     def _decode(self, call: Callable, key: tuple[int, ...]):
         b, c = key
+        rows = self.adapter is not None
 
-        def fn(k_pool, v_pool, tokens, positions, write, ctx_slots, ctx_mask):
-            logits, ids, k, v = call(k_pool, v_pool, tokens, positions, ctx_slots, ctx_mask)
+        def fn(k_pool, v_pool, tokens, positions, write, ctx_slots, ctx_mask, *adapter):
+            logits, ids, k, v = call(k_pool, v_pool, tokens, positions, ctx_slots, ctx_mask,
+                                     *adapter)
             k_pool.index_copy_(1, write, k.to(k_pool.dtype))
             v_pool.index_copy_(1, write, v.to(v_pool.dtype))
             return logits, ids
         i64 = torch.int64
         example = (self._empty(b, dtype=i64), self._empty(b, dtype=i64),
                    self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
-                   self._empty(b, c, dtype=torch.bool))
-        return fn, example, {0: (0,), 1: (0,), 2: (0,), 3: (0, 1), 4: (0, 1)}
+                   self._empty(b, c, dtype=torch.bool)) + \
+            ((self._empty(b, dtype=torch.bool),) if rows else ())
+        dynamic = {0: (0,), 1: (0,), 2: (0,), 3: (0, 1), 4: (0, 1)}
+        return fn, example, {**dynamic, 5: (0,)} if rows else dynamic
 
     def _seed(self, call: Callable, key: tuple[int, ...]):
         def fn(k_pool, v_pool, hidden):

@@ -1,9 +1,9 @@
 """
-``Pi05Model``'s five backend entry points, executed by exported graphs over the shared KV pool.
+``Pi05Model``'s backend entry points, executed by exported graphs over the shared KV pool.
 
 ``TorchBackend`` talks to its model through exactly ``encode_images``, ``prefill``,
-``denoise``, ``lm_logits`` and ``decode_step``. :class:`GraphRunner` has the same methods
-with the same shapes and semantics (``PrefixKV`` with packed slots into the same
+``prefill_suffix``, ``denoise``, ``lm_logits`` and ``decode_step``. :class:`GraphRunner` has
+the same methods with the same shapes and semantics (``PrefixKV`` with packed slots into the same
 ``KVCache``), so ``TorchBackend(GraphRunner(...), ...)`` runs the whole job program
 unchanged on TensorRT engines (or on onnxruntime, which is how CI checks all of it on a CPU).
 
@@ -177,18 +177,59 @@ class GraphRunner:
         if count == 0:
             return context
         rows = token_mask[0].nonzero()[:, 0]
-        tokens = tokens[:, rows]
-        logits, hidden, k, v = self._decode(tokens, torch.ones_like(tokens, dtype=torch.bool),
-                                            context.num_tokens, cache, context.slots,
-                                            context.mask)
-        del logits
-        dest = _check_slots(slots, count, cache, context)
-        cache.k.index_copy_(1, dest, k[:, 0])
-        cache.v.index_copy_(1, dest, v[:, 0])
-        return PrefixKV(cache, torch.cat([context.slots, dest[None]], 1),
+        hidden = self._extend(tokens[:, rows], context, slots)
+        dest = slots[:, :count].to(torch.int64)
+        return PrefixKV(cache, torch.cat([context.slots, dest], 1),
                         torch.cat([context.mask, torch.ones(1, count, dtype=torch.bool,
                                                             device=self.device)], 1),
                         context.num_tokens + count, hidden)
+
+    def prefill_suffix(self, tokens: torch.Tensor, token_mask: torch.Tensor | None,
+                       context: PrefixKV, *, slots: torch.Tensor,
+                       adapter: object = None) -> PrefixKV:
+        """
+        Run causal suffixes on cached roots; see ``Pi05Model.prefill_suffix``.
+
+        The ``decode`` graph with a row's suffix as its new tokens, one row per call (its
+        text-prefill profile takes batch 1): the tokens attend the row's context where
+        ``context.mask`` and each other causally, whatever the prefix mode.
+
+        :raises ValueError: an adapter (the exported graphs have no suffix LoRA), bad shapes or
+            slots.
+        """
+        if adapter is not None:
+            raise ValueError('the exported graphs have no suffix LoRA (memory adapter): run it '
+                             'on the torch backend')
+        b, t = tokens.shape
+        if context.batch_size != b or tuple(slots.shape[:1]) != (b,):
+            raise ValueError(f'suffix tokens and slots must have one row per context '
+                             f'({context.batch_size}), got {tuple(tokens.shape)} and '
+                             f'{tuple(slots.shape)}')
+        if token_mask is None:
+            token_mask = torch.ones(b, t, dtype=torch.bool, device=tokens.device)
+        counts = token_mask.sum(1)
+        hidden = context.last_hidden.clone()
+        for row, n in enumerate(counts.tolist()):
+            if n == 0:
+                continue
+            ctx = PrefixKV(context.cache, context.slots[row:row + 1], context.mask[row:row + 1],
+                           context.num_tokens[row:row + 1], context.last_hidden[row:row + 1])
+            hidden[row] = self._extend(tokens[row:row + 1, :n], ctx, slots[row:row + 1])[0]
+        return PrefixKV(context.cache, torch.cat([context.slots, slots[:, :t]], 1),
+                        torch.cat([context.mask, token_mask], 1), context.num_tokens + counts,
+                        hidden)
+
+    def _extend(self, tokens: torch.Tensor, context: PrefixKV,
+                slots: torch.Tensor) -> torch.Tensor:
+        """Run ``tokens [1, n]`` after ``context``, write their K/V; return the last hidden."""
+        count = tokens.shape[1]
+        _, hidden, k, v = self._decode(tokens, torch.ones_like(tokens, dtype=torch.bool),
+                                       context.num_tokens, context.cache, context.slots,
+                                       context.mask)
+        dest = _check_slots(slots, count, context.cache, context)
+        context.cache.k.index_copy_(1, dest, k[:, 0])
+        context.cache.v.index_copy_(1, dest, v[:, 0])
+        return hidden
 
     # ---------------------------------------------------------------- decode
     def _decode(self, tokens: torch.Tensor, token_mask: torch.Tensor, positions: torch.Tensor,

@@ -18,6 +18,7 @@ from typing import Any
 from oxygen_ros.backends.buckets import StaticShapes
 from oxygen_ros.backends.parity import check_parity, ParityResult
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -61,15 +62,20 @@ class ParityProbe:
     :param pool: the KV pool the graphs were captured on.
     :param shapes: the compiled shapes.
     :param base: first probe slot (after the null block).
+    :param adapter: the suffix LoRA (unfolded, the model's dtype): the suffix and decode
+        probes then run half of their rows with it.
     :raises ValueError: the pool is too small for the probes.
     """
 
     def __init__(self, fast: Any, model: Pi05Model, reference: Pi05Model | None,
-                 pool: KVCache, shapes: StaticShapes, base: int) -> None:
+                 pool: KVCache, shapes: StaticShapes, base: int, *,
+                 adapter: SuffixLoRA | None = None) -> None:
         self.fast, self.model, self.ref, self.pool, self.shapes = (
             fast, model, reference, pool, shapes)
         self.base = base
-        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1]) + shapes.batch[-1]
+        suffix = (shapes.suffix_ctx[-1] + shapes.suffix_batch[-1] * shapes.suffix[-1]
+                  if shapes.suffix else 0)
+        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1], suffix) + shapes.batch[-1]
         if self.size > pool.num_slots:
             raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
                              f'probes need ({self.size})')
@@ -78,6 +84,9 @@ class ParityProbe:
         for k in (pool.k, pool.v):
             k.normal_(generator=torch.Generator(dev).manual_seed(1))
         self.ref_dev = next(reference.parameters()).device if reference is not None else None
+        self.adapter = adapter
+        self.ref_adapter = (adapter.converted(torch.float32, self.ref_dev)
+                            if adapter is not None and reference is not None else None)
         self.ref_pool = (KVCache(model.cfg.vlm, self.size, device=self.ref_dev)
                          if reference is not None else None)
         cfg = model.cfg
@@ -115,6 +124,15 @@ class ParityProbe:
 
     def _gate(self, name: str, fast: list, eager: list, ref: list | None) -> ParityResult:
         return check_parity(name, fast, eager, ref)
+
+    def _adapter_rows(self, b: int) -> tuple[AdapterRows | None, AdapterRows | None]:
+        """Return the adapter on every other row of ``b`` (and its float32 copy), or None."""
+        if self.adapter is None:
+            return None, None
+        mask = torch.arange(b, device=self.pool.device) % 2 == 0
+        ref = (AdapterRows(self.ref_adapter, mask.to(self.ref_dev))
+               if self.ref_adapter is not None else None)
+        return AdapterRows(self.adapter, mask), ref
 
     # -- probes --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -164,6 +182,45 @@ class ParityProbe:
         return self._gate(f'text prefill {t} tokens on {n} camera(s) (bucket {bucket})', *runs,
                           ref)
 
+    def _prefix_of(self, p: int) -> PrefixKV:
+        """Return an eager prefix of ``p`` tokens (cameras + a prompt) at the probe's start."""
+        ti = self.model.cfg.image_tokens_per_camera
+        n = max(n for n in self.shapes.camera_counts if n * ti < p)
+        tokens = self._ints(1000, 1, p - n * ti)
+        prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
+                                    cache=self.pool, slots=self._slots(0, p)[None])
+        self._sync_ref_pool()
+        self.prefix = None                              # the pool's probe region changed
+        return prefix
+
+    @torch.inference_mode()
+    def suffix(self, bucket_b: int, bucket_t: int, bucket_c: int) -> ParityResult:
+        b = _inside(bucket_b, self.shapes.suffix_batch, 1)
+        t = _inside(bucket_t, self.shapes.suffix, 3)
+        c = _inside(bucket_c, self.shapes.suffix_ctx, 5)
+        root = self._prefix_of(c)
+        dev = self.pool.device
+        context = PrefixKV(self.pool, root.slots.expand(b, c), root.mask.expand(b, c),
+                           root.num_tokens.expand(b), root.last_hidden.expand(b, -1))
+        tokens = self._ints(1000, b, t)
+        lengths = torch.tensor([max(1, t - r) for r in range(b)], device=dev)
+        mask = torch.arange(t, device=dev)[None] < lengths[:, None]
+        slots = self._slots(c, b * t).view(b, t)
+        written = slots[mask]
+        adapter, ref_adapter = self._adapter_rows(b)
+        runs = []
+        for model in (self.fast, self.model):
+            out = model.prefill_suffix(tokens, mask, context, slots=slots, adapter=adapter)
+            runs.append([out.last_hidden] + self._kv(self.pool, written))
+        ref = None
+        if self.ref is not None:
+            out = self.ref.prefill_suffix(self._r(tokens), self._r(mask),
+                                          self._ref_prefix(context), slots=self._r(slots),
+                                          adapter=ref_adapter)
+            ref = [out.last_hidden] + self._kv(self.ref_pool, written)
+        return self._gate(f'suffix batch {b} x {t} tokens on {c} (bucket {bucket_b} x '
+                          f'{bucket_t} x {bucket_c})', *runs, ref)
+
     def _main_prefix(self) -> PrefixKV:
         """Return the eager prefix the denoise, decode and seed probes read (all cameras)."""
         if self.prefix is None:
@@ -179,14 +236,8 @@ class ParityProbe:
     @torch.inference_mode()
     def denoise(self, bucket: int) -> ParityResult:
         cfg = self.model.cfg
-        ti = cfg.image_tokens_per_camera
         p = _inside(bucket, self.shapes.denoise, 3)     # a prefix of n cameras + t tokens
-        n = max(n for n in self.shapes.camera_counts if n * ti < p)
-        tokens = self._ints(1000, 1, p - n * ti)
-        prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
-                                    cache=self.pool, slots=self._slots(0, p)[None])
-        self._sync_ref_pool()
-        self.prefix = None                              # the pool's probe region changed
+        prefix = self._prefix_of(p)
         noise = torch.randn(1, cfg.action_horizon, cfg.action_dim,
                             generator=self.gen).to(self.pool.device)
         fast = [self.fast.denoise(prefix, noise)]
@@ -207,15 +258,17 @@ class ParityProbe:
         ctx_mask = torch.arange(c, device=dev)[None] < lengths[:, None]
         tokens = self._ints(1000, b)
         write = self._slots(self.size - self.base - b, b)
+        adapter, ref_adapter = self._adapter_rows(b)
         runs = []
         for model in (self.fast, self.model):
-            logits = model.decode_step(tokens, lengths, self.pool, write, ctx_slots, ctx_mask)
+            logits = model.decode_step(tokens, lengths, self.pool, write, ctx_slots, ctx_mask,
+                                       adapter)
             runs.append([logits] + self._kv(self.pool, write))
         ref = None
         if self.ref is not None:
             logits = self.ref.decode_step(self._r(tokens), self._r(lengths), self.ref_pool,
                                           self._r(write), self._r(ctx_slots),
-                                          self._r(ctx_mask))
+                                          self._r(ctx_mask), ref_adapter)
             ref = [logits] + self._kv(self.ref_pool, write)
         return self._gate(f'decode batch {b} context {c} (bucket {bucket_b} x {bucket_c})',
                           *runs, ref)

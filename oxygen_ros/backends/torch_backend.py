@@ -32,12 +32,14 @@ from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.rtc import guided_sample, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
-    SchedulerOutput, SeedJob, SegmentKind, VisionJob)
+    SchedulerOutput, SeedJob, SegmentKind, SuffixJob, VisionJob)
 import torch
+import torch.nn.functional as F  # noqa: N812
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class _RowState:
     num_prefix_tokens: int
     num_fed: int                   # generated tokens already fed (their K/V is cached)
     last_token: torch.Tensor       # int64 [] on device: the token to feed next
+    use_adapter: bool = False      # the suffix LoRA is active on its tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +86,11 @@ def greedy_calls(model: object) -> tuple[_Greedy, _Greedy]:
     """
     Return ``(decode, seed)``: greedy token ids as the backend computes them.
 
-    ``decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask)`` and ``seed(hidden)``
-    return ``int64 [B]``: the model's own ``decode_greedy`` / ``lm_greedy`` where it has them
-    (the compiled fast path: LM head and argmax inside its graphs), else the argmax of
-    ``decode_step`` / ``lm_logits``.
+    ``decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask[, adapter])`` and
+    ``seed(hidden)`` return ``int64 [B]``: the model's own ``decode_greedy`` / ``lm_greedy``
+    where it has them (the compiled fast path: LM head and argmax inside its graphs), else the
+    argmax of ``decode_step`` / ``lm_logits``. ``adapter`` (``AdapterRows``) is passed on only
+    when given (models without the suffix LoRA do not take it).
     """
     decode = getattr(model, 'decode_greedy', None) or \
         (lambda *args: model.decode_step(*args).argmax(dim=-1))
@@ -102,6 +106,8 @@ class TorchBackend:
     :param sync: called before reading a host timer so that job times are real; None: on
         CUDA, CUDA events (no sync per job), on the CPU a plain timer.
     :param attention: the attention kernel every cycle runs with (``attention.py``).
+    :param adapter: OxyGen's suffix LoRA (``model/lora.py``), active on the suffix and the
+        decoded tokens of the requests that ask for it (``NewRequestData.use_adapter``).
     """
 
     block_offset = 0
@@ -109,8 +115,10 @@ class TorchBackend:
 
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
                  sync: Callable[[], None] | None = None,
-                 attention: AttentionBackend = AttentionBackend.AUTO) -> None:
+                 attention: AttentionBackend = AttentionBackend.AUTO,
+                 adapter: SuffixLoRA | None = None) -> None:
         self.model = model
+        self.adapter = adapter
         self.device = model.device
         self.block_size = block_size
         self.attention = attention
@@ -202,6 +210,9 @@ class TorchBackend:
             elif isinstance(job, PrefillJob):
                 self._prefill(job)
                 info = {'num_tokens': job.num_tokens}
+            elif isinstance(job, SuffixJob):
+                self._suffix(job)
+                info = {'batch_size': len(job.rows), 'num_tokens': job.num_tokens}
             elif isinstance(job, DenoiseJob):
                 assert frame is not None and frame.frame_id == job.frame_id
                 prefix = self._segments[job.seg_ids[-1]]
@@ -309,6 +320,41 @@ class TorchBackend:
         self._segments[job.seg_id] = self.model.prefill(tokens, None, cache=self.cache,
                                                         slots=slots, **kwargs)
 
+    def _adapter_rows(self, flags: list[bool]) -> AdapterRows | None:
+        """Return the suffix LoRA on the rows whose flag is set (None: no row uses it)."""
+        if self.adapter is None or not any(flags):
+            return None
+        return AdapterRows(self.adapter, to_device(flags, self.device, torch.bool))
+
+    def _suffix(self, job: SuffixJob) -> None:
+        """Prefill every row's causal suffix on its root in one batched call."""
+        dev = self.device
+        rows = job.rows
+        parents = [self._segments[r.parent_seg_id] for r in rows]
+        lengths = [len(r.prompt_token_ids) for r in rows]
+        width, ctx = max(lengths), max(p.slots.shape[1] for p in parents)
+        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        tokens = to_device([list(r.prompt_token_ids) + [0] * (width - n)
+                            for r, n in zip(rows, lengths)], dev, torch.int64)
+        own = [self._block_slots(r.block_ids, n) for r, n in zip(rows, lengths)]
+        slots = torch.stack([F.pad(o, (0, width - o.numel()), value=null) for o in own])
+        # the roots of one cycle are one frame's: equal lengths, no padding in the common case
+        ctx_slots = torch.stack([F.pad(p.slots[0], (0, ctx - p.slots.shape[1]), value=null)
+                                 for p in parents])
+        ctx_mask = torch.stack([F.pad(p.mask[0], (0, ctx - p.mask.shape[1])) for p in parents])
+        context = PrefixKV(self.cache, ctx_slots, ctx_mask,
+                           torch.cat([p.num_tokens for p in parents]),
+                           torch.cat([p.last_hidden for p in parents]))
+        token_mask = None if min(lengths) == width else to_device(
+            [[i < n for i in range(width)] for n in lengths], dev, torch.bool)
+        out = self.model.prefill_suffix(tokens, token_mask, context, slots=slots,
+                                        adapter=self._adapter_rows([r.use_adapter for r in rows]))
+        for b, (row, parent, n) in enumerate(zip(rows, parents, lengths)):
+            self._segments[row.seg_id] = PrefixKV(
+                self.cache, torch.cat([parent.slots, own[b][None]], 1),
+                torch.cat([parent.mask, torch.ones(1, n, dtype=torch.bool, device=dev)], 1),
+                parent.num_tokens + n, out.last_hidden[b:b + 1])
+
     def _seed(self, job: SeedJob, sampled: dict[str, list[torch.Tensor]]) -> None:
         datas = [self._new[req_id] for req_id in job.req_ids]
         prefixes = [self._segments[d.seg_ids[-1]] for d in datas]
@@ -320,7 +366,8 @@ class TorchBackend:
             decode = self._block_slots(data.block_ids, data.max_tokens - 1)
             self._rows[data.req_id] = _RowState(
                 slots=torch.cat([prefix.slots[0, :data.num_prefix_tokens], decode]),
-                num_prefix_tokens=data.num_prefix_tokens, num_fed=0, last_token=first[i])
+                num_prefix_tokens=data.num_prefix_tokens, num_fed=0, last_token=first[i],
+                use_adapter=data.use_adapter)
             sampled.setdefault(data.req_id, []).append(first[i:i + 1])
 
     def _decode(self, job: DecodeJob, sampled: dict[str, list[torch.Tensor]]) -> int:
@@ -355,6 +402,8 @@ class TorchBackend:
         null_slots = torch.full((num_rows,), null, dtype=torch.int64, device=dev)
         eos = job.eos_token_id if dev.type == 'cpu' else None
         deadline = job.deadline if dev.type == 'cpu' else None
+        adapter = self._adapter_rows([r.use_adapter for r in rows])
+        extra = () if adapter is None else (adapter,)
         steps_run, step_s = 0, 0.0
         for s in range(job.max_steps):
             if deadline is not None and s and time.monotonic() + step_s > deadline:
@@ -366,7 +415,8 @@ class TorchBackend:
             ctx_len = longest + s
             ctx_slots = all_slots[:, :ctx_len]
             ctx_mask = cols[None, :ctx_len] < pos[:, None]
-            tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask)
+            tokens = self._greedy_decode(tokens, pos, self.cache, write, ctx_slots, ctx_mask,
+                                         *extra)
             out[:, s] = tokens
             steps_run, step_s = s + 1, time.monotonic() - t_step
             if eos is not None:

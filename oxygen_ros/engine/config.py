@@ -14,7 +14,7 @@ from oxygen_ros.backends.config import (
     AttentionBackend, BackendConfig, BackendKind, CompileMode)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.sched.request import FinishReason, TextContext
 from oxygen_ros.sched.scheduler import Policy
 
 
@@ -65,6 +65,16 @@ class EngineConfig:
     :param max_pending_requests: text requests waiting for admission before submit refuses.
     :param max_wait_cycles: cycles a request may wait for KV space before it is rejected.
     :param seed: random weights and the flow-matching noise of frame i (seeded by seed, i).
+    :param subtask_context: what a subtask request reads (``TextContext``): its own prompt
+        (``Task: {instr}. Subtask: ``, openpi_subtask_generation's, the default) or the
+        action prefix + the suffix ``Subtask: `` (docs/prompts.md).
+    :param answer_context: what an answer reads; default the action prefix + ``Question:
+        {q} Answer: ``.
+    :param memory_context: what a memory note reads; default the action prefix + ``Memory: ``
+        (OxyGen's textual memory, which its adapter was trained on).
+    :param memory_adapter: OxyGen's textual-memory LoRA (``.npz``, ``model/lora.py``),
+        active on the suffix and decoded tokens of memory requests; None: none.
+    :param memory_adapter_alpha: the alpha it was trained with (OxyGen's: 16).
     """
 
     preset: str = 'small'
@@ -95,6 +105,11 @@ class EngineConfig:
     max_pending_requests: int = 64
     max_wait_cycles: int = 50
     seed: int = 0
+    subtask_context: TextContext = TextContext.OWN_PROMPT
+    answer_context: TextContext = TextContext.ACTION_PREFIX
+    memory_context: TextContext = TextContext.ACTION_PREFIX
+    memory_adapter: str | None = None
+    memory_adapter_alpha: float = 16.0
 
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
@@ -121,6 +136,24 @@ class EngineConfig:
             raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
         if self.prompt_format is not None:
             object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
+        for name in ('subtask_context', 'answer_context', 'memory_context'):
+            object.__setattr__(self, name, TextContext(getattr(self, name)))
+        if self.memory_adapter:
+            if self.memory_context is not TextContext.ACTION_PREFIX:
+                raise ValueError('memory_adapter is active on the suffix of a memory request '
+                                 'only (OxyGen trained it so): it needs memory_context '
+                                 "'action_prefix', got 'own_prompt'")
+            if self.backend is not BackendKind.TORCH:
+                raise ValueError(f'memory_adapter runs on the torch backend only (the '
+                                 f'{self.backend.value} graphs have no LoRA)')
+            if not (self.memory_adapter_alpha > 0 and np.isfinite(self.memory_adapter_alpha)):
+                raise ValueError(f'memory_adapter_alpha must be > 0, got '
+                                 f'{self.memory_adapter_alpha}')
+
+    def text_context(self, task: TextTask) -> TextContext:
+        """Return what a request of ``task`` reads before its own tokens."""
+        return {TextTask.SUBTASK: self.subtask_context, TextTask.ANSWER: self.answer_context,
+                TextTask.MEMORY: self.memory_context}[TextTask(task)]
 
     def model_config(self) -> ModelConfig:
         """Return the preset with this config's overrides applied."""
@@ -253,6 +286,10 @@ class CycleStats:
         requests that finished this cycle included).
     :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
         (handed to ``on_action``); NaN in a cycle without one.
+    :ivar full_prefills: prefills over a frame's images this cycle (the action's prefix, and
+        every copy or other prompt a text job needed: the waste OxyGen removes).
+    :ivar prefill_tokens: tokens of those and of causal-text prompt segments.
+    :ivar suffix_tokens: tokens of causal suffixes on action prefixes (text on the root).
     """
 
     cycle_id: int
@@ -269,6 +306,9 @@ class CycleStats:
     kv_used_bytes: int
     kv_peak_bytes: int = 0
     action_latency_s: float = float('nan')
+    full_prefills: int = 0
+    prefill_tokens: int = 0
+    suffix_tokens: int = 0
 
     @property
     def overhead_s(self) -> float:

@@ -25,15 +25,16 @@ from oxygen_ros.engine.config import (
 from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
 from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
 from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
-from oxygen_ros.sched.output import JobKind
-from oxygen_ros.sched.request import Request, RequestKind
+from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
+from oxygen_ros.sched.request import Request, RequestKind, TextContext
 from oxygen_ros.sched.scheduler import FrameSpec, Scheduler, SchedulerConfig
 import torch
 
@@ -71,9 +72,11 @@ class Engine:
         set of weights); its config must equal ``config.model_config()``.
     :param backend: an already built backend on ``model`` to run on (the benchmark's two
         policies share one warm-up of the fast path: ``TorchBackend.sharing_pool``); it
-        must offer ``config.pool_blocks()`` blocks. Default: one made for this config.
+        must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
+        config names one. Default: one made for this config.
     :raises ValueError: inconsistent configuration, checkpoint, norm stats or backend.
-    :raises FileNotFoundError: missing checkpoint, tokenizer or norm stats file.
+    :raises FileNotFoundError: missing checkpoint, tokenizer, norm stats or adapter file.
+    :raises AdapterFormatError: a memory adapter that is not OxyGen's for this model.
     """
 
     def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
@@ -107,14 +110,20 @@ class Engine:
             eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
         self.scheduler = Scheduler(sched_cfg)
         if backend is None:
-            backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks)
+            adapter = self._load_adapter(config, cfg)
+            backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
+                                   adapter=adapter)
         elif (backend.model is not self.model and getattr(backend.model, 'model', None)
               is not self.model) or backend.block_size != config.block_size or \
-                backend.num_blocks < sched_cfg.num_blocks:
+                backend.num_blocks < sched_cfg.num_blocks or \
+                bool(config.memory_adapter) != (backend.adapter is not None):
             raise ValueError(f'the shared backend does not fit: it needs this model, block size '
-                             f'{config.block_size} and {sched_cfg.num_blocks} blocks (it has '
-                             f'{backend.block_size} and {backend.num_blocks})')
+                             f'{config.block_size}, {sched_cfg.num_blocks} blocks and '
+                             f'{"a" if config.memory_adapter else "no"} memory adapter (it has '
+                             f'{backend.block_size}, {backend.num_blocks} and '
+                             f'{"an" if backend.adapter is not None else "no"} adapter)')
         self.backend = backend
+        self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
         self._pending: deque[_Pending] = deque()
@@ -126,9 +135,34 @@ class Engine:
         """(stamp ns, normalized actions [H, A]) of the last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
-                  '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
+                  '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
                   config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
-                  self.backend.cache.nbytes / 2**20)
+                  self.backend.cache.nbytes / 2**20, self.describe_text())
+
+    def _load_adapter(self, config: EngineConfig, cfg) -> SuffixLoRA | None:
+        """Return the memory adapter of ``config`` in the model's dtype, or None."""
+        if not config.memory_adapter:
+            return None
+        return load_oxygen_adapter(config.memory_adapter, cfg,
+                                   alpha=config.memory_adapter_alpha, dtype=self.model.dtype,
+                                   device=self.model.device)
+
+    def describe_contexts(self) -> str:
+        """Return what each text task reads, e.g. ``subtask: own_prompt, answer: ...``."""
+        return ', '.join(f'{task.value}: {self.config.text_context(task).value}'
+                         for task in TextTask)
+
+    def describe_adapter(self) -> str:
+        """Return the memory adapter as logs and diagnostics name it (``none`` if absent)."""
+        if self.adapter is None:
+            return 'none'
+        return (f'{self.config.memory_adapter} (rank {self.adapter.rank}, alpha '
+                f'{self.adapter.alpha:g})')
+
+    def describe_text(self) -> str:
+        """Return :meth:`describe_contexts` and :meth:`describe_adapter` in one line."""
+        return f'text contexts {self.describe_contexts()}; memory adapter ' \
+            f'{self.describe_adapter()}'
 
     # -- requests ------------------------------------------------------------------------
     def submit_text(self, task: TextTask, *, question: str | None = None,
@@ -329,16 +363,22 @@ class Engine:
         rejected = []
         while self._pending:
             p = self._pending.popleft()
+            context = self.config.text_context(p.task)
+            max_len = self.model_cfg.max_token_len
             try:
-                tp = tokenize_text_prompt(self.tokenizer, prepared.instruction, p.task,
-                                          question=p.question,
-                                          max_len=self.model_cfg.max_token_len)
+                if context is TextContext.ACTION_PREFIX:
+                    tp = tokenize_text_suffix(self.tokenizer, p.task, question=p.question,
+                                              max_len=max_len)
+                else:
+                    tp = tokenize_text_prompt(self.tokenizer, prepared.instruction, p.task,
+                                              question=p.question, max_len=max_len)
             except ValueError as exc:
                 rejected.append(self._rejected(p, f'bad text prompt: {exc}'))
                 continue
             kind = RequestKind.MEMORY if p.task is TextTask.MEMORY else RequestKind.TEXT
-            self.scheduler.add_request(Request(p.req_id, kind, tuple(tp.ids),
-                                               max_tokens=p.max_tokens))
+            self.scheduler.add_request(Request(
+                p.req_id, kind, tuple(tp.ids), max_tokens=p.max_tokens, context=context,
+                use_adapter=kind is RequestKind.MEMORY and self.adapter is not None))
             self._live[p.req_id] = _Live(p.task, prepared.stamp_ns)
             self._offered[p.req_id] = p
         return rejected
@@ -397,6 +437,7 @@ class Engine:
         for tokens in result.runner.sampled_token_ids.values():
             generated += len(tokens)
         kv = self.scheduler.kv
+        prefills = [j for j in plan.jobs if isinstance(j, PrefillJob)]
         return CycleStats(
             cycle_id=plan.cycle_id, total_s=total_s, forward_s=result.forward_seconds,
             seconds_by_job=by_job, tokens_per_cycle=plan.tokens_per_cycle,
@@ -405,17 +446,30 @@ class Engine:
             kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
             kv_used_bytes=kv.num_used_blocks * self.bytes_per_block,
             kv_peak_bytes=kv.pool.peak_used_blocks * self.bytes_per_block,
-            action_latency_s=action_latency_s)
+            action_latency_s=action_latency_s,
+            full_prefills=sum(j.segment_kind is not SegmentKind.TEXT for j in prefills),
+            prefill_tokens=sum(j.num_tokens for j in prefills),
+            suffix_tokens=sum(j.num_tokens for j in plan.jobs if isinstance(j, SuffixJob)))
 
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:
-        """Run one full cycle with one text request (fills caches and the cost model)."""
-        req_id = self.submit_text(TextTask.SUBTASK, max_tokens=2)
+        """
+        Run full cycles with a text request of each kind of context in use.
+
+        Fills caches, warms every text path (own prompt, suffix on the action prefix, the
+        memory adapter) and gives the cost model its first measurements.
+        """
+        tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
+        req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
+                                    if task is TextTask.ANSWER else None)
+                   for task in tasks.values()}
         for _ in range(3):
             out = self.step(observation)
-            if any(t.req_id == req_id for t in out.texts):
+            req_ids -= {t.req_id for t in out.texts}
+            if not req_ids:
                 break
-        self.abort(req_id)
+        for req_id in req_ids:
+            self.abort(req_id)
         self._frame_index = 0
         self._prev_chunk = None
 

@@ -23,6 +23,14 @@ Text-task prompts (spec §2.2, §3.1; no state):
   format** for ``~/ask``: no released checkpoint was trained on it, so answers from a model
   not fine-tuned on it are best effort.
 
+Text-task suffixes (OxyGen's language suffix, ``TextContext.ACTION_PREFIX``): a text request
+reads the frame's action prefix (images + action prompt) and appends its own causal suffix,
+encoded alone without BOS (OxyGen ``tokenize_language_seed``):
+
+- ``TextTask.MEMORY``: ``"Memory: "`` (OxyGen's textual-memory seed; its adapter's format);
+- ``TextTask.SUBTASK``: ``"Subtask: "``;
+- ``TextTask.ANSWER``: ``"Question: {question} Answer: "`` (our own format).
+
 All prompts are padded to ``max_len`` with PAD (0) and mask False. Longer action prompts are
 cut at ``max_len`` as openpi does (the tail ``Action: `` is lost). Longer text prompts are
 shortened *inside* the instruction (ANSWER: inside the longer of instruction and question) so
@@ -268,6 +276,52 @@ def _compose(instr: str, kind: TextTask, question: str | None) -> str:
     return f'Task: {instr}. {_TEXT_SEEDS[kind]}'
 
 
+def format_text_suffix(kind: TextTask, *, question: str | None = None) -> str:
+    """
+    Return a text task's causal suffix after the action prefix (see the module docstring).
+
+    :raises ValueError: empty question, a question for a kind other than ANSWER, or no
+        question for ANSWER.
+    """
+    kind = TextTask(kind)
+    q = _question_text(kind, question)
+    if kind is TextTask.ANSWER:
+        return f'Question: {q} {_TEXT_SEEDS[kind]}'
+    return _TEXT_SEEDS[kind]
+
+
+def tokenize_text_suffix(tok: PaligemmaTokenizer, kind: TextTask, *,
+                         question: str | None = None, max_len: int) -> TokenizedPrompt:
+    """
+    Tokenize a text task's suffix (no BOS) and pad it to ``max_len``.
+
+    An over-long question is shortened at its end and re-encoded, so the ids always end with
+    the seed words ``Answer: `` the model decodes after; one warning per cause.
+
+    :param max_len: suffix slots (the preset's ``max_token_len``).
+    :raises ValueError: see :func:`format_text_suffix`; ``max_len`` too small for the seed.
+    """
+    _check_max_len(max_len)
+    kind = TextTask(kind)
+    ids = tok.encode(format_text_suffix(kind, question=question), add_bos=False)
+    full_len = len(ids)
+    if full_len <= max_len:
+        return _pad(ids, max_len, truncated=False)
+    q_ids = tok.encode(_question_text(kind, question), add_bos=False) \
+        if kind is TextTask.ANSWER else []
+    while len(ids) > max_len and q_ids:
+        q_ids = q_ids[:max(0, len(q_ids) - (len(ids) - max_len))]
+        ids = tok.encode(f'Question: {tok.decode(q_ids)} {_TEXT_SEEDS[kind]}', add_bos=False)
+    if len(ids) > max_len:
+        raise ValueError(f'max_len {max_len} cannot hold the {kind.name} suffix even with an '
+                         f'empty question ({len(ids)} tokens)')
+    _warn_once(('suffix', kind, full_len, max_len),
+               '%s suffix has %d tokens, more than max_len %d: shortened the question to fit '
+               '(%d tokens), keeping the seed %r', kind.name, full_len, max_len, len(ids),
+               _TEXT_SEEDS[kind])
+    return _pad(ids, max_len, truncated=True)
+
+
 def tokenize_text_prompt(tok: PaligemmaTokenizer, task: str, kind: TextTask, *,
                          question: str | None = None, max_len: int) -> TokenizedPrompt:
     """
@@ -321,6 +375,7 @@ def tokenize_text_prompt(tok: PaligemmaTokenizer, task: str, kind: TextTask, *,
 
 __all__ = [
     'NUM_STATE_BINS', 'TextTask', 'TokenizedPrompt', 'clean_text', 'discretize_state',
-    'format_action_prompt', 'format_text_prompt', 'normalize_instruction',
-    'tokenize_action_prompt', 'tokenize_text_prompt',
+    'format_action_prompt', 'format_text_prompt', 'format_text_suffix',
+    'normalize_instruction', 'tokenize_action_prompt', 'tokenize_text_prompt',
+    'tokenize_text_suffix',
 ]

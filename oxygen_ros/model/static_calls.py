@@ -14,8 +14,10 @@ call              padding
 ``PrefillCall``   prompt padded at its end to a bucket; padded tokens are masked as keys and
                   attend only themselves, so valid tokens' K/V and hidden states are those of
                   the unpadded prefix (spec §1.5: positions = index among valid tokens)
-``ExtendCall``    T new tokens on a cached context (decode step T = 1, or a prompt on an image
-                  prefix): new tokens padded at the end, context padded with masked slots
+``ExtendCall``    T new tokens per row on a cached context (decode step T = 1, a prompt on an
+                  image prefix, or causal suffixes on action prefixes): new tokens padded at
+                  the end, context padded with masked slots; optionally a suffix LoRA on the
+                  rows a mask selects
 ``DecodeCall``    ``ExtendCall`` with T = 1 plus the LM head and greedy argmax
 ``DenoiseCall``   the prefix context padded with masked slots; all N Euler steps in one call,
                   the adaRMS modulations of the N fixed times computed once (constructor)
@@ -34,6 +36,7 @@ from typing import Callable
 from oxygen_ros.model.denoise import (
     denoise_context, DenoiseContext, euler_modulations, expert_velocity)
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
+from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
 from oxygen_ros.model.pi05 import Pi05Model
 
@@ -115,20 +118,25 @@ class ExtendCall(nn.Module):
     T new text tokens per row on a cached context: a decode step (T = 1) or a text prefill.
 
     ``forward(k_pool, v_pool, tokens [B, T], token_valid [B, T], positions [B],
-    ctx_slots [B, C], ctx_mask [B, C])`` returns ``(last_hidden [B, W], k [L, B, T, Hkv, D],
-    v [...])``: new token i of row b sits at rope position ``positions[b] + i``, attends the
-    context where ``ctx_mask`` and the valid new tokens up to itself (causal, spec §2.2, §2.3);
-    ``last_hidden`` is the output at the last valid new token. The pool is read, not written.
+    ctx_slots [B, C], ctx_mask [B, C][, adapter_rows bool [B]])`` returns ``(last_hidden
+    [B, W], k [L, B, T, Hkv, D], v [...])``: new token i of row b sits at rope position
+    ``positions[b] + i``, attends the context where ``ctx_mask`` and the valid new tokens up to
+    itself (causal, spec §2.2, §2.3); ``last_hidden`` is the output at the last valid new
+    token. The pool is read, not written. With an ``adapter`` (for ``layers``: folded layers
+    need ``fold_adapter``), ``adapter_rows`` selects the rows it is active on.
     """
 
-    def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList,
+                 adapter: SuffixLoRA | None = None) -> None:
         super().__init__()
         self.model = model
         self.layers = layers
+        self.adapter = adapter
 
     def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, tokens: torch.Tensor,
                 token_valid: torch.Tensor, positions: torch.Tensor, ctx_slots: torch.Tensor,
-                ctx_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ctx_mask: torch.Tensor, adapter_rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         m = self.model
         vlm = m.cfg.vlm
         b, t = tokens.shape
@@ -144,9 +152,12 @@ class ExtendCall(nn.Module):
         full = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, m.dtype)
         tail = AttentionMask.build(_rows(mask, last), vlm.num_heads, vlm.num_kv_heads, m.dtype)
         flat = ctx_slots.reshape(-1)
+        loras = [None] * len(self.layers)
+        if self.adapter is not None and adapter_rows is not None:
+            loras = AdapterRows(self.adapter, adapter_rows).layers(h.dtype)
         ks, vs = [], []
-        for i, layer in enumerate(self.layers):
-            q, k, v, _ = layer.project_qkv(h, cos, sin)
+        for i, (layer, lora) in enumerate(zip(self.layers, loras)):
+            q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
             ks.append(k)
             vs.append(v)
             kk = torch.cat([k_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
@@ -154,9 +165,10 @@ class ExtendCall(nn.Module):
             vv = torch.cat([v_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
                             .to(m.dtype), v], 1).transpose(1, 2)
             if i < len(self.layers) - 1:
-                h = layer.finish(h, attention(q, kk, vv, full), None)
+                h = layer.finish(h, attention(q, kk, vv, full), None, lora=lora)
             else:
-                h = layer.finish(_rows(h, last), attention(_rows(q, last), kk, vv, tail), None)
+                h = layer.finish(_rows(h, last), attention(_rows(q, last), kk, vv, tail), None,
+                                 lora=lora)
         return h[:, 0], torch.stack(ks), torch.stack(vs)
 
 
@@ -164,22 +176,25 @@ class DecodeCall(nn.Module):
     """
     One greedy decode step of B rows: ``ExtendCall`` with T = 1, LM head and argmax.
 
-    ``forward(k_pool, v_pool, tokens [B], positions [B], ctx_slots [B, C], ctx_mask [B, C])``
-    returns ``(logits float32 [B, V], next ids int64 [B], k [L, B, Hkv, D], v [...])``: the
-    same as ``Pi05Model.decode_step`` (which writes K/V itself) followed by ``argmax``.
+    ``forward(k_pool, v_pool, tokens [B], positions [B], ctx_slots [B, C], ctx_mask [B, C][,
+    adapter_rows bool [B]])`` returns ``(logits float32 [B, V], next ids int64 [B],
+    k [L, B, Hkv, D], v [...])``: the same as ``Pi05Model.decode_step`` (which writes K/V
+    itself) followed by ``argmax``; the suffix LoRA as in ``ExtendCall``.
     """
 
-    def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
+    def __init__(self, model: Pi05Model, layers: nn.ModuleList,
+                 adapter: SuffixLoRA | None = None) -> None:
         super().__init__()
         self.model = model
-        self.extend = ExtendCall(model, layers)
+        self.extend = ExtendCall(model, layers, adapter)
 
     def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, tokens: torch.Tensor,
-                positions: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor
+                positions: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor,
+                adapter_rows: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         valid = torch.ones(tokens.shape[0], 1, dtype=torch.bool, device=tokens.device)
         hidden, k, v = self.extend(k_pool, v_pool, tokens[:, None], valid, positions, ctx_slots,
-                                   ctx_mask)
+                                   ctx_mask, adapter_rows)
         logits = _lm_head(self.model, hidden)
         return logits, logits.argmax(-1), k[:, :, 0], v[:, :, 0]
 

@@ -103,6 +103,13 @@ class EngineDiagnostics:
             self._texts_open = 0
             self._failure = ''
             self._fallbacks: dict[str, str] = {}
+            self._text_contexts = ''
+            self._memory_adapter = 'none'
+
+    def set_text_setup(self, contexts: str, adapter: str) -> None:
+        """Record what each text task reads and the memory adapter (``Engine.describe_*``)."""
+        with self._lock:
+            self._text_contexts, self._memory_adapter = contexts, adapter
 
     def set_state(self, label: str, now_s: float) -> None:
         """Record the lifecycle state (``active`` starts the no-action clock)."""
@@ -294,7 +301,9 @@ class EngineDiagnostics:
         values += [(f'rejected: {issue.value}', str(self._rejections[issue]))
                    for issue in InputIssue]
         values += [('last rejection', self._last_rejection),
-                   ('random weights', 'yes' if self.random_weights else 'no')]
+                   ('random weights', 'yes' if self.random_weights else 'no'),
+                   ('text contexts', self._text_contexts),
+                   ('memory adapter', self._memory_adapter)]
         values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
         if self._failure:
             values.append(('engine error', self._failure))

@@ -158,8 +158,10 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(
             f'engine {cfg.preset} ready in {time.monotonic() - t0:.1f} s ({weights}); '
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
-            f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}')
+            f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}; '
+            f'{engine.describe_text()}')
         self._diag.set_fallbacks(engine.fallbacks)
+        self._diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
         self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
         self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
                                        cfg.rtc_max_guidance_weight)

@@ -27,6 +27,7 @@ from oxygen_ros.engine.config import (
     BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
 from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.topics import CAMERA_TOPICS
+from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.node import Node
@@ -156,6 +157,22 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               (0.0, 86_400.0)),
     ParamSpec('memory_period', 0.0, 'seconds between MEMORY requests (~/memory); 0 = never',
               (0.0, 86_400.0)),
+    *(ParamSpec(f'{task}_context', default, f'what {task} requests read before their own '
+                f'tokens: {_choices([c.value for c in TextContext])} (the action prefix '
+                f'of the frame + the suffix {suffix!r}: one prefill per frame; or the own '
+                f'prompt {own!r}, a prefix of their own; docs/prompts.md)', read_only=True)
+      for task, default, suffix, own in (
+          ('subtask', TextContext.OWN_PROMPT.value, 'Subtask: ', 'Task: {instr}. Subtask: '),
+          ('answer', TextContext.ACTION_PREFIX.value, 'Question: {q} Answer: ',
+           'Task: {instr}. Question: {q} Answer: '),
+          ('memory', TextContext.ACTION_PREFIX.value, 'Memory: ', 'Task: {instr}. Memory: '))),
+    ParamSpec('memory_adapter', '', 'textual-memory LoRA of OxyGen (.npz, '
+              'language_adaptation/libero): active on the suffix of memory requests only '
+              "(needs memory_context 'action_prefix', backend torch); '' = none",
+              read_only=True),
+    ParamSpec('memory_adapter_alpha', 16.0, 'the LoRA alpha the memory adapter was trained with '
+              "(scale alpha / rank on its attention projections; OxyGen's: 16)", (1e-6, 1e6),
+              read_only=True),
     ParamSpec('kv_cache_mb', 0.0, 'KV pool size in MiB; 0 = sized for max_running_requests',
               (0.0, 1_000_000.0), read_only=True),
     ParamSpec('max_running_requests', 32, 'text requests decoding at once', (1, 4096),
@@ -185,7 +202,9 @@ PARAMETERS += tuple(
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
-          'compile_mode': CompileMode, 'policy': Policy, 'prompt_format': PromptFormat}
+          'compile_mode': CompileMode, 'policy': Policy, 'prompt_format': PromptFormat,
+          'subtask_context': TextContext, 'answer_context': TextContext,
+          'memory_context': TextContext}
 
 
 def model_defaults(model: ModelConfig) -> dict[str, list]:
@@ -438,7 +457,8 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {v['device']!r}")
     for name in ('tokens_per_cycle', 'decode_budget', 'kv_cache_mb', 'max_running_requests',
                  'seed', 'torch_threads', 'ee_translation_scale', 'ee_rotation_scale',
-                 'joint_velocity_scale', 'ensemble_decay', 'rtc_max_guidance_weight'):
+                 'joint_velocity_scale', 'ensemble_decay', 'rtc_max_guidance_weight',
+                 'memory_adapter_alpha'):
         _check_range(name, v[name])
     try:
         engine = EngineConfig(
@@ -456,7 +476,11 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             kv_cache_mb=float(v['kv_cache_mb']) or None,
             max_running_requests=int(v['max_running_requests']),
             control_period_s=node.control_period_s, stop_on_eos=bool(v['stop_on_eos']),
-            seed=int(v['seed']))
+            seed=int(v['seed']),
+            **{f'{task}_context': _enum(f'{task}_context', v[f'{task}_context'])
+               for task in ('subtask', 'answer', 'memory')},
+            memory_adapter=str(v['memory_adapter']) or None,
+            memory_adapter_alpha=float(v['memory_adapter_alpha']))
     except ParameterError:
         raise
     except ValueError as exc:

@@ -12,6 +12,7 @@ from dataclasses import replace
 import logging
 
 import numpy as np
+from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.buckets import (
     batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes)
@@ -25,7 +26,8 @@ from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
+from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.static_calls import DenoiseCall
 from oxygen_ros.tools.common.workload import make_observation
@@ -117,6 +119,16 @@ def _drive(m, model, pool):
         prefixes.append(prefix)
         outs += [prefix.last_hidden, m.denoise(prefix, torch.randn(
             1, cfg.action_horizon, cfg.action_dim, generator=gen))]
+    # three causal suffixes of different lengths on the first root (text on the action prefix)
+    root = prefixes[0]
+    context = PrefixKV(pool, root.slots.expand(3, -1), root.mask.expand(3, -1),
+                       root.num_tokens.expand(3), root.last_hidden.expand(3, -1))
+    suffix = torch.randint(3, 1000, (3, 5), generator=gen)
+    suffix_mask = torch.arange(5)[None] < torch.tensor([[5], [2], [4]])
+    out = m.prefill_suffix(suffix, suffix_mask, context,
+                           slots=slot + torch.arange(15).view(3, 5))
+    slot += 15
+    outs += [out.last_hidden, out.num_tokens, out.slots, out.mask]
     hidden = torch.cat([p.last_hidden for p in prefixes + prefixes[:1]])
     outs += [m.lm_logits(hidden), getattr(m, 'lm_greedy', lambda h: m.lm_logits(h).argmax(-1))(
         hidden)]
@@ -322,13 +334,53 @@ def test_make_backend_compiles_only_when_asked(tiny_models):
         CompiledModel(model, CompileMode.AUTO, _limits(model))
 
 
+@pytest.mark.parametrize('fold', [False, True], ids=['plain', 'folded'])
+def test_the_memory_adapter_runs_inside_the_suffix_and_decode_graphs(tiny_models, fold):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    adapter = from_oxygen_arrays(oxygen_arrays(model.cfg, rank=4, std=0.2), model.cfg)
+    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
+                         only=[Step.SUFFIX, Step.DECODE], fold_norms=fold, adapter=adapter)
+    pool = KVCache(model.cfg.vlm, SLOTS)
+    comp.warmup(pool, progress=False)
+    assert comp.fallbacks == {}
+    gen = torch.Generator().manual_seed(9)
+    size, ti = model.cfg.vision.image_size, model.cfg.image_tokens_per_camera
+
+    def drive(m, cache):
+        with torch.inference_mode():
+            embeds = model.encode_images(torch.rand(1, 2, 3, size, size, generator=gen) * 2 - 1)
+            root = model.prefill(torch.randint(3, 1000, (1, 9), generator=gen), None,
+                                 image_embeds=embeds, cache=cache,
+                                 slots=torch.arange(16, 16 + 2 * ti + 9)[None])
+            p = root.slots.shape[1]
+            ctx = PrefixKV(cache, root.slots.expand(3, -1), root.mask.expand(3, -1),
+                           root.num_tokens.expand(3), root.last_hidden.expand(3, -1))
+            rows = AdapterRows(adapter, torch.tensor([True, False, True]))
+            out = m.prefill_suffix(torch.randint(3, 1000, (3, 3), generator=gen), None, ctx,
+                                   slots=16 + p + torch.arange(9).view(3, 3), adapter=rows)
+            tokens = model.lm_logits(out.last_hidden).argmax(-1)
+            logits = m.decode_step(tokens, out.num_tokens, cache, 16 + p + 9 + torch.arange(3),
+                                   out.slots, out.mask, rows)
+            return [out.last_hidden, logits, cache.k[:, 16:16 + p + 12].clone()]  # not null
+
+    calls = {s: sum(g.num_calls for g in gs.values()) for s, gs in comp._graphs.items()}
+    state = gen.get_state()
+    got = drive(comp, pool)
+    gen.set_state(state)
+    want = drive(model, KVCache(model.cfg.vlm, SLOTS))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=0)
+    assert all(sum(g.num_calls for g in gs.values()) > calls[s]
+               for s, gs in comp._graphs.items())
+
+
 def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', _failing)
     cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
                        max_running_requests=2)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
-    assert {'denoise', 'decode', 'prefill', 'vision', 'seed'} == set(engine.fallbacks)
+    assert {'denoise', 'decode', 'prefill', 'suffix', 'vision', 'seed'} == set(engine.fallbacks)
     assert 'no codegen today' in engine.fallbacks['decode']
     eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
                    tokenizer=tokenizer)

@@ -69,6 +69,11 @@ class Recording:
         self._record('prefill_hidden', prefix.last_hidden)
         return prefix
 
+    def prefill_suffix(self, *args, **kwargs):
+        prefix = self.inner.prefill_suffix(*args, **kwargs)
+        self._record('suffix_hidden', prefix.last_hidden)
+        return prefix
+
 
 class ProfileChecked:
     """An executor that asserts every call fits the TensorRT profiles, then delegates."""
@@ -106,7 +111,8 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
     recorder = Recording(model)
     backends = []
 
-    def make_backend(config, _model, num_blocks):
+    def make_backend(config, _model, num_blocks, adapter=None):
+        assert adapter is None
         backends.append(factory(config, recorder, num_blocks))
         return backends[-1]
     monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', make_backend)
@@ -115,8 +121,10 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
     actions, texts = [], {}
     for f, budget in enumerate((5, 2, 7, 3)):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'sub{f}')
-        if f == 1:
+        if f == 1:      # two suffixes of different lengths on the frame's action prefix
             engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id='mem1')
+            engine.submit_text(TextTask.ANSWER, question='where is the cup?', max_tokens=3,
+                               req_id='ask1')
         out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
         actions.append(out.action.actions)
         texts.update({t.req_id: t.token_ids for t in out.texts})
@@ -154,10 +162,11 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
     assert isinstance(got[3], TensorRTBackend)
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
-    assert got[1] == want[1] and len(want[1]) == 5
+    assert got[1] == want[1] and len(want[1]) == 6
     kinds = [k for k, _ in want[2]]
     assert [k for k, _ in got[2]] == kinds
     assert kinds.count('denoise') == 4 and kinds.count('seed') >= 1
+    assert kinds.count('suffix_hidden') == 1        # one batched suffix job of two rows
     decode_shapes = {tuple(o.shape) for k, o in want[2] if k == 'decode'}
     assert len({s[0] for s in decode_shapes}) > 1        # batches of several sizes
     for (kind, w), (_, g) in zip(want[2], got[2]):
@@ -168,8 +177,8 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
                                    atol=1e-4, rtol=0)
     used = checked['executor'].used
     assert set(used) == set(GraphName)
-    if mode is PrefixAttention.CAUSAL_TEXT:        # text prefill used the 2nd decode profile
-        assert used[GraphName.DECODE] == {0, 1}
+    # the memory suffix (and a causal-text prompt) used the 2nd decode profile: text prefill
+    assert used[GraphName.DECODE] == {0, 1}
 
 
 def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):

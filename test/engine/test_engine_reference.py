@@ -10,22 +10,43 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
 from oxygen_ros.model.reference import reference_sample_actions, reference_text_logits
+from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
 import torch
 
 
-def greedy_reference(model, embeds, image_mask, ids, budget):
+def greedy_reference(model, embeds, image_mask, ids, budget, suffix=()):
+    """Greedy tokens after the prefix ``ids`` (bidirectional) and a causal ``suffix``."""
     tokens = torch.tensor([ids])
     mask = torch.ones_like(tokens, dtype=torch.bool)
-    generated = torch.zeros(1, 0, dtype=torch.int64)
+    generated = torch.tensor([list(suffix)], dtype=torch.int64).view(1, -1)
     for _ in range(budget):
         logits = reference_text_logits(model, embeds, image_mask, tokens, mask, generated)
         generated = torch.cat([generated, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return tuple(generated[0].tolist())
+    return tuple(generated[0, len(suffix):].tolist())
+
+
+QUESTION = 'where is the cup?'
+
+
+def text_reference(engine, tokenizer, model, obs, task, budget):
+    """Return the engine's text of ``task`` on ``obs``, recomputed without any cache."""
+    prepared = engine.prepare(obs)
+    embeds = model.encode_images(torch.from_numpy(prepared.images)[None])
+    image_mask = torch.ones(1, embeds.shape[1], dtype=torch.bool)
+    question = QUESTION if task is TextTask.ANSWER else None
+    max_len = engine.model_cfg.max_token_len
+    if engine.config.text_context(task) is TextContext.ACTION_PREFIX:
+        suffix = tokenize_text_suffix(tokenizer, task, question=question, max_len=max_len).ids
+        return greedy_reference(model, embeds, image_mask, prepared.action_prompt_ids, budget,
+                                suffix)
+    ids = tokenize_text_prompt(tokenizer, obs.prompt, task, question=question,
+                               max_len=max_len).ids
+    return greedy_reference(model, embeds, image_mask, ids, budget)
 
 
 @pytest.mark.parametrize('policy', list(Policy))
@@ -37,22 +58,24 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
                        tokens_per_cycle=3, stop_on_eos=False, seed=7)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     mcfg = engine.model_cfg
-    budgets = {'sub0': 6, 'mem1': 4, 'sub2': 5}
+    budgets = {'sub0': 6, 'mem1': 4, 'ans2': 5, 'mem2': 3}
+    tasks = {0: [TextTask.SUBTASK], 1: [TextTask.MEMORY], 2: [TextTask.ANSWER, TextTask.MEMORY]}
     frames = {}
     texts = {}
     for f in range(3):
         obs = make_observation(f, cameras, mcfg.state_dim)
-        task = TextTask.MEMORY if f == 1 else TextTask.SUBTASK
-        req_id = f'{task.value[:3]}{f}'
-        engine.submit_text(task, max_tokens=budgets[req_id], req_id=req_id)
+        for task in tasks[f]:
+            req_id = f'{task.value[:3]}{f}'
+            engine.submit_text(task, max_tokens=budgets[req_id], req_id=req_id,
+                               question=QUESTION if task is TextTask.ANSWER else None)
         out = engine.step(obs)
-        frames[f] = (obs, task, req_id, out.action.actions)
+        frames[f] = (obs, out.action.actions)
         texts.update({t.req_id: t.token_ids for t in out.texts})
     while engine.num_running:
         texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
 
     with torch.inference_mode():
-        for f, (obs, task, req_id, actions) in frames.items():
+        for f, (obs, actions) in frames.items():
             prepared = engine.prepare(obs)
             images = torch.from_numpy(prepared.images)[None]
             embeds = model.encode_images(images)
@@ -66,11 +89,11 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
             ref_robot = engine.normalizer.actions.unnormalize(ref[0].numpy())
             np.testing.assert_allclose(actions, ref_robot[:, :mcfg.robot_action_dim],
                                        atol=1e-5, rtol=0)
-            # text: greedy over full recomputation of prefix + generated tokens
-            ids = tokenize_text_prompt(tokenizer, obs.prompt, task,
-                                       max_len=mcfg.max_token_len).ids
-            assert texts[req_id] == greedy_reference(model, embeds, image_mask, ids,
-                                                     budgets[req_id]), req_id
+            # text: greedy over full recomputation of prefix (+ suffix) + generated tokens
+            for task in tasks[f]:
+                req_id = f'{task.value[:3]}{f}'
+                assert texts[req_id] == text_reference(engine, tokenizer, model, obs, task,
+                                                       budgets[req_id]), req_id
 
 
 @pytest.mark.parametrize('mode', list(PrefixAttention))

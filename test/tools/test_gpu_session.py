@@ -77,12 +77,16 @@ def test_dry_run_of_the_three_sessions_fills_every_key(tmp_path):
     assert 'No viable backend' in eager['attention_backends']['efficient']['error']
     warm = r2['compiled_components']['warmup']
     assert warm['fallbacks'] == {} and warm['compile_backend'] == 'aot_eager'
-    assert set(warm['compiles']) == {'vision', 'prefill', 'denoise', 'decode', 'seed'}
+    assert set(warm['compiles']) == {'vision', 'prefill', 'suffix', 'denoise', 'decode',
+                                     'seed'}
     assert all(n == 1 for n in warm['compiles'].values()), warm['compiles']
     assert warm['camera_counts'] == [3] and warm['graphs']['vision'] == 1
     assert r2['compiled_components']['pipeline_parity']['passed'] is True
     bench = r3['bench']['result']
     assert bench['text_equal'] and bench['fallbacks'] == {} and bench['shared_backend']
+    assert bench['text_context'] == 'action_prefix'              # one full prefill per frame
+    assert bench['oxygen']['full_prefills_per_frame'] == 1.0
+    assert bench['isolated']['full_prefills_per_frame'] == 2.0
     assert r3['bench']['warmup']['compile_seconds'] == bench['compile_seconds'] > 0
     start = r3['second_start']['second_start']
     assert start['fallbacks'] == {} and 0 < start['fast_path_warmup_s'] < start['first_chunk_s']

@@ -8,9 +8,16 @@ Component times of the model are probed between frames and predict ``ideal_speed
 (``tools/bench_probe.py``). Text requests decode to their full budget (EOS off, as in
 OxyGen's experiments) unless ``--stop-on-eos``.
 
+Text requests read the frame's action prefix plus their own causal suffix by default
+(``--text-context action_prefix``: OxyGen's root and language suffix, one full prefill per
+frame; the isolated baseline prefills a copy per request, OxyGen's ``blocking_baseline``), or
+a prompt of their own (``own_prompt``). They arrive uniformly (``--text-every``), in bursts or
+as a Poisson process (``--arrival``), as in OxyGen's benchmark. Each policy's JSON records its
+full prefills, prefill tokens and suffix tokens per frame.
+
 Frame time = wall time of one ``Engine.step`` (one control cycle). The first
 ceil(budget / k) frames are excluded from the timing statistics: OxyGen's decode batch is
-still filling (the paper's warm-up frames, spec §3.6).
+still filling (OxyGen's warm-up frames).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import numpy as np
 
 from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, preset_names
+from oxygen_ros.sched.request import TextContext
+from oxygen_ros.tools.bench.arrivals import Arrival, ArrivalPattern
 from oxygen_ros.tools.bench.options import add_fast_path_arguments, COMPILE_MODES
 from oxygen_ros.tools.bench.options import fast_path_options
 from oxygen_ros.tools.common.machine import cpu_name
@@ -44,9 +53,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--frames', type=int, default=40, help='measured frames (after warm-up)')
     p.add_argument('--decode-budget', type=int, default=100, help='tokens per text request')
     p.add_argument('--tokens-per-cycle', type=int, default=5, help='k')
-    p.add_argument('--text-every', type=int, default=1, help='a text request every N frames')
+    p.add_argument('--text-every', type=int, default=1,
+                   help='uniform arrivals: a text request every N frames')
+    p.add_argument('--arrival', default='uniform', choices=[a.value for a in Arrival],
+                   help="text request arrivals (OxyGen's patterns)")
+    p.add_argument('--burst-size', type=int, default=4, help='bursty: requests per burst')
+    p.add_argument('--burst-every', type=int, default=8, help='bursty: frames between bursts')
+    p.add_argument('--arrival-rate', type=float, default=1.0,
+                   help='poisson: mean requests per frame')
+    p.add_argument('--arrival-seed', type=int, default=42, help='poisson: random seed')
+    p.add_argument('--text-context', default=TextContext.ACTION_PREFIX.value,
+                   choices=[c.value for c in TextContext],
+                   help="what text requests read: the frame's action prefix + a causal suffix "
+                        '(one full prefill per frame) or a prompt of their own')
     p.add_argument('--memory-every', type=int, default=0,
                    help='a memory request every N frames (0: none)')
+    p.add_argument('--memory-adapter', default=None,
+                   help="OxyGen's textual-memory LoRA (.npz) for the memory requests, or "
+                        "'random' (rank 16, random values); its decode cost is measured")
     p.add_argument('--prefix-attention', choices=[m.value for m in PrefixAttention],
                    default=None, help="default: the preset's")
     p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
@@ -69,6 +93,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             p.error(f'--{name.replace("_", "-")} must be >= 1')
     if args.memory_every < 0:
         p.error('--memory-every must be >= 0')
+    try:
+        args.arrivals = ArrivalPattern(Arrival(args.arrival), args.text_every, args.burst_size,
+                                       args.burst_every, args.arrival_rate, args.arrival_seed)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -90,6 +119,9 @@ def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
         'decode_batch_p50': _pct([c.decode_batch for c in cycles], 50),
         'tokens_per_cycle_p50': _pct([c.tokens_per_cycle for c in cycles], 50),
         'kv_bytes_peak': max(c.kv_peak_bytes for c in cycles),
+        'full_prefills_per_frame': statistics.fmean(c.full_prefills for c in cycles),
+        'prefill_tokens_per_frame': statistics.fmean(c.prefill_tokens for c in cycles),
+        'suffix_tokens_per_frame': statistics.fmean(c.suffix_tokens for c in cycles),
         'seconds_by_job_mean_ms': {
             k: 1e3 * sum(c.seconds_by_job.get(k, 0.0) for c in cycles) / len(cycles)
             for k in sorted({k for c in cycles for k in c.seconds_by_job})},
@@ -110,27 +142,24 @@ def main(argv: list[str] | None = None, *,
 
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.errors import BackendUnavailableError
-    from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import build_model
     from oxygen_ros.sched.scheduler import Policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = EngineConfig(
-        preset=args.preset, dtype=args.dtype, device=args.device,
-        backend=BackendKind(args.backend), compile_mode=CompileMode(args.compile),
-        prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
-        else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
-        decode_budget=args.decode_budget, max_running_requests=args.max_running,
-        stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
-        max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention))
-    model_cfg = base.model_config()
-    model = build_model(base, model_cfg)
+    context = TextContext(args.text_context)
+    try:
+        base = _config(args, context)
+    except ValueError as exc:
+        print(f'oxygen_bench engine: {exc}', file=sys.stderr)
+        return 2
+    model = build_model(base, base.model_config())
     blocks = base.pool_blocks()
     try:       # one backend, one warm-up: the isolated engine on the pool's upper half
-        shared = _shared_backend(args, base, model, 2 * blocks)
-    except BackendUnavailableError as exc:
+        adapter = _adapter(args.memory_adapter, model, args.seed)
+        shared = _shared_backend(args, base, model, 2 * blocks, adapter)
+    except (BackendUnavailableError, OSError, ValueError) as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
     oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=model, backend=shared)
@@ -141,11 +170,41 @@ def main(argv: list[str] | None = None, *,
         return _run(args, base, model, engines, torch, on_warm)
 
 
-def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int):
+def _config(args: argparse.Namespace, context: TextContext):
+    """Return the ``EngineConfig`` both policies share (raises ValueError on a bad mix)."""
+    from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
+
+    return EngineConfig(
+        preset=args.preset, dtype=args.dtype, device=args.device,
+        backend=BackendKind(args.backend), compile_mode=CompileMode(args.compile),
+        prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
+        else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
+        decode_budget=args.decode_budget, max_running_requests=args.max_running,
+        stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
+        max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention),
+        subtask_context=context, memory_context=context,
+        memory_adapter=args.memory_adapter)
+
+
+def _adapter(name: str | None, model, seed: int):
+    """Return the memory adapter of ``--memory-adapter`` (None, a path, or 'random')."""
+    from oxygen_ros.model.lora import from_oxygen_arrays, load_oxygen_adapter, oxygen_shapes
+
+    if not name:
+        return None
+    if name != 'random':
+        return load_oxygen_adapter(name, model.cfg, dtype=model.dtype, device=model.device)
+    rng = np.random.default_rng(seed)
+    arrays = {k: rng.normal(0.0, 0.02, shape).astype(np.float32)
+              for k, shape in oxygen_shapes(model.cfg, 16).items()}
+    return from_oxygen_arrays(arrays, model.cfg, dtype=model.dtype, device=model.device)
+
+
+def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter):
     """Return the backend both engines run on (the fast path warmed up once)."""
     from oxygen_ros.backends.factory import make_backend
 
-    return make_backend(config.backend_config(), model, num_blocks,
+    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
                         **fast_path_options(args, progress=not args.no_progress))
 
 
@@ -155,7 +214,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     from tqdm import tqdm
 
     from oxygen_ros.backends.async_io import block_slots
-    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
+    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
     from oxygen_ros.sched.scheduler import Policy
     from oxygen_ros.tools.bench.probe import ComponentProbe
     from oxygen_ros.tools.common.workload import make_observation
@@ -175,16 +234,23 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         on_warm({'compile_seconds': compile_s, 'fallbacks': oxygen.fallbacks,
                  'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {}))})
 
-    n_text = 1 / args.text_every + (1 / args.memory_every if args.memory_every else 0)
+    arrivals = args.arrivals.counts(total_frames)
+    n_text = sum(arrivals[warm:]) / args.frames + (1 / args.memory_every
+                                                   if args.memory_every else 0)
     batch = min(args.max_running, max(1, round(n_text * math.ceil(budget / k))))
     prepared = engines[Policy.OXYGEN].prepare(obs[0])
+    on_root = base.subtask_context is TextContext.ACTION_PREFIX
+    max_len = model_cfg.max_token_len
     text_ids = tuple(tokenize_text_prompt(tok, obs[0].prompt, TextTask.SUBTASK,
-                                          max_len=model_cfg.max_token_len).ids)
-    prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + len(text_ids)
+                                          max_len=max_len).ids)
+    suffix_ids = tuple(tokenize_text_suffix(tok, TextTask.SUBTASK, max_len=max_len).ids)
+    prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + (
+        len(prepared.action_prompt_ids) + len(suffix_ids) if on_root else len(text_ids))
     # probe what the engine runs (compiled model or TensorRT runner), not the eager model
     probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
                            torch.from_numpy(prepared.images)[None],
-                           prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch)
+                           prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch,
+                           suffix_ids=suffix_ids, adapter=oxygen.adapter)
 
     def probe_round(decode_batch: int | None = None) -> None:
         """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
@@ -212,8 +278,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         order = list(engines) if f % 2 == 0 else list(reversed(engines))
         for pol in order:
             eng, rec = engines[pol], records[pol]
-            if f % args.text_every == 0:
-                eng.submit_text(TextTask.SUBTASK, req_id=f'text-{f}')
+            for i in range(arrivals[f]):
+                eng.submit_text(TextTask.SUBTASK, req_id=f'text-{f}-{i}')
             if args.memory_every and f % args.memory_every == 0:
                 eng.submit_text(TextTask.MEMORY, req_id=f'memory-{f}')
             out = eng.step(obs[f])
@@ -238,18 +304,21 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     if round(observed_batch) != comp.batch:
         probe.batch = max(1, int(round(observed_batch)))
         probe._samples.pop('decode_b', None)
+        probe._samples.pop('decode_b_adapter', None)
         for _ in range(5):
             probe_round(probe.batch)
         comp = probe.result()
-    ideal_iso = comp.isolated_frame(n_text, budget)
+    ideal_iso = comp.isolated_frame(n_text, budget, on_root)
     ideal_oxy = comp.oxygen_frame(n_text, int(summary['oxygen']['tokens_per_cycle_p50']),
-                                  model_cfg.prefix_attention)
+                                  model_cfg.prefix_attention, on_root)
     diff = max(float(np.abs(a - b).max()) for a, b in zip(iso['actions'], oxy['actions']))
     text_equal = iso['texts'] == oxy['texts'] and len(iso['texts']) > 0
     result = {
         'preset': args.preset, 'cameras': args.cameras, 'frames': args.frames,
         'warmup_frames': warm, 'decode_budget': budget, 'tokens_per_cycle': k,
         'text_every': args.text_every, 'memory_every': args.memory_every,
+        'arrival': args.arrivals.describe(), 'requests_per_frame': n_text,
+        'text_context': args.text_context, 'memory_adapter': _adapter_summary(args, comp),
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
         'device': args.device, 'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s, 'compile_backend': args.compile_backend,
@@ -286,6 +355,15 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     return 0
 
 
+def _adapter_summary(args: argparse.Namespace, comp) -> dict | None:
+    """Return the adapter and its decode cost over a plain step (measured side by side)."""
+    if not args.memory_adapter:
+        return None
+    return {'adapter': args.memory_adapter, 'decode_b_ms': 1e3 * comp.decode_b,
+            'decode_b_adapter_ms': 1e3 * comp.decode_b_adapter,
+            'decode_overhead': comp.decode_b_adapter / comp.decode_b - 1.0}
+
+
 def _asdict_ms(comp) -> dict:
     out = {}
     for f in fields(comp):
@@ -317,6 +395,13 @@ def _print(r: dict) -> None:
               f"{s['action_latency_ms_p50']:9.1f} {s['action_hz']:10.2f} "
               f"{s['tokens_per_s']:9.1f} {s['decode_batch_p50']:6.0f} "
               f"{100 * s['manager_overhead_frac']:8.2f}%")
+    print(f"full prefills per frame: isolated {iso['full_prefills_per_frame']:.2f}, oxygen "
+          f"{oxy['full_prefills_per_frame']:.2f} (text on the {r['text_context']}; "
+          f"{r['arrival']['pattern']} arrivals, {r['requests_per_frame']:.2f} per frame)")
+    if r['memory_adapter']:
+        a = r['memory_adapter']
+        print(f"memory adapter: decode step {a['decode_b_adapter_ms']:.2f} ms with it vs "
+              f"{a['decode_b_ms']:.2f} ms plain (+{100 * a['decode_overhead']:.1f} %)")
     print(f"speedup {r['speedup']:.2f} (ideal {r['ideal_speedup']:.2f}, "
           f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
           f"{r['action_max_abs_diff']:.2e}; text equal {r['text_equal']} "

@@ -13,6 +13,9 @@ V vision tower, P_a / P_t prefill of the images with the action / text prompt, D
 P_share is what OxyGen prefills: P_a + n P_t' in causal-prompt mode, where the image part is
 computed once (P_img) and each prompt alone on top of it (P_t'), i.e. P_img + P_ta' + n P_t';
 in bidirectional mode P_a + n P_t (jobs with different prompts cannot share K/V, only V).
+
+Text on the action prefix (OxyGen's root + causal suffix X, one row): isolated prefills a copy
+of the root per request, P_t = P_a + X; OxyGen prefills only the suffixes, P_share = P_a + n X.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Callable
 from oxygen_ros.backends.torch_backend import greedy_calls
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -44,13 +48,21 @@ class Components:
     decode_1: float
     decode_b: float
     batch: int
+    suffix: float = 0.0
+    decode_b_adapter: float = 0.0
 
-    def isolated_frame(self, n_text: float, budget: int) -> float:
+    def isolated_frame(self, n_text: float, budget: int, on_root: bool = False) -> float:
+        text = self.prefill_action + self.suffix if on_root else self.prefill_text
         return self.vision + self.prefill_action + self.denoise + n_text * (
-            self.vision + self.prefill_text + self.seed + (budget - 1) * self.decode_1)
+            self.vision + text + self.seed + (budget - 1) * self.decode_1)
 
-    def oxygen_frame(self, n_text: float, k: int, mode: PrefixAttention) -> float:
-        if mode is PrefixAttention.CAUSAL_TEXT:
+    def oxygen_frame(self, n_text: float, k: int, mode: PrefixAttention,
+                     on_root: bool = False) -> float:
+        if on_root:
+            prefill = (self.prefill_image + self.prefill_action_text
+                       if mode is PrefixAttention.CAUSAL_TEXT else self.prefill_action) + \
+                n_text * self.suffix
+        elif mode is PrefixAttention.CAUSAL_TEXT:
             prefill = self.prefill_image + self.prefill_action_text + \
                 n_text * self.prefill_text_only
         else:
@@ -69,20 +81,27 @@ class ComponentProbe:
     :param images: ``[1, N, 3, S, S]`` a frame's valid cameras.
     :param action_ids, text_ids: the frame's action prompt and a text request's prompt.
     :param context_tokens: decode rows attend to this many tokens (prefix + half the budget).
+    :param suffix_ids: a text request's causal suffix on the action prefix (timed as
+        ``suffix``, one row), or empty.
+    :param adapter: the memory adapter: a decode step with it on every row is timed as
+        ``decode_b_adapter`` beside the plain ``decode_b``.
     """
 
     def __init__(self, model: Pi05Model, images: torch.Tensor, action_ids: tuple[int, ...],
-                 text_ids: tuple[int, ...], context_tokens: int, batch: int) -> None:
+                 text_ids: tuple[int, ...], context_tokens: int, batch: int, *,
+                 suffix_ids: tuple[int, ...] = (), adapter: SuffixLoRA | None = None) -> None:
         self.model = model
         self.mode = model.cfg.prefix_attention
         dev, dtype = model.device, model.dtype
         self.images = images.to(device=dev, dtype=dtype)
         self.action = torch.tensor([action_ids], device=dev)
         self.text = torch.tensor([text_ids], device=dev)
+        self.suffix = torch.tensor([suffix_ids], device=dev, dtype=torch.int64)
+        self.adapter = adapter
         self.batch = max(batch, 1)
         self.context = context_tokens
         self._prefix_slots = 4 * (images.shape[1] * model.cfg.image_tokens_per_camera +
-                                  len(action_ids) + len(text_ids))
+                                  len(action_ids) + len(text_ids)) + len(suffix_ids)
         self.num_slots = self.slots_needed(self.batch)
         self.own_cache = KVCache(model.cfg.vlm, self.num_slots, dtype=dtype, device=dev)
         self.cache = self.own_cache
@@ -148,20 +167,32 @@ class ComponentProbe:
             self._prefill('prefill_action_text', self.action, context=image, offset=base)
             self._prefill('prefill_text_only', self.text, context=image,
                           offset=base + self.action.shape[1])
+        if self.suffix.shape[1]:
+            offset = 4 * int(full.num_tokens[0])   # past every prefill above
+            slots = self.slots[offset:offset + self.suffix.shape[1]][None]
+            self._time('suffix', lambda: m.prefill_suffix(self.suffix, None, full, slots=slots))
         self._time('denoise', lambda: m.denoise(full, self.noise))
         _, seed = greedy_calls(m)  # as the engine calls it
         self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
             self._decode(name, b)
+        if self.adapter is not None:
+            self._decode('decode_b_adapter', self.batch, adapter=True)
 
     @torch.inference_mode()
     def measure_decode(self, name: str, batch: int, cache: KVCache | None = None,
                        slots: torch.Tensor | None = None) -> None:
-        """Time one decode step of ``batch`` rows (``slots_needed(batch)`` free slots)."""
+        """
+        Time one decode step of ``batch`` rows (``slots_needed(batch)`` free slots).
+
+        With an adapter, ``decode_b`` is timed with it too (``decode_b_adapter``).
+        """
         self._use(cache, slots, self.slots_needed(batch))
         self._decode(name, batch)
+        if self.adapter is not None and name == 'decode_b':
+            self._decode('decode_b_adapter', batch, adapter=True)
 
-    def _decode(self, name: str, batch: int) -> None:
+    def _decode(self, name: str, batch: int, adapter: bool = False) -> None:
         dev = self.cache.device
         ctx = self.context
         rows = self.slots[:batch * (ctx + 1)].view(batch, ctx + 1)
@@ -169,8 +200,11 @@ class ComponentProbe:
         ctx_mask = torch.ones(batch, ctx, dtype=torch.bool, device=dev)
         tokens = torch.full((batch,), 2, dtype=torch.int64, device=dev)
         pos = torch.full((batch,), ctx, dtype=torch.int64, device=dev)
+        extra = (AdapterRows(self.adapter, torch.ones(batch, dtype=torch.bool, device=dev)),) \
+            if adapter else ()
         greedy, _ = greedy_calls(self.model)   # as the engine calls it
-        self._time(name, lambda: greedy(tokens, pos, self.cache, write, ctx_slots, ctx_mask))
+        self._time(name, lambda: greedy(tokens, pos, self.cache, write, ctx_slots, ctx_mask,
+                                        *extra))
 
     def result(self) -> Components:
         """Return the median of every component measured so far."""
@@ -181,4 +215,5 @@ class ComponentProbe:
             prefill_action_text=med.get('prefill_action_text', 0.0),
             prefill_text_only=med.get('prefill_text_only', 0.0), denoise=med['denoise'],
             seed=med['seed'], decode_1=med['decode_1'], decode_b=med['decode_b'],
-            batch=self.batch)
+            batch=self.batch, suffix=med.get('suffix', 0.0),
+            decode_b_adapter=med.get('decode_b_adapter', 0.0))
