@@ -1,4 +1,4 @@
-"""The memory adapter as a node parameter: named on /diagnostics, a bad file refused at configure."""
+"""The memory adapter parameter: named on /diagnostics; a bad file is refused at configure."""
 
 import signal
 
@@ -41,8 +41,7 @@ def test_the_loaded_adapter_and_the_text_contexts_are_on_diagnostics(ros_node, r
     assert proc.stop(signal.SIGINT) == 0, proc.output()
 
 
-def test_an_adapter_of_another_model_fails_configure_with_the_reason(ros_node, ros_processes,
-                                                                    tmp_path):
+def test_an_adapter_of_another_model_fails_configure(ros_node, ros_processes, tmp_path):
     path = write_oxygen_adapter(tmp_path / 'small.npz', oxygen_arrays(get_preset('small')))
     proc = start_node(ros_processes, f'memory_adapter:={path}')
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 10)
