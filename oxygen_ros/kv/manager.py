@@ -8,8 +8,10 @@ tokens it generates. A segment lives while any owner holds it and is freed, with
 when the last one lets go (architecture.md §3).
 
 Which requests may share which segment is decided by the scheduler through segment keys
-(``oxygen_ros.sched``): with a bidirectional prefix only identical prompts of one frame share
-the whole prefix; with a causal prompt every job of a frame shares the image segment.
+(``oxygen_ros.sched``): a text request on the action prefix holds the frame's root (the
+action's own chain) plus a private causal suffix segment; otherwise, with a bidirectional
+prefix only identical prompts of one frame share the whole prefix, and with a causal prompt
+every job of a frame shares the image segment.
 
 Allocation is all-or-nothing: a request gets all of its blocks or none (``allocate`` returns
 None), so no request is ever preempted half-way.
@@ -19,6 +21,9 @@ None), so no request is ever preempted half-way.
     request A (action):  [ IMAGE(frame 7) ][ TEXT(7, "Task: ..., State: ...") ]
     request B (subtask): [ IMAGE(frame 7) ][ TEXT(7, "Task: ... Subtask: ") ][ B's own blocks ]
                            ^ one segment, ref_cnt 2
+    request C (memory):  [ IMAGE(frame 7) ][ TEXT(7, "Task: ..., State: ...") ]
+                           [ SUFFIX(C, "Memory: ") ][ C's own blocks ]
+                           ^ A's whole chain (the root), ref_cnt 3 and 2
 """
 
 from __future__ import annotations

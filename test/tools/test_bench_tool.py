@@ -10,7 +10,9 @@ FIELDS = ['preset', 'cameras', 'frames', 'decode_budget', 'tokens_per_cycle',
           'isolated.frame_ms_p50', 'isolated.frame_ms_p99', 'oxygen.frame_ms_p50',
           'oxygen.frame_ms_p99', 'speedup', 'oxygen.action_hz', 'oxygen.tokens_per_s',
           'action_max_abs_diff', 'text_equal', 'ideal_speedup', 'manager_overhead_frac',
-          'kv_bytes_peak']
+          'kv_bytes_peak', 'oxygen.full_prefills_per_frame', 'isolated.full_prefills_per_frame',
+          'oxygen.suffix_tokens_per_frame', 'oxygen.prefill_tokens_per_frame', 'arrival.pattern',
+          'requests_per_frame', 'text_context', 'ideal.components_ms.suffix']
 
 
 @pytest.mark.parametrize('mode', ['causal_text', 'bidirectional'])
@@ -38,8 +40,46 @@ def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys
     assert result['isolated']['kv_bytes_peak'] > 0      # held inside the cycle, then freed
     assert result['kv_bytes_peak'] >= max(used for _, used, _ in result['kv_curve'])
     assert 0 <= result['manager_overhead_frac'] < 1
+    # text on the action prefix: one full prefill per frame; isolated copies the root per job
+    assert result['text_context'] == 'action_prefix'
+    assert result['oxygen']['full_prefills_per_frame'] == 1.0
+    assert result['isolated']['full_prefills_per_frame'] == pytest.approx(2 + 1 / 3)
+    assert result['ideal']['components_ms']['suffix'] > 0
     assert plot.stat().st_size > 10_000
-    assert 'speedup' in capsys.readouterr().out
+    assert 'full prefills per frame: isolated 2.33, oxygen 1.00' in capsys.readouterr().out
+
+
+def test_arrival_patterns_and_own_prompts(tmp_path):
+    out = tmp_path / 'bench.json'
+    code = engine.main(['--preset', 'tiny', '--cameras', '1', '--frames', '4',
+                        '--decode-budget', '4', '--tokens-per-cycle', '2', '--arrival', 'poisson',
+                        '--arrival-rate', '1.5', '--arrival-seed', '3', '--text-context',
+                        'own_prompt', '--json', str(out), '--no-progress'])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result['arrival'] == {'pattern': 'poisson', 'every': 1, 'burst_size': 4,
+                                 'burst_every': 8, 'rate': 1.5, 'seed': 3,
+                                 'mean_per_frame': 1.5}
+    assert result['text_context'] == 'own_prompt' and result['text_equal'] is True
+    # bidirectional prefix, own prompts: a second full prefill for each frame with a text
+    assert result['oxygen']['suffix_tokens_per_frame'] == 0
+    assert result['oxygen']['full_prefills_per_frame'] > 1
+
+
+def test_the_adapter_cost_is_measured_beside_a_plain_decode_step(tmp_path, capsys):
+    out = tmp_path / 'bench.json'
+    code = engine.main(['--preset', 'tiny', '--cameras', '1', '--frames', '2',
+                        '--decode-budget', '4', '--tokens-per-cycle', '2', '--memory-every', '1',
+                        '--memory-adapter', 'random', '--json', str(out), '--no-progress'])
+    assert code == 0
+    adapter = json.loads(out.read_text())['memory_adapter']
+    assert adapter['adapter'] == 'random' and adapter['decode_b_adapter_ms'] > 0
+    assert adapter['decode_overhead'] == pytest.approx(
+        adapter['decode_b_adapter_ms'] / adapter['decode_b_ms'] - 1)
+    assert 'memory adapter: decode step' in capsys.readouterr().out
+    assert engine.main(['--preset', 'tiny', '--text-context', 'own_prompt',
+                        '--memory-adapter', 'random']) == 2
+    assert "it needs memory_context 'action_prefix'" in capsys.readouterr().err
 
 
 def test_bench_rejects_bad_flags(capsys):
