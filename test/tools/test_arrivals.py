@@ -16,7 +16,7 @@ def test_uniform_and_bursty_arrivals():
 
 
 def oxygen_poisson(lam, seed, frames):
-    """OxyGen's poisson_arrivals (experiments/common/workload.py), request counts only."""
+    """Return the request counts of OxyGen's poisson_arrivals (experiments/common/workload.py)."""
     rng = random.Random(seed)
     out = []
     for _ in range(frames):
