@@ -28,7 +28,7 @@ CTX_BUCKET = 256
 MIN_PROMPT_BUCKET = 16
 MIN_BATCH_BUCKET = 2
 """The smallest decode batch compiled where ``max_batch`` allows it (batch 1 is padded)."""
-MAX_SUFFIX_BATCH = 8
+MAX_SUFFIX_BATCH = 4
 """The largest batch of causal suffixes compiled; more new requests in a cycle go in turns."""
 SUFFIX_BUCKET_STEP = 4
 """Suffix length buckets grow by this factor from ``MIN_PROMPT_BUCKET`` (16, 64, ...)."""
