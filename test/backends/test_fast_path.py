@@ -119,15 +119,16 @@ def _drive(m, model, pool):
         prefixes.append(prefix)
         outs += [prefix.last_hidden, m.denoise(prefix, torch.randn(
             1, cfg.action_horizon, cfg.action_dim, generator=gen))]
-    # three causal suffixes of different lengths on the first root (text on the action prefix)
+    # five causal suffixes of different lengths on the first root (text on the action prefix;
+    # more rows than the largest suffix batch: they go in turns of 4 and 1)
     root = prefixes[0]
-    context = PrefixKV(pool, root.slots.expand(3, -1), root.mask.expand(3, -1),
-                       root.num_tokens.expand(3), root.last_hidden.expand(3, -1))
-    suffix = torch.randint(3, 1000, (3, 5), generator=gen)
-    suffix_mask = torch.arange(5)[None] < torch.tensor([[5], [2], [4]])
+    context = PrefixKV(pool, root.slots.expand(5, -1), root.mask.expand(5, -1),
+                       root.num_tokens.expand(5), root.last_hidden.expand(5, -1))
+    suffix = torch.randint(3, 1000, (5, 5), generator=gen)
+    suffix_mask = torch.arange(5)[None] < torch.tensor([[5], [2], [4], [1], [3]])
     out = m.prefill_suffix(suffix, suffix_mask, context,
-                           slots=slot + torch.arange(15).view(3, 5))
-    slot += 15
+                           slots=slot + torch.arange(25).view(5, 5))
+    slot += 25
     outs += [out.last_hidden, out.num_tokens, out.slots, out.mask]
     hidden = torch.cat([p.last_hidden for p in prefixes + prefixes[:1]])
     outs += [m.lm_logits(hidden), getattr(m, 'lm_greedy', lambda h: m.lm_logits(h).argmax(-1))(
@@ -167,7 +168,7 @@ def test_every_call_on_the_fast_path_equals_eager(tiny_models, mode):
     used = {s: sum(g.num_calls for g in gs.values()) - calls_before[s]
             for s, gs in comp._graphs.items()}
     assert all(n > 0 for n in used.values()), used                # every step took a graph
-    assert used[Step.DECODE] == 4 and used[Step.DENOISE] == 2
+    assert used[Step.DECODE] == 4 and used[Step.DENOISE] == 2 and used[Step.SUFFIX] == 2
 
 
 def test_the_denoise_loop_is_one_graph_without_breaks(tiny_models):
