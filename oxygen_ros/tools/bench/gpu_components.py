@@ -3,10 +3,11 @@ The model calls of a control cycle, timed one by one, and the action path's pari
 
 What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
 (``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
-the whole prefix, the 10-step denoise, a decode step at several batch sizes over a long
-context, the LM head), the outputs of one untimed pass, and the parity of the fast path's
-outputs against eager with eager float32 as the reference (``backends/parity.py``'s rule).
-Defaults: issue 10's deployment case (``pi05_droid``, bfloat16, 3 cameras, 50 prompt tokens).
+the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, a decode
+step at several batch sizes over a long context, the LM head), the outputs of one untimed
+pass, and the parity of the fast path's outputs against eager with eager float32 as the
+reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
+bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     import torch
 
     from oxygen_ros.backends.torch_backend import greedy_calls
+    from oxygen_ros.model.kv_cache import PrefixKV
 
     greedy, seed = greedy_calls(model)
     cfg, dev, sync = model.cfg, cache.k.device, work.sync()
@@ -122,6 +124,14 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
         out['prefix_hidden'] = prefix.last_hidden
         time_it('prefill', lambda: model.prefill(tokens, None, image_embeds=embeds,
                                                  cache=cache, slots=slots))
+        # two text requests on the action prefix: a 4-token suffix each (e.g. "Memory: ")
+        rows = PrefixKV(cache, prefix.slots.expand(2, -1), prefix.mask.expand(2, -1),
+                        prefix.num_tokens.expand(2), prefix.last_hidden.expand(2, -1))
+        suffix = torch.randint(3, 1000, (2, 4), generator=gen).to(dev)
+        suffix_slots = 16 + p + torch.arange(8, device=dev).view(2, 4)
+        out['suffix_hidden'] = model.prefill_suffix(suffix, None, rows,
+                                                    slots=suffix_slots).last_hidden
+        time_it('suffix', lambda: model.prefill_suffix(suffix, None, rows, slots=suffix_slots))
         out['actions'] = model.denoise(prefix, noise)
         time_it('denoise_10_steps', lambda: model.denoise(prefix, noise))
         ctx_len = max(work.decode_ctx, p)
@@ -155,7 +165,7 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
     from oxygen_ros.backends.parity import check_parity
 
     result = {}
-    for key in ('actions', 'prefix_hidden') + tuple(f'decode_logits_b{b}'
+    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + tuple(f'decode_logits_b{b}'
                                                     for b in work.decode_batches):
         r = check_parity(key, [fast[key]], [eager[key]],
                          None if reference is None else [reference[key]])

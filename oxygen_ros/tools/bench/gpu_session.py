@@ -61,7 +61,7 @@ RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45}
 """The least time a phase needs to yield anything: kept free for the later phases."""
 SETUP_FAILED = 8
-_MS = ('ms.vision', 'ms.prefill', 'ms.denoise_10_steps', 'ms.lm_head',
+_MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
        *(f'ms.decode_step_b{b}' for b in DECODE_BATCHES))
 FILLED_KEYS = {
     'environment': tuple(f'environment.{k}' for k in (

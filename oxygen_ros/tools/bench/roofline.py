@@ -13,11 +13,12 @@ from __future__ import annotations
 from oxygen_ros.backends.gpu_specs import GpuSpec, JETSON_AGX_THOR
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.roofline import (
-    CallCost, decode_cost, denoise_cost, prefill_cost, seed_cost, vision_cost)
+    CallCost, decode_cost, denoise_cost, gemma_layer_linear_params, prefill_cost, seed_cost,
+    vision_cost)
 
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
               'decode_step_b8': 3.5}
-"""Component targets on an H100 (issue 10, "Show")."""
+"""Component targets on an H100 (docs/gpu.md)."""
 
 
 def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
@@ -27,12 +28,20 @@ def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
     prefix = cameras * cfg.image_tokens_per_camera + prompt_tokens
     costs = {'vision': vision_cost(cfg, cameras, dtype_bytes),
              'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
+             'suffix': _suffix_cost(cfg, prefix, dtype_bytes),
              'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes)}
     for b in decode_batches:
         costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix),
                                                  dtype_bytes=dtype_bytes)
     costs['lm_head'] = seed_cost(cfg, max(decode_batches), dtype_bytes)
     return costs
+
+
+def _suffix_cost(cfg: ModelConfig, prefix: int, dtype_bytes: int) -> CallCost:
+    """Return two rows of 4 causal tokens on one prefix (``gpu_components``' suffix call)."""
+    row = prefill_cost(cfg, 4, context=prefix, causal=True, dtype_bytes=dtype_bytes)
+    weights = cfg.vlm.depth * gemma_layer_linear_params(cfg.vlm) * dtype_bytes
+    return CallCost(2 * row.flops, 2 * row.num_bytes - weights)   # the weights read once
 
 
 def roofline(ms: dict[str, float], costs: dict[str, CallCost],
@@ -64,12 +73,13 @@ def roofline(ms: dict[str, float], costs: dict[str, CallCost],
 
 def paper_cycle(rows: dict[str, dict], *, tokens_per_cycle: int, batch_name: str) -> dict:
     """
-    Return one OxyGen paper-workload cycle from components (bidirectional prefix).
+    Return one OxyGen paper-workload cycle from components (one prefill per frame).
 
-    vision + two prefills (action and text prompt) + denoise + seed + k decode steps at the
-    decode batch: measured sum, bound sum, and Thor's projected sum.
+    vision + the action prefix's prefill + the new text requests' suffixes on it + denoise +
+    seed + k decode steps at the decode batch: measured sum, bound sum, and Thor's projected
+    sum (``formula`` names the parts).
     """
-    parts = {'vision': 1, 'prefill': 2, 'denoise_10_steps': 1, 'lm_head': 1,
+    parts = {'vision': 1, 'prefill': 1, 'suffix': 1, 'denoise_10_steps': 1, 'lm_head': 1,
              batch_name: tokens_per_cycle}
     out = {}
     for key in ('ms', 'bound_ms'):
