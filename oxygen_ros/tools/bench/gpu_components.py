@@ -165,8 +165,8 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
     from oxygen_ros.backends.parity import check_parity
 
     result = {}
-    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + tuple(f'decode_logits_b{b}'
-                                                    for b in work.decode_batches):
+    decode = tuple(f'decode_logits_b{b}' for b in work.decode_batches)
+    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + decode:
         r = check_parity(key, [fast[key]], [eager[key]],
                          None if reference is None else [reference[key]])
         result[key] = {'error': r.error, 'tolerance': r.tolerance,
