@@ -19,6 +19,7 @@ from oxygen_ros.ros.security import (
     NO_PLUGINS_MARKER, NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE, ROBOT_ENCLAVE,
     SecuritySettings)
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.tools.common.children import keystore_domain_id
 import pytest
 import rclpy
 from rclpy.context import Context
@@ -144,6 +145,17 @@ def test_clients_refuse_as_the_node_does(ros_env, tmp_path):
         f'{tmp_path}. Make it with oxygen_keystore create {tmp_path}, or start with --ros-args '
         '--enclave /oxygen_ros/operator\n'))
     assert not (tmp_path / 'out').exists()
+
+
+def test_the_demo_runs_on_its_keystores_domain(ros_env, keystore, tmp_path):
+    own = keystore_domain_id(keystore)
+    other = 231 if own != 231 else 230
+    demo = run([sys.executable, '-m', 'oxygen_ros.tools.demo', 'bag', '--keystore',
+                str(keystore), '--domain-id', str(other), '--out', str(tmp_path)], ros_env)
+    assert (demo.returncode, demo.stderr) == (1, (
+        f'oxygen_demo: --domain-id {other}, but the keystore {keystore} is for domain {own} '
+        f'(its permissions hold there only): leave --domain-id out or run oxygen_keystore '
+        f'create {keystore} --domain-id {other}\n'))
 
 
 def test_configure_fails_with_the_reason_where_security_would_not_hold(ros_domain_id):

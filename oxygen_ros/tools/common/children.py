@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from typing import Sequence
+from xml.etree import ElementTree
 
 from oxygen_ros.ros.security import (
     ENABLE_VAR, ENFORCE, KEYSTORE_VAR, NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE,
@@ -97,11 +98,23 @@ DEMO_ENCLAVES = {'demo': OPERATOR_ENCLAVE, 'node': NODE_ENCLAVE, 'record': OBSER
 """The enclave of each process of ``oxygen_demo --keystore``."""
 
 
-def secure_environment(keystore: Path) -> str | None:
+def keystore_domain_id(keystore: Path) -> int | None:
+    """Return the ROS domain a keystore's governance is for (None: no readable governance)."""
+    try:
+        root = ElementTree.parse(keystore / 'enclaves' / 'governance.xml').getroot()
+        return int(root.findtext('domain_access_rules/domain_rule/domains/id'))
+    except (OSError, ElementTree.ParseError, TypeError, ValueError):
+        return None
+
+
+def secure_environment(keystore: Path, domain_id: int | None) -> tuple[int | None, str | None]:
     """
     Turn DDS security on (Enforce) for this process and its children.
 
-    :returns: why it would not hold (a keystore without one of ``DEMO_ENCLAVES``), or None.
+    :param domain_id: the domain asked for (None: the keystore's).
+    :returns: ``(the domain to run on, None)``, or ``(None, why security would not hold)``: a
+        keystore without governance or without one of ``DEMO_ENCLAVES``, or made for another
+        domain (its permissions hold on that domain only).
     """
     os.environ.update({ENABLE_VAR: 'true', STRATEGY_VAR: ENFORCE,
                        KEYSTORE_VAR: str(keystore.resolve())})
@@ -109,8 +122,16 @@ def secure_environment(keystore: Path) -> str | None:
         problem = SecuritySettings.from_environment(
             ['--ros-args', '--enclave', enclave], os.environ).problem(enclave)
         if problem is not None:
-            return problem
-    return None
+            return None, problem
+    own = keystore_domain_id(keystore)
+    if own is None:
+        return None, f'{keystore} has no readable enclaves/governance.xml: make it with ' \
+                     f'oxygen_keystore create {keystore}'
+    if domain_id is not None and domain_id != own:
+        return None, (f'--domain-id {domain_id}, but the keystore {keystore} is for domain '
+                      f'{own} (its permissions hold there only): leave --domain-id out or run '
+                      f'oxygen_keystore create {keystore} --domain-id {domain_id}')
+    return own, None
 
 
 def enclave_args(enclave: str | None) -> list[str]:

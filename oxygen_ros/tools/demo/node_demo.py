@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='oxygen_demo bag', description=__doc__.split('\n\n')[0])
     parser.add_argument('--duration', type=float, default=20.0, help='seconds of replay')
     parser.add_argument('--out', type=Path, default=Path('out'), help='output folder')
-    parser.add_argument('--domain-id', type=int, default=None, help='ROS_DOMAIN_ID')
+    parser.add_argument('--domain-id', type=int, default=None,
+                        help="ROS_DOMAIN_ID (default: random; with --keystore the keystore's)")
     parser.add_argument('--bag', type=Path, default=None,
                         help='replay this bag (default: the cached demo bag, made once)')
     parser.add_argument('--keystore', type=Path, default=None,
@@ -124,12 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; return 0 if action chunks flowed and every process exited cleanly."""
     args = _parser().parse_args(argv)
     t_start = time.monotonic()
-    domain_id = ros_environment(args.domain_id)
     secure = args.keystore is not None
-    problem = secure_environment(args.keystore) if secure else None
-    if problem is not None:
-        print(f'oxygen_demo: {problem}', file=sys.stderr)
-        return 1
+    domain_id = args.domain_id
+    if secure:
+        domain_id, problem = secure_environment(args.keystore, args.domain_id)
+        if problem is not None:
+            print(f'oxygen_demo: {problem}', file=sys.stderr)
+            return 1
+    domain_id = ros_environment(domain_id)
     stop = stop_event_on_signals()
     observer = _start_observer(secure)
     if isinstance(observer, str):
