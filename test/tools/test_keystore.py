@@ -248,6 +248,7 @@ def test_deploy_copies_enclaves_but_never_the_ca_keys(keystore, tmp_path):
      "invalid topic or service name '/bad//name'"),
     (['--ros-args', '-p', 'preset:=tiny', '-p', 'cameras:=[nose]'], 'cameras must be'),
     (['--ros-args', '--bogus'], "unknown ROS argument '--bogus'"),
+    (['--enclave-root', 'oxygen_ros/'], "--enclave-root 'oxygen_ros/' must be an absolute path"),
 ])
 def test_create_refuses_a_node_that_could_not_start(tmp_path, args, error):
     proc = keystore_cli('create', str(tmp_path / 'ks'), *args)

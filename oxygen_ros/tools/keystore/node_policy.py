@@ -15,7 +15,7 @@ from typing import Sequence
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.endpoints import node_endpoints, NODE_NAME
 from oxygen_ros.ros.params import build_configs, NodeConfig, ParameterError, SPECS
-from oxygen_ros.tools.keystore.names import RosNameError
+from oxygen_ros.tools.keystore.names import RosNameError, validate_namespace
 from oxygen_ros.tools.keystore.node_args import (
     NodeArgs, NodeArgsError, parse_ros_args, ROS_ARGS)
 from oxygen_ros.tools.keystore.policy import (
@@ -80,9 +80,11 @@ def node_policy(args: argparse.Namespace, ros_args: Sequence[str]) -> NodePolicy
         endpoints = resolve_endpoints(node_endpoints(config, use_sim_time=use_sim_time),
                                       node_args.names)
         root = args.enclave_root
-        if not root.startswith('/') or root.endswith('/') and root != '/':
-            raise PolicyError(f'--enclave-root {root!r} must be an absolute path like '
-                              f'{DEFAULT_ENCLAVE_ROOT}')
+        try:
+            validate_namespace(root)  # enclave names are namespaces (rcl, sros2)
+        except RosNameError:
+            raise PolicyError(f'--enclave-root {root!r} must be an absolute path of ROS name '
+                              f'tokens like {DEFAULT_ENCLAVE_ROOT}') from None
         return NodePolicy(node_args, config, use_sim_time, endpoints, grants(endpoints, root))
     except (FileNotFoundError, NodeArgsError, ParameterError, RosNameError) as exc:
         raise PolicyError(str(exc)) from None
