@@ -40,6 +40,7 @@ setup(
             'oxygen_fetch = oxygen_ros.tools.fetch:main',
             'oxygen_export = oxygen_ros.tools.export:main',
             'oxygen_convert = oxygen_ros.tools.convert:main',
+            'oxygen_keystore = oxygen_ros.tools.keystore:main',
             'oxygen_run_model = oxygen_ros.tools.run_model:main',
         ],
     },

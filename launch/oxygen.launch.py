@@ -6,6 +6,7 @@ Usage::
     ros2 launch oxygen_ros oxygen.launch.py preset:=pi05_droid checkpoint:=/ckpt/droid
     ros2 launch oxygen_ros oxygen.launch.py preset:=pi05_droid base_camera:=/exterior/image
     ros2 launch oxygen_ros oxygen.launch.py preset:=demo bag:=/path/to/demo_bag
+    ros2 launch oxygen_ros oxygen.launch.py preset:=pi05_droid enclave:=/oxygen_ros/oxygen
 
 ``preset`` selects ``config/<preset>.yaml`` from the package's share directory;
 ``checkpoint:=`` and ``tokenizer:=`` override the file's values when given. The camera and
@@ -13,7 +14,15 @@ joint-state arguments remap the node's default input topics. ``bag:=`` also star
 ``oxygen_bag replay --loop`` on that bag (it publishes the bag's own topic names, so leave the
 remappings at their defaults then). Camera drivers publishing large images should load
 ``config/fastdds_large_shm.xml`` (see that file).
+
+``enclave:=`` runs the node in that DDS security enclave (``--ros-args --enclave``; a keystore
+from ``oxygen_keystore create``, with ``ROS_SECURITY_ENABLE=true``,
+``ROS_SECURITY_STRATEGY=Enforce`` and ``ROS_SECURITY_KEYSTORE`` set; docs/security.md); the
+replay of ``bag:=`` then runs in the robot's enclave beside it (``<root>/robot``), which
+publishes the cameras and joint states but not the instruction.
 """
+
+import posixpath
 
 from launch import LaunchContext, LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
@@ -40,16 +49,20 @@ def _actions(context: LaunchContext) -> list:
         value = LaunchConfiguration(name).perform(context)
         if value:
             overrides[name] = value
+    enclave = LaunchConfiguration('enclave').perform(context)
     actions = [Node(
         package=PACKAGE, executable='oxygen_node', name='oxygen', output='screen',
         parameters=[params_file, overrides] if overrides else [params_file],
-        remappings=[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()])]
+        remappings=[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()],
+        ros_arguments=['--enclave', enclave] if enclave else None)]
     bag = LaunchConfiguration('bag').perform(context)
     if bag:
         oxygen_bag = PathJoinSubstitution([FindPackagePrefix(PACKAGE), 'lib', PACKAGE,
                                            'oxygen_bag'])
+        robot = ['--ros-args', '--enclave', posixpath.join(posixpath.dirname(enclave), 'robot')] \
+            if enclave else []
         actions.append(ExecuteProcess(
-            cmd=[oxygen_bag, 'replay', bag, '--loop', '--wait-for-subscribers', '20'],
+            cmd=[oxygen_bag, 'replay', bag, '--loop', '--wait-for-subscribers', '20', *robot],
             output='screen'))
     return actions
 
@@ -67,6 +80,9 @@ def generate_launch_description() -> LaunchDescription:
                                           "file's)"),
         DeclareLaunchArgument('bag', default_value='',
                               description="also replay this rosbag2 in a loop ('' = no)"),
+        DeclareLaunchArgument('enclave', default_value='',
+                              description='DDS security enclave of the node, e.g. '
+                                          "/oxygen_ros/oxygen ('' = none; docs/security.md)"),
     ]
     arguments += [DeclareLaunchArgument(arg, default_value=topic,
                                         description=f'topic the node reads as {topic}')

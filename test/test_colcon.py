@@ -43,7 +43,8 @@ _NOT_SOURCE = {'.git', '.venv', 'build', 'install', 'log', '__pycache__', '.pyte
 _TIMEOUT_S = 300
 # setup.py's console scripts (docs/tools.md): snake_case, one per group of what a user does.
 SCRIPTS = ('oxygen_node', 'oxygen_sim', 'oxygen_ask', 'oxygen_demo', 'oxygen_bag', 'oxygen_bench',
-           'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model', 'oxygen_convert')
+           'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model', 'oxygen_convert',
+           'oxygen_keystore')
 
 
 def _source_files():

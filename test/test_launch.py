@@ -16,8 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = ROOT / 'launch' / 'oxygen.launch.py'
-ARGUMENTS = {'preset', 'checkpoint', 'tokenizer', 'bag', 'base_camera', 'left_wrist_camera',
-             'right_wrist_camera', 'joint_states'}
+ARGUMENTS = {'preset', 'checkpoint', 'tokenizer', 'bag', 'enclave', 'base_camera',
+             'left_wrist_camera', 'right_wrist_camera', 'joint_states'}
 INPUT_TOPICS = {*CAMERA_TOPICS.values(), JOINT_STATES_TOPIC}
 
 
@@ -112,6 +112,7 @@ def test_launch_logic_with_stand_ins(monkeypatch):
     [node] = opaque.kwargs['function'](context)  # defaults: the params file only, no replay
     assert (node.kwargs['package'], node.kwargs['executable'], node.kwargs['name']) == \
         ('oxygen_ros', 'oxygen_node', 'oxygen')
+    assert node.kwargs['ros_arguments'] is None  # no enclave
     [params_file] = node.kwargs['parameters']
     share, config, (preset, suffix) = params_file.args[0]
     assert (share.args, config, preset.args, suffix) == (('oxygen_ros',), 'config',
@@ -125,6 +126,11 @@ def test_launch_logic_with_stand_ins(monkeypatch):
     path, *args = replay.kwargs['cmd']
     assert path.args[0][1:] == ['lib', 'oxygen_ros', 'oxygen_bag']
     assert args == ['replay', '/bags/demo', '--loop', '--wait-for-subscribers', '20']
+
+    context.update(enclave='/oxygen_ros/oxygen')  # DDS security: the node and the replay
+    node, replay = opaque.kwargs['function'](context)
+    assert node.kwargs['ros_arguments'] == ['--enclave', '/oxygen_ros/oxygen']
+    assert replay.kwargs['cmd'][-3:] == ['--ros-args', '--enclave', '/oxygen_ros/robot']
 
 
 def test_every_documented_preset_has_a_params_file():

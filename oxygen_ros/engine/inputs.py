@@ -4,7 +4,9 @@ Observation checks and the openpi input transforms, before anything reaches the 
 Order as openpi at inference (spec §1.9): Normalize (state, quantile) → resize with pad →
 tokenize (the state goes into the prompt as 256-bin codes for ``PI05_STATE``). A bad
 observation raises ``ObservationError`` with a ``cause`` the node counts in diagnostics; the
-engine's state is untouched by it.
+engine's state is untouched by it. An action prompt longer than ``max_token_len`` is refused
+(openpi cuts it at the end, which can drop the state bins or the ``Action:`` cue the model
+acts on): the instruction is too long, and the message says by how many tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.preprocess import prepare_images
-from oxygen_ros.model.prompt import tokenize_action_prompt
+from oxygen_ros.model.prompt import action_prompt_ids
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 
@@ -52,7 +54,6 @@ class PreparedObservation:
 
     images: np.ndarray
     action_prompt_ids: tuple[int, ...]
-    prompt_truncated: bool
     instruction: str
     stamp_ns: int
     state: np.ndarray
@@ -72,7 +73,8 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
     :param state_pad: dims the state is zero-padded to before binning (0: none).
 
     :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
-        the state has the wrong length or NaN/Inf; the prompt is empty.
+        the state has the wrong length or NaN/Inf; the prompt is empty or its action prompt
+        longer than ``cfg.max_token_len`` tokens.
     """
     missing = [slot for slot in cfg.cameras if slot not in obs.images]
     if missing:
@@ -97,12 +99,19 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
         raise ObservationError(InputFault.BAD_PROMPT, 'empty task prompt (no instruction)')
     fmt = cfg.prompt_format if prompt_format is None else prompt_format
     try:
-        tp = tokenize_action_prompt(
-            tokenizer, obs.prompt, state_n if fmt is PromptFormat.PI05_STATE else None,
-            fmt, cfg.max_token_len, state_pad=state_pad)
+        ids = action_prompt_ids(tokenizer, obs.prompt,
+                                state_n if fmt is PromptFormat.PI05_STATE else None, fmt,
+                                state_pad=state_pad)
     except ValueError as exc:
         raise ObservationError(InputFault.BAD_PROMPT, str(exc)) from None
-    return PreparedObservation(images=images, action_prompt_ids=tuple(tp.ids),
-                               prompt_truncated=tp.truncated, instruction=obs.prompt,
+    if len(ids) > cfg.max_token_len:
+        over = len(ids) - cfg.max_token_len
+        raise ObservationError(
+            InputFault.BAD_PROMPT,
+            f'instruction too long: its action prompt ({fmt.value}, with BOS and the state) is '
+            f'{len(ids)} tokens, the model takes {cfg.max_token_len} (max_token_len of preset '
+            f'{cfg.name}); shorten it by at least {over} token(s)')
+    return PreparedObservation(images=images, action_prompt_ids=tuple(ids),
+                               instruction=obs.prompt,
                                stamp_ns=int(obs.stamp_ns),
                                state=np.array(obs.state, dtype=np.float64))

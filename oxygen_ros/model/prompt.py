@@ -212,6 +212,23 @@ def _pad(ids: list[int], max_len: int, truncated: bool) -> TokenizedPrompt:
     return TokenizedPrompt(tokens=tokens, mask=mask, num_tokens=len(ids), truncated=truncated)
 
 
+def action_prompt_ids(tok: PaligemmaTokenizer, task: str, state_normalized: np.ndarray | None,
+                      fmt: PromptFormat, *, state_pad: int = 0) -> list[int]:
+    """
+    Return the ids of the whole action prompt, BOS first, never cut.
+
+    ``tokenize_action_prompt`` cuts and pads them; ``engine.inputs`` refuses a prompt that
+    does not fit.
+
+    :raises ValueError: empty task, missing/invalid state.
+    """
+    text = format_action_prompt(task, state_normalized, fmt, state_pad=state_pad)
+    if fmt is PromptFormat.PI0:
+        # openpi encodes the "\n" (the start-of-answer token) on its own, after the task.
+        return tok.encode(text.removesuffix('\n'), add_bos=True) + tok.encode('\n', add_bos=False)
+    return tok.encode(text, add_bos=True)
+
+
 def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
                            state_normalized: np.ndarray | None, fmt: PromptFormat,
                            max_len: int, *, state_pad: int = 0) -> TokenizedPrompt:
@@ -228,13 +245,7 @@ def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
     :raises ValueError: empty task, missing/invalid state, ``max_len`` < 1.
     """
     _check_max_len(max_len)
-    text = format_action_prompt(task, state_normalized, fmt, state_pad=state_pad)
-    if fmt is PromptFormat.PI0:
-        # openpi encodes the "\n" (the start-of-answer token) on its own, after the task.
-        task_text = text.removesuffix('\n')
-        ids = tok.encode(task_text, add_bos=True) + tok.encode('\n', add_bos=False)
-    else:
-        ids = tok.encode(text, add_bos=True)
+    ids = action_prompt_ids(tok, task, state_normalized, fmt, state_pad=state_pad)
     truncated = len(ids) > max_len
     if truncated:
         _warn_once(('action', fmt, len(ids), max_len),
@@ -374,8 +385,8 @@ def tokenize_text_prompt(tok: PaligemmaTokenizer, task: str, kind: TextTask, *,
 
 
 __all__ = [
-    'NUM_STATE_BINS', 'TextTask', 'TokenizedPrompt', 'clean_text', 'discretize_state',
-    'format_action_prompt', 'format_text_prompt', 'format_text_suffix',
+    'NUM_STATE_BINS', 'TextTask', 'TokenizedPrompt', 'action_prompt_ids', 'clean_text',
+    'discretize_state', 'format_action_prompt', 'format_text_prompt', 'format_text_suffix',
     'normalize_instruction', 'tokenize_action_prompt', 'tokenize_text_prompt',
     'tokenize_text_suffix',
 ]

@@ -34,6 +34,7 @@ import time
 import traceback
 from typing import Callable
 
+from oxygen_ros.ros.endpoints import ASK_ACTION
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests, TextStatus
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
@@ -44,7 +45,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.task import Future
 
-ACTION_NAME = '~/ask'
+ACTION_NAME = ASK_ACTION.name
 STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
                     TextStatus.LENGTH: Ask.Result.STATUS_LENGTH,
                     TextStatus.CANCELED: Ask.Result.STATUS_CANCELED,

@@ -21,6 +21,7 @@ from typing import Sequence
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Quaternion, Transform, Vector3
 import numpy as np
+from oxygen_ros.ros.input_limits import MAX_JOINT_STATE_LENGTH
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header
 from trajectory_msgs.msg import (
@@ -243,10 +244,16 @@ def joint_state_to_vector(msg: JointState, joint_names: Sequence[str]) -> np.nda
     :param msg: the joint state.
     :param joint_names: the joint order of the robot state vector (parameter ``joint_names``).
     :returns: ``float32 [len(joint_names)]`` positions in message units (rad or m).
-    :raises JointStateError: ``name`` and ``position`` lengths differ, a name repeats in the
-        message, requested joints are missing (all listed), or their positions are NaN/Inf
-        (all listed).
+    :raises JointStateError: an array longer than ``MAX_JOINT_STATE_LENGTH``, ``name`` and
+        ``position`` lengths differ, a name repeats in the message, requested joints are
+        missing (all listed), or their positions are NaN/Inf (all listed).
     """
+    lengths = {field: len(getattr(msg, field)) for field in ('name', 'position', 'velocity',
+                                                             'effort')}
+    longest = max(lengths, key=lengths.get)
+    if lengths[longest] > MAX_JOINT_STATE_LENGTH:
+        raise JointStateError(f'JointState {longest} has {lengths[longest]} entries, more than '
+                              f'{MAX_JOINT_STATE_LENGTH}')
     names = list(msg.name)
     positions = np.asarray(msg.position, dtype=np.float64)
     if len(names) != positions.shape[0]:

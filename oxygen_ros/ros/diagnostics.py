@@ -72,6 +72,8 @@ class EngineDiagnostics:
         self._lock = threading.Lock()
         self._cycle_s: deque[float] = deque(maxlen=num_cycles)
         self._ticks: deque[_Tick] = deque()
+        self.security = 'off'
+        """DDS security as the node started (``SecuritySettings.describe``)."""
         self.reset(preset, random_weights)
 
     def reset(self, preset: str, random_weights: bool, action_space: str = '',
@@ -303,7 +305,8 @@ class EngineDiagnostics:
         values += [('last rejection', self._last_rejection),
                    ('random weights', 'yes' if self.random_weights else 'no'),
                    ('text contexts', self._text_contexts),
-                   ('memory adapter', self._memory_adapter)]
+                   ('memory adapter', self._memory_adapter),
+                   ('DDS security', self.security)]
         values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
         if self._failure:
             values.append(('engine error', self._failure))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import threading
 import time
@@ -36,26 +37,31 @@ from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
-from oxygen_ros.ros.compressed import camera_input
+from oxygen_ros.ros.compressed import camera_input, ImageTransport
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
+from oxygen_ros.ros.endpoints import (
+    ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
 from oxygen_ros.ros.executor import NodeExecutor, spin
 from oxygen_ros.ros.heap import release_freed_memory
+from oxygen_ros.ros.input_limits import instruction_refusal
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 from oxygen_ros.ros.output_publishers import OutputPublishers
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
     ParameterError, SPECS)
+from oxygen_ros.ros.security import SecuritySettings
 from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
-from oxygen_ros.ros.topics import JOINT_STATES_TOPIC, qos_profile, QosRole
+from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -63,7 +69,6 @@ from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
-NODE_NAME = 'oxygen'
 _LOG_EVERY_S = 5.0
 """A rejection cause is logged when it starts and then at most this often."""
 CYCLE_SLACK = 0.1
@@ -79,13 +84,18 @@ class OxygenNode(LifecycleNode):
     """
     π0.5 with OxyGen on ROS 2: action chunks on a timer, text from the same KV cache.
 
+    :param security: the DDS security settings the process started with (``main`` reads them
+        from the environment and its ROS arguments; default: the environment and
+        ``sys.argv``). Configure fails while they would not hold (``SecuritySettings.problem``).
     :param kwargs: passed to ``LifecycleNode`` (``context``, ``parameter_overrides``, ...).
     :raises rclpy.exceptions.InvalidParameterTypeException: a parameter override of the
         wrong type; ``InvalidParameterValueException``: one out of range.
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, *, security: SecuritySettings | None = None, **kwargs: object) -> None:
         super().__init__(NODE_NAME, **kwargs)
+        self._security = security if security is not None else \
+            SecuritySettings.from_environment(sys.argv, os.environ)
         declare_parameters(self)
         self.finished = threading.Event()
         """Set once the node reached the finalized state (main exits then)."""
@@ -105,8 +115,9 @@ class OxygenNode(LifecycleNode):
         self._logged: dict[InputIssue | str | None, float] = {}
         self._last_issue: InputIssue | None = None
         self._diag = EngineDiagnostics(self.get_parameter('preset').value)
+        self._diag.security = self._security.describe()
         self._texts = TextRequests(self.get_logger(), self._diag, self._notify_texts)
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS.name, 10)
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
@@ -131,11 +142,16 @@ class OxygenNode(LifecycleNode):
 
         Then create the lifecycle publishers and the subscriptions.
 
-        :returns: SUCCESS → inactive. FAILURE → unconfigured, nothing kept: a bad parameter,
+        :returns: SUCCESS → inactive. FAILURE → unconfigured, nothing kept: DDS security
+            asked for but not holding (``security.SecuritySettings.problem``), a bad parameter,
             a missing or bad checkpoint / tokenizer / norm stats, or a warm-up error (logged
             with the reason; ``/diagnostics`` ERROR). An escaped exception would be ERROR →
             ``on_error`` → unconfigured.
         """
+        security = self._security.problem()
+        if security is not None:
+            return self._configure_failed(f'DDS security: {security}')
+        self._log_security()
         try:
             engine_cfg, cfg = build_configs(parameter_values(self))
             output = ChunkOutput(cfg)
@@ -171,20 +187,33 @@ class OxygenNode(LifecycleNode):
         self._texts.max_queued_questions = cfg.max_queued_questions
         self._texts.max_tokens = engine.model_cfg.decode_budget
         sensor = qos_profile(QosRole.SENSOR_DATA)
-        self._subs = [self.create_subscription(
-            *camera_input(self, topic, cfg.transport(slot)),
-            functools.partial(self._on_image, slot), sensor, callback_group=self._input_group)
-            for slot, topic in zip(cfg.cameras, cfg.camera_topics)]
+        self._subs = []
+        for slot in cfg.cameras:
+            kind = cfg.transport(slot)
+            image_topic = camera_endpoint(slot, kind is ImageTransport.COMPRESSED).name
+            self._subs.append(self.create_subscription(
+                *camera_input(self, image_topic, kind), functools.partial(self._on_image, slot),
+                sensor, callback_group=self._input_group))
         self._subs += [
-            self.create_subscription(JointState, JOINT_STATES_TOPIC, self._on_joint_state,
+            self.create_subscription(JointState, JOINT_STATES.name, self._on_joint_state,
                                      _JOINT_QOS, callback_group=self._input_group),
-            self.create_subscription(String, '~/instruction', self._on_instruction,
+            self.create_subscription(String, INSTRUCTION.name, self._on_instruction,
                                      qos_profile(QosRole.LATCHED),
                                      callback_group=self._input_group),
-            self.create_subscription(String, '~/ask', self._on_ask, TEXT_QOS,
+            self.create_subscription(String, ASK_TOPIC.name, self._on_ask, TEXT_QOS,
                                      callback_group=self._input_group)]
         self._diag.set_state('inactive', self._now_s())
         return super().on_configure(state)
+
+    def _log_security(self) -> None:
+        if self._security.enabled:
+            self.get_logger().info(f'DDS security: {self._security.describe()} (keystore '
+                                   f'{self._security.keystore})')
+        else:
+            domain = self.context.get_domain_id()
+            self.get_logger().info(
+                f'DDS security off: any participant on ROS domain {domain} can send '
+                'instructions and read the outputs (docs/security.md)')
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
         self.get_logger().error(f'configure failed: {reason}')
@@ -302,9 +331,17 @@ class OxygenNode(LifecycleNode):
 
     def _on_instruction(self, msg: String) -> None:
         cache = self._cache
-        if cache is not None:
-            cache.set_instruction(msg.data)
+        if cache is None:
+            return
+        reason = cache.set_instruction(msg.data)
+        if reason is None:
             self.get_logger().info(f'instruction: {msg.data!r}')
+            return
+        now = time.monotonic()
+        if now - self._logged.get('instruction', -1e9) > _LOG_EVERY_S:
+            self.get_logger().warning(f'instruction refused: {reason}; not acting until a '
+                                      'valid one arrives')
+            self._logged['instruction'] = now
 
     def _on_ask(self, msg: String) -> None:
         self._texts.ask_topic(msg.data, time.monotonic())
@@ -326,6 +363,8 @@ class OxygenNode(LifecycleNode):
         cfg = self._cfg
         for p in params:
             reason = check_update(cfg, p.name, p.value) if cfg is not None else None
+            if reason is None and p.name == 'instruction' and isinstance(p.value, str):
+                reason = instruction_refusal(p.value)
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
@@ -461,16 +500,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     Run ``oxygen_node``; return 0 after SIGINT, SIGTERM or the shutdown transition.
 
-    :returns: 1 if the node cannot start (a parameter override of the wrong type or range).
+    :returns: 1 if the node cannot start: DDS security asked for and not holding (one FATAL
+        line says what and how to fix it; ``security``), or a parameter override of the wrong
+        type or range.
     """
     args = [NODE_NAME, *(sys.argv[1:] if argv is None else argv)]
     logging.basicConfig(level=logging.INFO, format='[%(levelname)s] [%(name)s]: %(message)s')
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    stop = stop_event_on_signals()
+    log = rclpy.logging.get_logger(NODE_NAME)
+    security = SecuritySettings.from_environment(args, os.environ)
+    problem = security.problem()
+    if problem is not None:  # before rclpy.init: no participant joins the domain
+        log.fatal(f'not starting: {problem}')
+        return 1
     try:
-        node = OxygenNode()
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        stop = stop_event_on_signals()
+        node = OxygenNode(security=security)
     except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
-        rclpy.logging.get_logger(NODE_NAME).fatal(f'bad parameter: {exc}')
+        log.fatal(f'bad parameter: {exc}')
+        rclpy.try_shutdown()
+        return 1
+    except _rclpy.RCLError as exc:
+        if not security.enabled:
+            raise
+        log.fatal(f'not starting: {security.middleware_failure(exc)}')
         rclpy.try_shutdown()
         return 1
     executor = NodeExecutor(num_threads=4)

@@ -32,6 +32,7 @@ from oxygen_ros.observation import Observation
 from oxygen_ros.ros.compressed import camera_image_to_rgb
 from oxygen_ros.ros.convert import (
     ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S, stamp_to_ns)
+from oxygen_ros.ros.input_limits import instruction_refusal
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 
@@ -84,7 +85,8 @@ class ObservationCache:
 
     :param cameras: camera slots (``CAMERA_SLOTS`` names) an observation needs.
     :param joint_names: the robot state's joints, in model order.
-    :param instruction: the initial task prompt ('' = none yet).
+    :param instruction: the initial task prompt ('' = none yet; one too long is refused as
+        by ``set_instruction``).
     :raises ValueError: an unknown camera slot.
     """
 
@@ -101,7 +103,9 @@ class ObservationCache:
             slot: deque(maxlen=_RECENT_STAMPS) for slot in self.cameras}
         """Per camera, the ``header.stamp`` of the last images received (out-of-order check)."""
         self._joints: Stamped | None = None
-        self._instruction = instruction
+        self._instruction = ''
+        self._instruction_refusal: str | None = None
+        self.set_instruction(instruction)
 
     def put_image(self, slot: str, msg: Image | CompressedImage, received_ns: int) -> None:
         """Keep ``msg`` (raw or compressed) as the newest image of ``slot`` (no decoding)."""
@@ -119,10 +123,21 @@ class ObservationCache:
         with self._lock:
             self._joints = Stamped(msg, received_ns)
 
-    def set_instruction(self, text: str) -> None:
-        """Replace the task prompt."""
+    def set_instruction(self, text: str) -> str | None:
+        """
+        Replace the task prompt.
+
+        A refused one (``input_limits.instruction_refusal``: too long) replaces the previous
+        one too: the node never goes on with an instruction the operator meant to replace, and
+        refuses to act (bad prompt, with the reason) until a valid one arrives.
+
+        :returns: why ``text`` is refused, or None.
+        """
+        reason = instruction_refusal(text)
         with self._lock:
-            self._instruction = text
+            self._instruction = '' if reason else text
+            self._instruction_refusal = reason
+        return reason
 
     @property
     def instruction(self) -> str:
@@ -138,7 +153,7 @@ class ObservationCache:
         before (while that one is within ``max_age_s``); images decode
         (``compressed.camera_image_to_rgb``: raw or JPEG/PNG); a joint state
         exists, is recent, and holds finite positions for every joint name; the instruction
-        is not empty.
+        is not empty and was not refused.
 
         :param now_ns: node clock time of the control tick.
         :param max_age_s: ``max_observation_age`` in seconds.
@@ -152,7 +167,7 @@ class ObservationCache:
             images = dict(self._images)
             recent = {slot: tuple(ns) for slot, ns in self._recent_stamps_ns.items()}
             joints = self._joints
-            instruction = self._instruction
+            instruction, refusal = self._instruction, self._instruction_refusal
         max_age_ns = round(max_age_s * NS_PER_S)
         missing = [slot for slot in self.cameras if slot not in images]
         if missing:
@@ -182,6 +197,8 @@ class ObservationCache:
             state = joint_state_to_vector(joints.msg, self.joint_names)
         except (JointStateError, ValueError, TypeError) as exc:
             raise RejectedInput(InputIssue.BAD_JOINTS, str(exc)) from None
+        if refusal is not None:
+            raise RejectedInput(InputIssue.BAD_PROMPT, f'instruction refused: {refusal}')
         if not instruction.strip():
             raise RejectedInput(InputIssue.NO_INSTRUCTION,
                                 'no instruction yet (publish ~/instruction or set the '

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, TypeVar
 
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, EE_DELTA_CHUNK
+from oxygen_ros.ros.endpoints import CHUNK_ENDPOINTS, text_endpoints
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.lifecycle import LifecycleNode
@@ -25,8 +26,7 @@ from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 
 MAX_HELD = 10_000
 """Text messages kept for publishers that are not active (the oldest go first beyond it)."""
-_CHUNK_TOPICS = {ACTION_CHUNK: (JointTrajectory, '~/action_chunk'),
-                 EE_DELTA_CHUNK: (MultiDOFJointTrajectory, '~/ee_delta_chunk')}
+_CHUNK_TYPES = {ACTION_CHUNK: JointTrajectory, EE_DELTA_CHUNK: MultiDOFJointTrajectory}
 _T = TypeVar('_T')
 
 
@@ -62,13 +62,13 @@ class OutputPublishers:
         """Create the chunk publishers named in ``chunk_keys`` and every text publisher."""
         pubs = {}
         for key in chunk_keys:
-            msg_type, topic = _CHUNK_TOPICS[key]
-            pubs[key] = self._node.create_lifecycle_publisher(msg_type, topic, 10)
+            pubs[key] = self._node.create_lifecycle_publisher(
+                _CHUNK_TYPES[key], CHUNK_ENDPOINTS[key].name, 10)
         for task in TextTask:
-            pubs[task.value] = self._node.create_lifecycle_publisher(
-                String, f'~/{task.value}', TEXT_QOS)
+            whole, stream = text_endpoints(task)
+            pubs[task.value] = self._node.create_lifecycle_publisher(String, whole.name, TEXT_QOS)
             pubs[f'{task.value}/stream'] = self._node.create_lifecycle_publisher(
-                DecodedText, f'~/{task.value}/stream', TEXT_QOS)
+                DecodedText, stream.name, TEXT_QOS)
         with self._lock:
             self._pubs = pubs
 

@@ -16,7 +16,8 @@ engine's line too makes a flood refused at arrival ("queue full") instead of acc
 dropped a cycle later by the engine (``EngineBusyError`` at ``max_pending_requests``) or after
 ``max_wait_cycles``. Every question gets exactly one reply (``TextDone``): the
 answer (EOS or LENGTH), or a reason: refused at once when it arrives (queue full, empty
-question, budget over ``decode_budget``; the action rejects such goals instead), dropped later
+question, one over ``MAX_QUESTION_BYTES``, budget over ``decode_budget``; the action rejects
+such goals instead), dropped later
 (engine busy, not admitted in time, bad prompt, engine shut down), or cancelled (action).
 
 A periodic SUBTASK or MEMORY request is only submitted in a cycle with a valid observation,
@@ -38,6 +39,7 @@ from oxygen_ros.engine.engine import Engine, EngineBusyError
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.deferred_log import DeferredLog, LogLevel
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
+from oxygen_ros.ros.input_limits import question_refusal
 from oxygen_ros.ros.text_events import (  # re-exported: the events are part of this API
     NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
 from oxygen_ros.sched.request import FinishReason
@@ -94,6 +96,9 @@ class TextRequests:
     def _refusal(self, question: str, max_tokens: int | None) -> str | None:
         if not question.strip():
             return 'empty question'
+        too_long = question_refusal(question)
+        if too_long is not None:
+            return too_long
         if self.max_tokens <= 0:
             return 'the node is not configured'
         if max_tokens is not None and not 1 <= max_tokens <= self.max_tokens:

@@ -4,7 +4,7 @@
 Usage::
 
     oxygen_ask "what is on the table?" [--node /oxygen] [--max-tokens N] [--timeout S]
-               [--ros-args ...]
+               [--ros-args --enclave /oxygen_ros/operator ...]
 
 Sends a goal to the node's ``~/ask`` action (``oxygen_ros_interfaces/action/Ask``) and writes
 each piece of the answer to stdout as its feedback arrives (the pieces concatenate to the
@@ -12,15 +12,20 @@ answer; whatever feedback was missed is completed from the result), then one sum
 stderr: request id, tokens, how it ended, time to the first piece and pieces received.
 Ctrl-C cancels the goal (the node frees its KV blocks at once) and prints what was decoded.
 
+With DDS security (docs/security.md) it runs in the operator's enclave
+(``--ros-args --enclave /oxygen_ros/operator``) and refuses to start, with the reason, where
+the security settings would not hold (``ros.security``), as the node does.
+
 Exits 0 when the answer is complete (EOS or token budget); 1 when there is no server, the goal
 was rejected (the reason the node published on ``/diagnostics`` is printed when one arrives),
-or the node dropped it; 130 after Ctrl-C.
+the node dropped it, or security would not hold; 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+import os
 import sys
 import threading
 import time
@@ -30,11 +35,13 @@ from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
+from oxygen_ros.ros.security import OPERATOR_ENCLAVE, SecuritySettings
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros_interfaces.action import Ask
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
@@ -163,9 +170,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oxygen_ask``; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(remove_ros_args([NODE_NAME, *argv])[1:])
+    security = SecuritySettings.from_environment(argv, os.environ)
+    problem = security.problem(OPERATOR_ENCLAVE)
+    if problem is not None:
+        print(f'oxygen_ask: {problem}', file=sys.stderr)
+        return 1
     stop = stop_event_on_signals()
-    rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
-    node = Node(NODE_NAME)
+    try:
+        rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
+        node = Node(NODE_NAME)
+    except _rclpy.RCLError as exc:
+        if not security.enabled:
+            raise
+        print(f'oxygen_ask: {security.middleware_failure(exc)}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:

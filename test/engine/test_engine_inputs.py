@@ -3,12 +3,12 @@
 from dataclasses import replace
 
 import numpy as np
-from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, PromptFormat
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine, EngineBusyError, EngineClosedError
 from oxygen_ros.engine.inputs import InputFault, ObservationError
 from oxygen_ros.model.norm_stats import identity_norm_stats
-from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.prompt import action_prompt_ids, TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
@@ -62,13 +62,29 @@ def test_bad_observation_is_refused_and_nothing_is_lost(engine, name, changes, c
     assert [t.req_id for t in done] == ['running'] and len(done[0].token_ids) == 6
 
 
-def test_over_long_prompt_is_truncated_with_a_warning(engine, caplog):
-    long = ' '.join(['grasp the blue mug carefully'] * 20)
-    prepared = engine.prepare(obs(prompt=long))
-    assert prepared.prompt_truncated
-    assert len(prepared.action_prompt_ids) == engine.model_cfg.max_token_len
+def test_an_instruction_over_the_token_budget_is_refused_with_its_reason(engine, tokenizer):
+    cfg = engine.model_cfg
+    assert cfg.prompt_format is PromptFormat.PI05_STATE
+    words = 'grasp the blue mug carefully'
+    fits = max((' '.join([words] * k) for k in range(1, 40)
+                if len(action_prompt_ids(tokenizer, ' '.join([words] * k), obs().state,
+                                         cfg.prompt_format)) <= cfg.max_token_len), key=len)
+    long = fits + ' ' + words
+    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, cfg.prompt_format))
+    engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id='running')
+    engine.step(obs(0))
+    used = engine.scheduler.kv.num_used_blocks
+    with pytest.raises(ObservationError) as err:
+        engine.step(obs(1, prompt=long))
+    assert err.value.cause is InputFault.BAD_PROMPT
+    assert str(err.value) == (
+        f'instruction too long: its action prompt (pi05_state, with BOS and the state) is '
+        f'{num_ids} tokens, the model takes {cfg.max_token_len} (max_token_len of preset tiny); '
+        f'shorten it by at least {num_ids - cfg.max_token_len} token(s)')
+    assert engine.scheduler.kv.num_used_blocks == used      # nothing changed
+    prepared = engine.prepare(obs(2, prompt=fits))          # the longest that fits is taken
+    assert len(prepared.action_prompt_ids) <= cfg.max_token_len
     assert engine.step(prepared).action is not None
-    assert 'truncated' in caplog.text
 
 
 def test_requests_after_shutdown_are_refused(engine):

@@ -6,6 +6,7 @@ from oxygen_ros.ros.convert import (
     actions_to_trajectory, duration_to_ns, Encoding, image_to_rgb, ImageConversionError,
     joint_state_to_vector, JointStateError, MAX_IMAGE_SIDE, ns_to_duration, ns_to_stamp,
     rgb_to_image, stamp_to_ns, SUPPORTED_ENCODINGS, trajectory_to_actions)
+from oxygen_ros.ros.input_limits import MAX_JOINT_STATE_LENGTH
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Image, JointState
@@ -183,6 +184,18 @@ def test_joint_state_duplicate_name():
     msg = JointState(name=['joint_1', 'joint_1'], position=[0.0, 1.0])
     with pytest.raises(JointStateError, match="lists joint 'joint_1' twice"):
         joint_state_to_vector(msg, ['joint_1'])
+
+
+@pytest.mark.parametrize('field', ['name', 'position', 'velocity', 'effort'])
+def test_joint_state_arrays_are_bounded(field):
+    n = MAX_JOINT_STATE_LENGTH
+    names = [f'j{i}' for i in range(n)]
+    ok = JointState(name=names, position=[0.0] * n, velocity=[0.0] * n, effort=[0.0] * n)
+    assert joint_state_to_vector(ok, ['j0', f'j{n - 1}']).shape == (2,)   # at the bound
+    setattr(ok, field, [*getattr(ok, field), 'x' if field == 'name' else 0.0])
+    with pytest.raises(JointStateError) as err:
+        joint_state_to_vector(ok, ['j0'])
+    assert str(err.value) == f'JointState {field} has {n + 1} entries, more than {n}'
 
 
 # ------------------------------------------------------------------------------ trajectories

@@ -9,6 +9,7 @@ from oxygen_ros.engine.config import CycleStats
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
+from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
 import pytest
@@ -107,6 +108,26 @@ def test_assemble_refuses_missing_inputs():
     assert cache.assemble(NOW, 0.5).prompt == 'open the drawer' == cache.instruction
     with pytest.raises(ValueError, match=r"unknown camera slots \['top'\]"):
         ObservationCache(['top'], JOINTS)
+
+
+def test_an_instruction_over_the_byte_bound_is_refused_and_replaces_the_previous_one():
+    cache, _, _ = full_cache()
+    assert cache.assemble(NOW, 0.5).prompt == 'pick up the cup'
+    at_bound = 'é' * (MAX_INSTRUCTION_BYTES // 2)                  # 2 bytes each in UTF-8
+    assert cache.set_instruction(at_bound) is None
+    assert cache.assemble(NOW, 0.5).prompt == at_bound
+    reason = cache.set_instruction(at_bound + 'x')
+    assert reason == (f'instruction of {MAX_INSTRUCTION_BYTES + 1} bytes is longer than the '
+                      f'{MAX_INSTRUCTION_BYTES}-byte limit')
+    with pytest.raises(RejectedInput) as err:
+        cache.assemble(NOW, 0.5)
+    assert (err.value.cause, str(err.value)) == (InputIssue.BAD_PROMPT,
+                                                 f'instruction refused: {reason}')
+    assert cache.instruction == ''                 # the previous one is not acted on either
+    assert cache.set_instruction('open the drawer') is None
+    assert cache.assemble(NOW, 0.5).prompt == 'open the drawer'
+    too_long = ObservationCache(['base_0_rgb'], JOINTS, 'x' * (MAX_INSTRUCTION_BYTES + 1))
+    assert too_long.instruction == ''
 
 
 def test_out_of_order_images_are_refused_until_the_newer_one_ages_out():

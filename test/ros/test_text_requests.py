@@ -10,6 +10,7 @@ from oxygen_ros.engine.config import CycleStats, StepOutput, TextDelta, TextOutp
 from oxygen_ros.engine.engine import EngineBusyError
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
+from oxygen_ros.ros.input_limits import MAX_QUESTION_BYTES
 from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import (
     Origin, TextDone, TextPiece, TextRequests, TextStatus)
@@ -80,6 +81,20 @@ def test_bounded_queue_refuses_at_once_and_every_question_gets_one_reply():
     values = status_values(diag.status(0.0, 10.0, 0.5))
     assert values['text requests rejected'] == str(7 + 2)
     assert values['last text rejection'] == f'{jobs[3].req_id}: request aborted'
+
+
+def test_a_question_over_the_byte_bound_is_refused_with_the_reason():
+    texts, diag, _ = make_texts()
+    reason = (f'question of {MAX_QUESTION_BYTES + 2} bytes is longer than the '
+              f'{MAX_QUESTION_BYTES}-byte limit')
+    long = 'a' * (MAX_QUESTION_BYTES - 1) + '€'                      # € is 3 bytes
+    job = texts.ask_topic(long, 0.0)
+    [done] = texts.take()
+    assert (done.job, done.status, done.reason) == (job, TextStatus.REFUSED, reason)
+    assert texts.reserve(long, None) == reason                        # the action: rejected
+    assert status_values(diag.status(0.0, 10.0, 0.5))['last text rejection'] == \
+        f'question refused: {reason}'
+    assert texts.reserve('a' * MAX_QUESTION_BYTES, None) is None       # at the bound
 
 
 def test_engine_busy_drops_the_rest_with_a_reason():

@@ -5,11 +5,11 @@ import json
 import subprocess
 import sys
 
-from oxygen_ros.tools import bag, bench, cli, demo, fetch, stress
+from oxygen_ros.tools import bag, bench, cli, demo, fetch, keystore, stress
 import pytest
 
 GROUPS = {'oxygen_bag': bag, 'oxygen_bench': bench, 'oxygen_demo': demo, 'oxygen_fetch': fetch,
-          'oxygen_stress': stress}
+          'oxygen_keystore': keystore, 'oxygen_stress': stress}
 
 
 class _Recorder:
@@ -75,10 +75,11 @@ def test_every_subcommand_runs_its_module_with_its_own_prog():
     """Each subcommand's --help is the module's argparse help under 'GROUP NAME' (one process)."""
     probe = (
         'import contextlib, io, json, sys\n'
-        'from oxygen_ros.tools import bag, bench, demo, fetch, stress\n'
+        'from oxygen_ros.tools import bag, bench, demo, fetch, keystore, stress\n'
         'out = {}\n'
         'for group, mod in (("oxygen_bag", bag), ("oxygen_bench", bench), ("oxygen_demo", demo),\n'
-        '                   ("oxygen_fetch", fetch), ("oxygen_stress", stress)):\n'
+        '                   ("oxygen_fetch", fetch), ("oxygen_keystore", keystore),\n'
+        '                   ("oxygen_stress", stress)):\n'
         '    for name in mod.COMMANDS:\n'
         '        buf = io.StringIO()\n'
         '        with contextlib.redirect_stdout(buf):\n'

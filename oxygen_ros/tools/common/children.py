@@ -1,4 +1,10 @@
-"""Child processes of the tools (the node, bag replay and record) on a private ROS domain."""
+"""
+Child processes of the tools (the node, bag replay and record) on a private ROS domain.
+
+With DDS security (``secure_environment``) each child runs in the enclave of its role
+(docs/security.md): the node in ``/oxygen_ros/oxygen``, the recorder as an observer, the bag
+replay as the robot's drivers; the tool's own node is the operator.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,11 @@ import signal
 import subprocess
 import sys
 from typing import Sequence
+from xml.etree import ElementTree
 
+from oxygen_ros.ros.security import (
+    ENABLE_VAR, ENFORCE, KEYSTORE_VAR, NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE,
+    ROBOT_ENCLAVE, SecuritySettings, STRATEGY_VAR)
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 
 _DOMAIN_IDS = tuple(range(1, 102))  # clear of the ephemeral port range (ROS 2 docs)
@@ -70,9 +80,60 @@ def ros_environment(domain_id: int | None) -> int:
     return domain_id
 
 
-def replay_args(bag: Path, cameras: Sequence[str] = ('base_0_rgb', 'left_wrist_0_rgb')
-                ) -> list[str]:
-    """Return ``oxygen_bag replay`` arguments: loop the node's input topics of ``bag``."""
+def replay_args(bag: Path, cameras: Sequence[str] = ('base_0_rgb', 'left_wrist_0_rgb'), *,
+                instruction: bool = True) -> list[str]:
+    """
+    Return ``oxygen_bag replay`` arguments: loop the node's input topics of ``bag``.
+
+    :param instruction: replay ``/oxygen/instruction`` too (not as the robot's enclave,
+        which may not publish it).
+    """
     return ['oxygen_ros.tools.bag.replay', str(bag), '--loop', '--wait-for-subscribers', '20',
             '--topics', *(CAMERA_TOPICS[c] for c in cameras), JOINT_STATES_TOPIC,
-            INSTRUCTION_TOPIC]
+            *([INSTRUCTION_TOPIC] if instruction else [])]
+
+
+DEMO_ENCLAVES = {'demo': OPERATOR_ENCLAVE, 'node': NODE_ENCLAVE, 'record': OBSERVER_ENCLAVE,
+                 'replay': ROBOT_ENCLAVE}
+"""The enclave of each process of ``oxygen_demo --keystore``."""
+
+
+def keystore_domain_id(keystore: Path) -> int | None:
+    """Return the ROS domain a keystore's governance is for (None: no readable governance)."""
+    try:
+        root = ElementTree.parse(keystore / 'enclaves' / 'governance.xml').getroot()
+        return int(root.findtext('domain_access_rules/domain_rule/domains/id'))
+    except (OSError, ElementTree.ParseError, TypeError, ValueError):
+        return None
+
+
+def secure_environment(keystore: Path, domain_id: int | None) -> tuple[int | None, str | None]:
+    """
+    Turn DDS security on (Enforce) for this process and its children.
+
+    :param domain_id: the domain asked for (None: the keystore's).
+    :returns: ``(the domain to run on, None)``, or ``(None, why security would not hold)``: a
+        keystore without governance or without one of ``DEMO_ENCLAVES``, or made for another
+        domain (its permissions hold on that domain only).
+    """
+    os.environ.update({ENABLE_VAR: 'true', STRATEGY_VAR: ENFORCE,
+                       KEYSTORE_VAR: str(keystore.resolve())})
+    for enclave in DEMO_ENCLAVES.values():
+        problem = SecuritySettings.from_environment(
+            ['--ros-args', '--enclave', enclave], os.environ).problem(enclave)
+        if problem is not None:
+            return None, problem
+    own = keystore_domain_id(keystore)
+    if own is None:
+        return None, f'{keystore} has no readable enclaves/governance.xml: make it with ' \
+                     f'oxygen_keystore create {keystore}'
+    if domain_id is not None and domain_id != own:
+        return None, (f'--domain-id {domain_id}, but the keystore {keystore} is for domain '
+                      f'{own} (its permissions hold there only): leave --domain-id out or run '
+                      f'oxygen_keystore create {keystore} --domain-id {domain_id}')
+    return own, None
+
+
+def enclave_args(enclave: str | None) -> list[str]:
+    """Return ``--ros-args --enclave ENCLAVE`` (nothing for None: security off)."""
+    return ['--ros-args', '--enclave', enclave] if enclave else []

@@ -9,14 +9,19 @@ a loop; ask two questions through the ``/oxygen/ask`` action (their answers stre
 stop everything with SIGINT and print a summary, with the streamed pieces' timing.
 
 It runs on its own ROS domain (random unless ``--domain-id``) with
-``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``. Exits 1 if no action chunk arrived or a process
-failed.
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``. ``--keystore DIR`` runs it with DDS security
+(Enforce), every process in the enclave of its role (``children.DEMO_ENCLAVES``; a keystore
+from ``oxygen_keystore create``): the replay as the robot's drivers publishes the cameras and
+joint states but not the instruction, which the node then takes from its ``instruction``
+parameter (the bag's). Exits 1 if no action chunk arrived, a process failed, or security
+would not hold (the reason is printed; the ROS 2 wheels from PyPI have no security plugins).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from pathlib import Path
 import sys
 import time
@@ -24,12 +29,16 @@ from typing import Sequence
 
 import numpy as np
 from oxygen_ros.resources import config_file
+from oxygen_ros.ros.security import SecuritySettings
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
+from oxygen_ros.tools.bag.topics import INSTRUCTION_TOPIC, typestore
 from oxygen_ros.tools.common.children import (
-    Child, replay_args, ros_environment, stop_children)
+    Child, DEMO_ENCLAVES, enclave_args, replay_args, ros_environment, secure_environment,
+    stop_children)
 from oxygen_ros.tools.common.observer import Observer, OUTPUTS, period_stats, Received, STREAMS
 import rclpy
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.signals import SignalHandlerOptions
 import yaml
 
@@ -40,9 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='oxygen_demo bag', description=__doc__.split('\n\n')[0])
     parser.add_argument('--duration', type=float, default=20.0, help='seconds of replay')
     parser.add_argument('--out', type=Path, default=Path('out'), help='output folder')
-    parser.add_argument('--domain-id', type=int, default=None, help='ROS_DOMAIN_ID')
+    parser.add_argument('--domain-id', type=int, default=None,
+                        help="ROS_DOMAIN_ID (default: random; with --keystore the keystore's)")
     parser.add_argument('--bag', type=Path, default=None,
                         help='replay this bag (default: the cached demo bag, made once)')
+    parser.add_argument('--keystore', type=Path, default=None,
+                        help='run with DDS security, each process in its enclave of this '
+                             'keystore (oxygen_keystore create; needs ROS 2 with security '
+                             'plugins, docs/security.md)')
     return parser
 
 
@@ -83,21 +97,58 @@ def _bag_counts(bag_dir: Path) -> dict[str, int]:
         return {f'unreadable: {exc}': 0}
 
 
+def bag_instruction(bag: Path) -> str:
+    """Return the first ``/oxygen/instruction`` of a bag ('' if it has none)."""
+    from rosbags.rosbag2 import Reader
+    store = typestore()
+    with Reader(bag) as reader:
+        connections = [c for c in reader.connections if c.topic == INSTRUCTION_TOPIC]
+        for connection, _, raw in reader.messages(connections=connections):
+            return store.deserialize_cdr(raw, connection.msgtype).data
+    return ''
+
+
+def _start_observer(secure: bool) -> Observer | str:
+    """Init rclpy and return the demo's node, or why security does not hold."""
+    args = ['oxygen_demo', *enclave_args(DEMO_ENCLAVES['demo'] if secure else None)]
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        return Observer('oxygen_demo')
+    except _rclpy.RCLError as exc:
+        if not secure:
+            raise
+        rclpy.try_shutdown()
+        return SecuritySettings.from_environment(args, os.environ).middleware_failure(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; return 0 if action chunks flowed and every process exited cleanly."""
     args = _parser().parse_args(argv)
     t_start = time.monotonic()
-    domain_id = ros_environment(args.domain_id)
+    secure = args.keystore is not None
+    domain_id = args.domain_id
+    if secure:
+        domain_id, problem = secure_environment(args.keystore, args.domain_id)
+        if problem is not None:
+            print(f'oxygen_demo: {problem}', file=sys.stderr)
+            return 1
+    domain_id = ros_environment(domain_id)
+    stop = stop_event_on_signals()
+    observer = _start_observer(secure)
+    if isinstance(observer, str):
+        print(f'oxygen_demo: {observer}', file=sys.stderr)
+        return 1
     out_dir = args.out / f'demo_{datetime.datetime.now():%Y%m%d-%H%M%S}'
     out_dir.mkdir(parents=True)
     bag = args.bag or demo_bag()
     params = config_file('demo')
-    print(f'ROS_DOMAIN_ID={domain_id} (localhost only); params {params}; output {out_dir}')
-    stop = stop_event_on_signals()
-    rclpy.init(args=['oxygen_demo'], signal_handler_options=SignalHandlerOptions.NO)
-    observer = Observer('oxygen_demo')
-    node = Child('node', ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params)],
-                 out_dir)
+    print(f'ROS_DOMAIN_ID={domain_id} (localhost only); params {params}; output {out_dir}'
+          + (f'; DDS security, keystore {args.keystore}' if secure else ''))
+    node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params)]
+    if secure:
+        node_args += ['--enclave', DEMO_ENCLAVES['node'],
+                      '-p', f'instruction:={bag_instruction(bag)}']
+    node = Child('node', node_args, out_dir)
     children, ok = [node], False
     try:
         if not observer.wait_active(node):
@@ -105,9 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f'node active after {time.monotonic() - t_start:.1f} s; recording and replaying')
         children.append(Child('record', ['oxygen_ros.tools.bag.record', str(out_dir / 'bag'),
-                                         *OUTPUTS, *STREAMS], out_dir))
+                                         *OUTPUTS, *STREAMS,
+                                         *enclave_args(DEMO_ENCLAVES['record'] if secure
+                                                       else None)], out_dir))
         observer.wait_for(lambda: observer.node.count_subscribers(OUTPUTS[0]) >= 2, 20.0)
-        children.append(Child('replay', replay_args(bag), out_dir))
+        children.append(Child('replay', [*replay_args(bag, instruction=not secure),
+                                         *enclave_args(DEMO_ENCLAVES['replay'] if secure
+                                                       else None)], out_dir))
         observer.wait_for(lambda: observer.got.chunk_ns or stop.is_set(), 30.0)
         run_start = time.monotonic()
         asked = 0

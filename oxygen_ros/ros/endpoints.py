@@ -1,0 +1,177 @@
+"""
+Every topic, service and action the ``oxygen`` node creates, declared once.
+
+The node creates its subscriptions, publishers and its action server from the names here, and
+``oxygen_keystore`` writes the SROS2 permissions of the node and of its peers from
+``node_endpoints`` (docs/security.md), so a renamed topic cannot leave the permissions stale.
+Names are as the code passes them to rclpy (``~/x`` is private to the node, ``/x`` absolute);
+namespace and remappings are applied later, as rcl applies them.
+
+Besides its own endpoints the node has those rclpy and rcl create for every lifecycle node:
+``/rosout``, ``/parameter_events``, the parameter services, ``~/get_type_description``, the
+lifecycle services and ``~/transition_event``, and ``/clock`` under ``use_sim_time``.
+
+Each endpoint names its **peers**, who is expected at the other end: the robot (its camera and
+joint-state drivers, the controller that executes the chunks, a sim), an operator (sends the
+instruction and questions, drives the lifecycle and parameters) and an observer (reads chunks,
+texts and diagnostics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.ros.action_output import ACTION_CHUNK as ACTION_CHUNK_KEY, ChunkOutput
+from oxygen_ros.ros.action_output import EE_DELTA_CHUNK as EE_DELTA_CHUNK_KEY
+from oxygen_ros.ros.compressed import COMPRESSED_SUFFIX
+from oxygen_ros.ros.params import NodeConfig
+from oxygen_ros.ros.topics import (
+    CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, JOINT_STATE_TYPE, JOINT_STATES_TOPIC,
+    STRING_TYPE)
+NODE_NAME = 'oxygen'
+"""The node's name in the code (``-r __node:=`` renames it)."""
+
+
+class EndpointKind(enum.Enum):
+    """What the node creates on a name."""
+
+    PUBLISHER = 'publisher'
+    SUBSCRIPTION = 'subscription'
+    SERVICE = 'service'
+    """A service server."""
+    ACTION_SERVER = 'action server'
+
+
+class Peer(enum.Enum):
+    """Who is expected at the other end of an endpoint."""
+
+    ROBOT = 'robot'
+    """The robot's drivers: cameras, joint states and clock in; executes the action chunks."""
+    OPERATOR = 'operator'
+    """Sends instructions and questions, drives the lifecycle and the parameters, reads all."""
+    OBSERVER = 'observer'
+    """Reads the action chunks, the texts and the diagnostics, and nothing else."""
+
+
+_READERS = frozenset({Peer.OPERATOR, Peer.OBSERVER})
+_CHUNK_READERS = frozenset({Peer.ROBOT, Peer.OPERATOR, Peer.OBSERVER})
+_OPERATOR = frozenset({Peer.OPERATOR})
+_ROBOT = frozenset({Peer.ROBOT})
+_NOBODY: frozenset[Peer] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """
+    One endpoint of the node.
+
+    :ivar name: as passed to rclpy: ``~/action_chunk``, ``/diagnostics``.
+    :ivar type_name: ``pkg/msg/Name``, ``pkg/srv/Name`` or ``pkg/action/Name``.
+    :ivar peers: who may use it from the other end (none: only the node's own bookkeeping).
+    :ivar suffix: appended after ``name`` is resolved (a compressed camera: its image topic
+        is remapped, then ``/compressed`` appended, as image_transport does;
+        ``compressed.camera_input``).
+    """
+
+    kind: EndpointKind
+    name: str
+    type_name: str
+    peers: frozenset[Peer] = _NOBODY
+    suffix: str = ''
+
+
+INSTRUCTION = Endpoint(EndpointKind.SUBSCRIPTION, '~/instruction', STRING_TYPE, _OPERATOR)
+ASK_TOPIC = Endpoint(EndpointKind.SUBSCRIPTION, '~/ask', STRING_TYPE, _OPERATOR)
+JOINT_STATES = Endpoint(EndpointKind.SUBSCRIPTION, JOINT_STATES_TOPIC, JOINT_STATE_TYPE, _ROBOT)
+ASK_ACTION = Endpoint(EndpointKind.ACTION_SERVER, '~/ask', 'oxygen_ros_interfaces/action/Ask',
+                      _OPERATOR)
+ACTION_CHUNK = Endpoint(EndpointKind.PUBLISHER, '~/action_chunk',
+                        'trajectory_msgs/msg/JointTrajectory', _CHUNK_READERS)
+EE_DELTA_CHUNK = Endpoint(EndpointKind.PUBLISHER, '~/ee_delta_chunk',
+                          'trajectory_msgs/msg/MultiDOFJointTrajectory', _CHUNK_READERS)
+DIAGNOSTICS = Endpoint(EndpointKind.PUBLISHER, '/diagnostics',
+                       'diagnostic_msgs/msg/DiagnosticArray', _READERS)
+CHUNK_ENDPOINTS = {ACTION_CHUNK_KEY: ACTION_CHUNK, EE_DELTA_CHUNK_KEY: EE_DELTA_CHUNK}
+"""``ChunkOutput.publisher_keys`` → the publisher each key stands for."""
+DECODED_TEXT_TYPE = 'oxygen_ros_interfaces/msg/DecodedText'
+
+
+def text_endpoints(task: TextTask) -> tuple[Endpoint, Endpoint]:
+    """Return the publishers of one text task: ``~/<task>`` (whole) and ``~/<task>/stream``."""
+    return (Endpoint(EndpointKind.PUBLISHER, f'~/{task.value}', STRING_TYPE, _READERS),
+            Endpoint(EndpointKind.PUBLISHER, f'~/{task.value}/stream', DECODED_TEXT_TYPE,
+                     _READERS))
+
+
+def camera_endpoint(slot: str, compressed: bool) -> Endpoint:
+    """
+    Return the subscription of camera ``slot`` (``CAMERA_SLOTS`` name).
+
+    :param compressed: ``sensor_msgs/CompressedImage`` on ``<resolved topic>/compressed``
+        instead of ``sensor_msgs/Image`` on the topic.
+    """
+    topic = CAMERA_TOPICS[slot]
+    if compressed:
+        return Endpoint(EndpointKind.SUBSCRIPTION, topic, COMPRESSED_IMAGE_TYPE, _ROBOT,
+                        suffix=COMPRESSED_SUFFIX)
+    return Endpoint(EndpointKind.SUBSCRIPTION, topic, IMAGE_TYPE, _ROBOT)
+
+
+_PARAMETER_SERVICES = (
+    ('describe_parameters', 'DescribeParameters'), ('get_parameter_types', 'GetParameterTypes'),
+    ('get_parameters', 'GetParameters'), ('list_parameters', 'ListParameters'),
+    ('set_parameters', 'SetParameters'), ('set_parameters_atomically', 'SetParametersAtomically'))
+_LIFECYCLE_SERVICES = (
+    ('change_state', 'ChangeState'), ('get_state', 'GetState'),
+    ('get_available_states', 'GetAvailableStates'),
+    ('get_available_transitions', 'GetAvailableTransitions'),
+    ('get_transition_graph', 'GetAvailableTransitions'))
+
+NODE_INFRASTRUCTURE: tuple[Endpoint, ...] = (
+    Endpoint(EndpointKind.PUBLISHER, '/rosout', 'rcl_interfaces/msg/Log', _OPERATOR),
+    Endpoint(EndpointKind.PUBLISHER, '/parameter_events', 'rcl_interfaces/msg/ParameterEvent',
+             _OPERATOR),
+    *(Endpoint(EndpointKind.SERVICE, f'~/{name}', f'rcl_interfaces/srv/{srv}', _OPERATOR)
+      for name, srv in _PARAMETER_SERVICES),
+    Endpoint(EndpointKind.SERVICE, '~/get_type_description',
+             'type_description_interfaces/srv/GetTypeDescription'),
+)
+"""What rclpy's ``Node`` creates (parameter services; rcl's type description service)."""
+LIFECYCLE_INFRASTRUCTURE: tuple[Endpoint, ...] = (
+    *(Endpoint(EndpointKind.SERVICE, f'~/{name}', f'lifecycle_msgs/srv/{srv}', _OPERATOR)
+      for name, srv in _LIFECYCLE_SERVICES),
+    Endpoint(EndpointKind.PUBLISHER, '~/transition_event', 'lifecycle_msgs/msg/TransitionEvent',
+             _READERS),
+)
+"""What rcl_lifecycle creates for a ``LifecycleNode``."""
+CLOCK = Endpoint(EndpointKind.SUBSCRIPTION, '/clock', 'rosgraph_msgs/msg/Clock', _ROBOT)
+"""rclpy's time source subscribes to it when ``use_sim_time`` is true."""
+
+
+def node_endpoints(cfg: NodeConfig, *, use_sim_time: bool = False) -> tuple[Endpoint, ...]:
+    """
+    Return every endpoint of a configured ``oxygen`` node.
+
+    :param cfg: its configuration (cameras and their transports, the action space).
+    :param use_sim_time: the ``use_sim_time`` parameter (a ``/clock`` subscription).
+    :raises ParameterError: a configuration the node would refuse at configure.
+    """
+    compressed = set(cfg.compressed_cameras)
+    keys = ChunkOutput(cfg).publisher_keys
+    out = [camera_endpoint(slot, slot in compressed) for slot in cfg.cameras]
+    out += [JOINT_STATES, INSTRUCTION, ASK_TOPIC, ASK_ACTION, DIAGNOSTICS]
+    out += [CHUNK_ENDPOINTS[key] for key in keys]
+    for task in TextTask:
+        out += text_endpoints(task)
+    out += [*NODE_INFRASTRUCTURE, *LIFECYCLE_INFRASTRUCTURE]
+    if use_sim_time:
+        out.append(CLOCK)
+    return tuple(out)
+
+
+__all__ = ['ACTION_CHUNK', 'ASK_ACTION', 'ASK_TOPIC', 'CHUNK_ENDPOINTS', 'CLOCK',
+           'DIAGNOSTICS', 'EE_DELTA_CHUNK', 'Endpoint', 'EndpointKind', 'INSTRUCTION',
+           'JOINT_STATES', 'LIFECYCLE_INFRASTRUCTURE', 'NODE_INFRASTRUCTURE', 'NODE_NAME', 'Peer',
+           'camera_endpoint', 'node_endpoints', 'text_endpoints']

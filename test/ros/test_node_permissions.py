@@ -1,0 +1,165 @@
+"""
+The permissions oxygen_keystore writes against the live graph over real DDS.
+
+The node runs with remappings, a compressed camera and ``use_sim_time``; ``oxygen_keystore
+permissions`` is given the same ROS arguments. Every topic and service the live node has
+(publishers, subscriptions, servers; its action's hidden ones too) must be granted to the node
+enclave, and nothing else may be. The demo's clients (its operator node, the recorder, the bag
+replay) must find everything they create granted to their role.
+"""
+
+from fnmatch import fnmatchcase
+import json
+import subprocess
+import sys
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_ros.resources import config_file
+from oxygen_ros.ros.security import NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE
+from oxygen_ros.ros.security import ROBOT_ENCLAVE
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.tools.common.observer import Observer, OUTPUTS, STREAMS
+from oxygen_ros.tools.keystore.policy import DISCOVERY_TOPIC
+from oxygen_ros_interfaces.msg import DecodedText
+import pytest
+import rclpy
+from rclpy.action import get_action_server_names_and_types_by_node
+from rosgraph_msgs.msg import Clock
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+pytestmark = pytest.mark.ros
+
+NODE_ARGS = ['--ros-args', '--params-file', str(config_file('test')),
+             '-r', '/joint_states:=/arm/joints', '-r', '~/memory:=/notes',
+             '-r', '/camera/left_wrist/image_raw:=/wrist/image',
+             '-p', 'image_transport.left_wrist_0_rgb:=compressed', '-p', 'use_sim_time:=true']
+
+
+def keystore_permissions(ros_args):
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.keystore', 'permissions',
+                           '--json', *ros_args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def graph_topics(node, name, namespace='/'):
+    """Return the DDS topics a node writes and reads, from the ROS graph (none yet: empty)."""
+    write, read = set(), set()
+    if (name, namespace) not in node.get_node_names_and_namespaces():
+        return write, read
+    for topic, _ in node.get_publisher_names_and_types_by_node(name, namespace):
+        write.add(f'rt{topic}')
+    for topic, _ in node.get_subscriber_names_and_types_by_node(name, namespace):
+        read.add(f'rt{topic}')
+    for service, _ in node.get_service_names_and_types_by_node(name, namespace):
+        read.add(f'rq{service}Request')
+        write.add(f'rr{service}Reply')
+    for service, _ in node.get_client_names_and_types_by_node(name, namespace):
+        write.add(f'rq{service}Request')
+        read.add(f'rr{service}Reply')
+    return write, read
+
+
+def graph_endpoints(node, name, namespace='/'):
+    """Return ``{(kind, name, type)}`` of a node from the ROS graph (actions as one)."""
+    actions = get_action_server_names_and_types_by_node(node, name, namespace)
+    hidden = tuple(f'{a}/_action/' for a, _ in actions)
+    out = {('action server', a, t) for a, [t] in actions}
+    for kind, entries in (
+            ('publisher', node.get_publisher_names_and_types_by_node(name, namespace)),
+            ('subscription', node.get_subscriber_names_and_types_by_node(name, namespace)),
+            ('service', node.get_service_names_and_types_by_node(name, namespace))):
+        out |= {(kind, n, t) for n, [t] in entries if not n.startswith(hidden)}
+    return out
+
+
+def allowed(grant, side, topic):
+    """DDS Security's decision: the deny rule first, then the allow rule (fnmatch), else DENY."""
+    if any(fnmatchcase(topic, p) for p in grant[f'deny_{side}']):
+        return False
+    return any(fnmatchcase(topic, p) for p in grant[side])
+
+
+def wait_until(ros_node, predicate, timeout_s=60.0, proc=None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            assert proc.popen.poll() is None, proc.output()
+        if predicate():
+            return True
+        ros_node.spin_for(0.2)
+    return False
+
+
+def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes):
+    expected = keystore_permissions(NODE_ARGS)
+    grant = expected['grants'][NODE_ENCLAVE]
+    want = ({t for t in grant['publish'] if t != DISCOVERY_TOPIC},
+            {t for t in grant['subscribe'] if t != DISCOVERY_TOPIC})
+    assert not grant['deny_publish'] and not grant['deny_subscribe']
+    clock = ros_node.node.create_publisher(Clock, '/clock', 10)   # for use_sim_time
+    ros_node.node.create_timer(0.05, lambda: clock.publish(
+        Clock(clock=ros_node.node.get_clock().now().to_msg())))
+    proc = ros_processes.start('oxygen_ros.ros.node', *NODE_ARGS)
+    node = ros_node.node
+    got = [set(), set()]
+
+    def same():
+        got[:] = graph_topics(node, 'oxygen')
+        return tuple(got) == want
+    assert wait_until(ros_node, same, proc=proc), (
+        f'granted, not in the graph: {sorted((want[0] - got[0]) | (want[1] - got[1]))}; '
+        f'in the graph, not granted: {sorted((got[0] - want[0]) | (got[1] - want[1]))}\n'
+        f'{proc.output()}')
+    # the same endpoints with their types, as the tool lists them
+    listed = {(e['kind'], e['name'], e['type']) for e in expected['endpoints']}
+    assert graph_endpoints(node, 'oxygen') == listed
+    assert ('subscription', '/wrist/image/compressed', 'sensor_msgs/msg/CompressedImage') \
+        in listed and ('publisher', '/notes', 'std_msgs/msg/String') in listed
+    assert ('subscription', '/clock', 'rosgraph_msgs/msg/Clock') in listed
+    assert proc.stop() == 0, proc.output()
+
+
+def test_the_demo_clients_are_granted_everything_they_create(ros_domain_id, ros_node,
+                                                             ros_processes, demo_bag, tmp_path):
+    grants = keystore_permissions(['--ros-args', '--params-file',
+                                   str(config_file('test'))])['grants']
+    # the node's outputs, as its publishers would offer them (the recorder waits for them)
+    types = (JointTrajectory, String, String, String, DiagnosticArray, *[DecodedText] * 3)
+    for topic, msg_type in zip((*OUTPUTS, *STREAMS), types):
+        ros_node.node.create_publisher(msg_type, topic, 10)
+    record = ros_processes.start('oxygen_ros.tools.bag.record', str(tmp_path / 'bag'),
+                                 *OUTPUTS, *STREAMS)
+    replay = ros_processes.start(
+        'oxygen_ros.tools.bag.replay', str(demo_bag.path), '--loop', '--topics',
+        CAMERA_TOPICS['base_0_rgb'], CAMERA_TOPICS['left_wrist_0_rgb'], JOINT_STATES_TOPIC)
+    rclpy.init(domain_id=ros_domain_id)
+    try:
+        operator = Observer('oxygen_demo')       # the demo's own node: questions, outputs
+        node = ros_node.node
+        for name, enclave, proc, marker in (
+                ('oxygen_record', OBSERVER_ENCLAVE, record, f'rt{STREAMS[-1]}'),
+                ('oxygen_replay', ROBOT_ENCLAVE, replay, f'rt{JOINT_STATES_TOPIC}'),
+                ('oxygen_demo', OPERATOR_ENCLAVE, None, 'rq/oxygen/get_stateRequest')):
+            topics = [set(), set()]
+
+            def seen():
+                operator.executor.spin_once(timeout_sec=0.0)
+                topics[:] = graph_topics(node, name)
+                return marker in topics[0] | topics[1]
+            assert wait_until(ros_node, seen, proc=proc), (name, topics)
+            write, read = topics
+            assert [t for t in sorted(write) if not allowed(grants[enclave], 'publish', t)] \
+                == [], name
+            assert [t for t in sorted(read) if not allowed(grants[enclave], 'subscribe', t)] \
+                == [], name
+        # and the node's own side stays the node's: a client cannot serve its services
+        for enclave in (OPERATOR_ENCLAVE, OBSERVER_ENCLAVE, ROBOT_ENCLAVE):
+            assert not allowed(grants[enclave], 'subscribe', 'rq/oxygen/get_stateRequest')
+        operator.close()
+    finally:
+        rclpy.try_shutdown()
+    assert record.stop() == 0, record.output()
+    assert replay.stop() == 0, replay.output()
