@@ -13,6 +13,7 @@ import numpy as np
 from oxygen_ros.backends.config import (
     AttentionBackend, BackendConfig, BackendKind, CompileMode)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
+from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason, TextContext
 from oxygen_ros.sched.scheduler import Policy
@@ -43,6 +44,8 @@ class EngineConfig:
         LeRobot >= v0.5.0).
     :param quantile_eps: added to ``q99 - q01`` by the quantile normalization; None: the
         stats' family's (openpi 1e-6, LeRobot 0).
+    :param image_resize: the resize-with-pad filter (``model/preprocess.py``); None: the
+        checkpoint family's (openpi: Pillow's; LeRobot: ``F.interpolate``'s).
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
@@ -84,6 +87,7 @@ class EngineConfig:
     prompt_format: PromptFormat | None = None
     state_prompt_pad: int = 0
     quantile_eps: float | None = None
+    image_resize: ImageResize | None = None
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
@@ -136,6 +140,8 @@ class EngineConfig:
             raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
         if self.prompt_format is not None:
             object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
+        if self.image_resize is not None:
+            object.__setattr__(self, 'image_resize', ImageResize(self.image_resize))
         for name in ('subtask_context', 'answer_context', 'memory_context'):
             object.__setattr__(self, name, TextContext(getattr(self, name)))
         if self.memory_adapter:

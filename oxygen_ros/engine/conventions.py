@@ -5,16 +5,17 @@ Three families of checkpoints reach the node (docs/checkpoints.md):
 
 - **openpi** (PyTorch ``model.safetensors``, or converted by ``oxygen_convert``): stats in
   ``assets/<asset_id>/norm_stats.json``, quantile normalization with openpi's ``+ 1e-6``, the
-  preset's prompt format (``pi05_libero`` without the state, the others with it).
+  preset's prompt format (``pi05_libero`` without the state, the others with it), Pillow's
+  image resize.
 - **LeRobot** (``lerobot/pi05_*``): stats and modes in the processor files
   (``model/lerobot_processors.py``), LeRobot's formulas (no ``+ 1e-6``), the state always in
-  the prompt.
+  the prompt, ``F.interpolate``'s image resize (``model/preprocess.py``).
 - **random weights** (no checkpoint): identity stats.
 
 Explicit settings win: ``norm_stats`` (an openpi JSON), ``prompt_format``,
-``quantile_eps``; ``state_prompt_pad`` has one default for all (0: LeRobot >= v0.5.0 and
-openpi; checkpoints fine-tuned with LeRobot <= v0.4.4 need 32). The chosen values and their
-origin are logged once at start.
+``quantile_eps``, ``image_resize``; ``state_prompt_pad`` has one default for all (0: LeRobot
+>= v0.5.0 and openpi; checkpoints fine-tuned with LeRobot <= v0.4.4 need 32). The chosen
+values and their origin are logged once at start.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from oxygen_ros.model.lerobot_processors import (
 from oxygen_ros.model.norm_stats import (
     identity_norm_stats, known_asset_ids, load_norm_stats, NormStats, openpi_norm_stats_file)
 from oxygen_ros.model.normalize import QuantityNorm
+from oxygen_ros.model.preprocess import ImageResize
 
 _LOG = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Conventions:
     :ivar prompt_format: the action prompt's format.
     :ivar state_prompt_pad: dims the state is zero-padded to before binning (0: none).
     :ivar family: the checkpoint's family.
+    :ivar image_resize: the resize-with-pad filter of the family (or the one set).
     """
 
     state: QuantityNorm
@@ -69,12 +72,14 @@ class Conventions:
     prompt_format: PromptFormat
     state_prompt_pad: int
     family: CheckpointFamily
+    image_resize: ImageResize = ImageResize.OPENPI
 
     def describe(self) -> str:
         """Return one line for the start-up log."""
         return (f'{self.family.value} checkpoint conventions: prompt {self.prompt_format.value}'
                 f' (state padded to {self.state_prompt_pad or "no"} dims), quantile eps '
-                f'{self.actions.quantile_eps:g}; {self.norm_origin}')
+                f'{self.actions.quantile_eps:g}, {self.image_resize.value} image resize; '
+                f'{self.norm_origin}')
 
 
 def checkpoint_folder(checkpoint: str | Path) -> Path:
@@ -129,7 +134,9 @@ def resolve_conventions(config: EngineConfig, cfg: ModelConfig,
                              'actions per chunk (the action tokens attend each other: a '
                              'different horizon changes the actions)', folder,
                              prompt.chunk_size, cfg.name, cfg.action_horizon)
-    return Conventions(state, actions, origin, fmt, config.state_prompt_pad, family)
+    resize = config.image_resize or (ImageResize.LEROBOT if family is CheckpointFamily.LEROBOT
+                                     else ImageResize.OPENPI)
+    return Conventions(state, actions, origin, fmt, config.state_prompt_pad, family, resize)
 
 
 def _with_eps(norm: QuantityNorm, eps: float) -> QuantityNorm:

@@ -241,7 +241,8 @@ class Engine:
         """
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer,
                                    prompt_format=self.conventions.prompt_format,
-                                   state_pad=self.conventions.state_prompt_pad)
+                                   state_pad=self.conventions.state_prompt_pad,
+                                   image_resize=self.conventions.image_resize)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
              on_action: Callable[[ActionChunk], None] | None = None,

@@ -18,7 +18,7 @@ import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
 from oxygen_ros.model.normalize import Normalizer
-from oxygen_ros.model.preprocess import prepare_images
+from oxygen_ros.model.preprocess import ImageResize, prepare_images
 from oxygen_ros.model.prompt import action_prompt_ids
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
@@ -65,12 +65,14 @@ class PreparedObservation:
 
 def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: PaligemmaTokenizer,
                         normalizer: Normalizer, *, prompt_format: PromptFormat | None = None,
-                        state_pad: int = 0) -> PreparedObservation:
+                        state_pad: int = 0,
+                        image_resize: ImageResize = ImageResize.OPENPI) -> PreparedObservation:
     """
     Check an observation and turn it into model inputs.
 
     :param prompt_format: the action prompt's format (default: the preset's).
     :param state_pad: dims the state is zero-padded to before binning (0: none).
+    :param image_resize: the checkpoint family's resize-with-pad filter.
 
     :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
         the state has the wrong length or NaN/Inf; the prompt is empty or its action prompt
@@ -82,7 +84,7 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
                                f'missing camera(s) {missing}; preset {cfg.name} needs '
                                f'{list(cfg.cameras)}')
     try:
-        images, mask = prepare_images(obs.images, cfg)
+        images, mask = prepare_images(obs.images, cfg, image_resize)
     except ValueError as exc:
         raise ObservationError(InputFault.BAD_IMAGE, str(exc)) from None
     assert mask.sum() == len(cfg.cameras)

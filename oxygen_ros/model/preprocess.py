@@ -1,18 +1,28 @@
 """
-Camera images → model input (spec §1.9).
+Camera images → model input, as each checkpoint family resized them in training.
 
-openpi resizes each RGB image to 224×224 *keeping the aspect ratio* (bilinear, Pillow, in
-``openpi_client/image_tools.py``), pads it centred with black, and the model then maps uint8
-to [-1, 1] with ``x / 255 * 2 - 1``. We do the same: resize first (in the input's dtype),
-then scale. Float images must already be in [-1, 1]; they are resized per channel with
-Pillow's 32-bit float mode (the same bilinear filter, without uint8 rounding), clipped to
-[-1, 1] and padded with -1 (black), as openpi's JAX/torch ``resize_with_pad`` do for float32.
+Both families resize each RGB image to 224×224 *keeping the aspect ratio* and pad it centred
+with black; they differ in the filter (``ImageResize``):
+
+- ``OPENPI``: Pillow's bilinear filter on the uint8 image (``openpi_client/image_tools.py``
+  ``resize_with_pad``; Pillow widens the filter when it shrinks: antialiased, as
+  ``jax.image.resize``), then ``x / 255 * 2 - 1``. Float images must already be in [-1, 1];
+  they are resized per channel with Pillow's 32-bit float mode (the same filter, without
+  uint8 rounding), clipped to [-1, 1] and padded with -1 (black), as openpi's
+  ``resize_with_pad`` does for float32.
+- ``LEROBOT``: LeRobot feeds float images in [0, 1] (uint8 / 255) to
+  ``policies/common/vla_utils.py`` ``resize_with_pad_torch``: ``F.interpolate(mode=
+  'bilinear', align_corners=False)`` without antialiasing, clipped to [0, 1], padded with
+  0, then ``x * 2 - 1`` (``modeling_pi05.py`` ``_preprocess_images``). On a 600×400
+  photograph the two filters give model inputs up to 0.9 apart: a checkpoint sees what it
+  was trained on only with its own.
 
 Grayscale/RGBA/BGR conversion is the ROS layer's job: only ``[H, W, 3]`` RGB is accepted here.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import Mapping
 
@@ -23,6 +33,15 @@ from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 logger = logging.getLogger(__name__)
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class ImageResize(str, enum.Enum):
+    """Which family's resize-with-pad filter (see the module docstring)."""
+
+    OPENPI = 'openpi'
+    """Pillow bilinear (antialiased when shrinking) on uint8, openpi's."""
+    LEROBOT = 'lerobot'
+    """``F.interpolate`` bilinear without antialiasing on [0, 1] floats, LeRobot's."""
 
 
 def check_image(img: np.ndarray, name: str = 'image') -> None:
@@ -94,27 +113,72 @@ def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
     cur_h, cur_w = img.shape[:2]
     if (cur_h, cur_w) == (height, width):
         return img if is_uint8 else img.astype(np.float32, copy=False)
-    ratio = max(cur_w / width, cur_h / height)
-    new_h = max(1, int(cur_h / ratio))
-    new_w = max(1, int(cur_w / ratio))
+    new_h, new_w, top, left = pad_geometry(cur_h, cur_w, height, width)
     resized = _resize(img, new_h, new_w)
     out = np.full((height, width, 3), 0 if is_uint8 else -1.0,
                   dtype=np.uint8 if is_uint8 else np.float32)
-    top, left = (height - new_h) // 2, (width - new_w) // 2
     out[top:top + new_h, left:left + new_w] = resized
     return out
 
 
-def image_to_model(img: np.ndarray, size: int | None = None) -> np.ndarray:
+def pad_geometry(height: int, width: int, size_h: int, size_w: int
+                 ) -> tuple[int, int, int, int]:
+    """
+    Return ``(new_h, new_w, top, left)`` of a resize-with-pad to ``size_h × size_w``.
+
+    ``ratio = max(width / size_w, height / size_h)``, content ``int(h / ratio) × int(w /
+    ratio)`` (at least 1 pixel), padding split with the extra pixel at the bottom/right
+    (openpi ``resize_with_pad``; LeRobot's ``resize_with_pad_torch`` the same).
+    """
+    ratio = max(width / size_w, height / size_h)
+    new_h, new_w = max(1, int(height / ratio)), max(1, int(width / ratio))
+    return new_h, new_w, (size_h - new_h) // 2, (size_w - new_w) // 2
+
+
+def lerobot_resize_with_pad(images: object, size: int) -> object:
+    """
+    Resize with pad as LeRobot does, a batch on any torch device (``ImageResize.LEROBOT``).
+
+    :param images: ``float32 [N, 3, H, W]`` torch tensor in [0, 1].
+    :returns: ``float32 [N, 3, size, size]`` in [0, 1]: ``F.interpolate`` bilinear
+        (``align_corners=False``, no antialiasing), clipped to [0, 1], padded with 0.
+    """
+    import torch.nn.functional as F  # noqa: N812
+
+    h, w = images.shape[-2:]
+    if (h, w) == (size, size):
+        return images
+    new_h, new_w, top, left = pad_geometry(h, w, size, size)
+    resized = F.interpolate(images, size=(new_h, new_w), mode='bilinear',
+                            align_corners=False).clamp(0.0, 1.0)
+    return F.pad(resized, (left, size - new_w - left, top, size - new_h - top), value=0.0)
+
+
+def _lerobot_image_to_model(img: np.ndarray, size: int) -> np.ndarray:
+    """Return the input LeRobot makes of one image (uint8, or [-1, 1] float taken to [0, 1])."""
+    import torch
+
+    check_image(img)
+    x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None]
+    x = x.float() / 255.0 if img.dtype == np.uint8 else (x.float() + 1.0) / 2.0
+    return (lerobot_resize_with_pad(x, size)[0] * 2.0 - 1.0).numpy()
+
+
+def image_to_model(img: np.ndarray, size: int | None = None,
+                   resize: ImageResize = ImageResize.OPENPI) -> np.ndarray:
     """
     Return one camera image as the vision tower's input.
 
     :param img: ``uint8 [H, W, 3]`` RGB, or ``float32/float64 [H, W, 3]`` already in [-1, 1].
-    :param size: if given, :func:`resize_with_pad` to ``size × size`` first (in the input
-        dtype, as openpi); if None the image keeps its size.
+    :param size: if given, resize with pad to ``size × size`` first (:func:`resize_with_pad`
+        in the input dtype for OPENPI, :func:`lerobot_resize_with_pad` for LEROBOT); if None
+        the image keeps its size.
+    :param resize: the checkpoint family's filter.
     :returns: ``float32 [3, S, S]`` (channels first) in [-1, 1]; uint8 maps ``x/255*2-1``.
     :raises ValueError: see :func:`check_image`.
     """
+    if size is not None and ImageResize(resize) is ImageResize.LEROBOT:
+        return _lerobot_image_to_model(img, size)
     if size is not None:
         img = resize_with_pad(img, size, size)
     else:
@@ -126,8 +190,8 @@ def image_to_model(img: np.ndarray, size: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
 
-def prepare_images(images: Mapping[str, np.ndarray],
-                   cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+def prepare_images(images: Mapping[str, np.ndarray], cfg: ModelConfig,
+                   resize: ImageResize = ImageResize.OPENPI) -> tuple[np.ndarray, np.ndarray]:
     """
     Build the image input of all ``CAMERA_SLOTS`` for one observation.
 
@@ -138,6 +202,7 @@ def prepare_images(images: Mapping[str, np.ndarray],
 
     :param images: slot name → image (``config.CAMERA_SLOTS`` names).
     :param cfg: the model preset.
+    :param resize: the checkpoint family's filter.
     :returns: ``float32 [3, 3, S, S]`` images in slot order and ``bool [3]`` image masks.
     :raises ValueError: an unknown slot name, or an invalid image (message names the slot).
     """
@@ -155,11 +220,12 @@ def prepare_images(images: Mapping[str, np.ndarray],
             logger.debug('ignoring camera %s: preset %s does not use it', slot, cfg.name)
             continue
         try:
-            out[i] = image_to_model(img, size)
+            out[i] = image_to_model(img, size, resize)
         except ValueError as exc:
             raise ValueError(f'camera {slot}: {exc}') from None
         mask[i] = True
     return out, mask
 
 
-__all__ = ['check_image', 'image_to_model', 'prepare_images', 'resize_with_pad']
+__all__ = ['ImageResize', 'check_image', 'image_to_model', 'lerobot_resize_with_pad',
+           'pad_geometry', 'prepare_images', 'resize_with_pad']

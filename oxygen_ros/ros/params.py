@@ -25,6 +25,7 @@ from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import (
     BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
+from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.request import TextContext
@@ -93,6 +94,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               read_only=True),
     ParamSpec('quantile_eps', -1.0, 'added to q99 - q01 by quantile normalization; -1 = the '
               "stats' own (openpi norm_stats.json 1e-6, LeRobot files 0)", (-1.0, 1.0),
+              read_only=True),
+    ParamSpec('image_resize', '', "camera image resize-with-pad filter: '' = the "
+              "checkpoint's ('openpi': Pillow bilinear; LeRobot checkpoints: 'lerobot', "
+              'F.interpolate bilinear without antialiasing, as each family trained)',
               read_only=True),
     ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",
               read_only=True),
@@ -204,7 +209,7 @@ SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
           'compile_mode': CompileMode, 'policy': Policy, 'prompt_format': PromptFormat,
           'subtask_context': TextContext, 'answer_context': TextContext,
-          'memory_context': TextContext}
+          'memory_context': TextContext, 'image_resize': ImageResize}
 
 
 def model_defaults(model: ModelConfig) -> dict[str, list]:
@@ -467,6 +472,8 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             prompt_format=_enum('prompt_format', v['prompt_format']) if v['prompt_format']
             else None, state_prompt_pad=int(v['state_prompt_pad']),
             quantile_eps=_quantile_eps(float(v['quantile_eps'])),
+            image_resize=_enum('image_resize', v['image_resize']) if v['image_resize']
+            else None,
             dtype=str(v['dtype']), device=str(v['device']),
             backend=_enum('backend', v['backend']), policy=_enum('policy', v['policy']),
             compile_mode=_enum('compile_mode', v['compile_mode']),

@@ -12,6 +12,7 @@ from oxygen_ros.engine.conventions import (
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.normalize import NormMode
 from oxygen_ros.model.pi05 import build_model
+from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.weights import CheckpointLayout, save_checkpoint
 from oxygen_ros.observation import Observation
 import pytest
@@ -67,7 +68,10 @@ def test_lerobot_normalizer_files_give_the_actions_of_the_equivalent_openpi_stat
     assert conv.state.mode is NormMode(mode) and conv.actions.mode is NormMode(mode)
     assert conv.actions.quantile_eps == 0.0 and conv.actions.eps == 1e-8
     assert 'policy_preprocessor_step_3_normalizer_processor.safetensors' in conv.norm_origin
-    ref_engine, ref_prompts, ref_actions = _run(openpi, tokenizer, stats)
+    assert conv.image_resize is ImageResize.LEROBOT              # the family's own filter
+    # the openpi folder with LeRobot's image filter: only the normalization files differ
+    ref_engine, ref_prompts, ref_actions = _run(openpi, tokenizer, stats,
+                                                image_resize=ImageResize.LEROBOT)
     assert ref_engine.conventions.family is CheckpointFamily.OPENPI
     assert prompts == ref_prompts          # the same state bins in the prompt
     np.testing.assert_allclose(actions, ref_actions, rtol=1e-6, atol=1e-6)
@@ -133,6 +137,20 @@ def test_lerobot_prompt_and_explicit_settings(tmp_path, caplog):
     assert 'quantile_eps 1e-06 set' in conv.norm_origin
     write_lerobot_processors(tmp_path, stats, include_state=False)
     assert _conventions(tmp_path).prompt_format is PromptFormat.PI05_NO_STATE
+    assert _conventions(tmp_path).image_resize is ImageResize.LEROBOT
+    assert _conventions(tmp_path, image_resize='openpi').image_resize is ImageResize.OPENPI
+
+
+def test_the_image_filter_changes_the_actions_of_a_lerobot_checkpoint(weights, tokenizer,
+                                                                      tmp_path):
+    """Use the resize LeRobot's checkpoints were trained with, not Pillow's."""
+    stats = dataset_stats(np.random.default_rng(1))
+    save_checkpoint(weights, tmp_path, layout=CheckpointLayout.LEROBOT)
+    write_lerobot_processors(tmp_path, stats)
+    own = _run(tmp_path, tokenizer, stats)
+    pil = _run(tmp_path, tokenizer, stats, image_resize=ImageResize.OPENPI)
+    assert 'lerobot image resize' in own[0].conventions.describe()
+    assert np.abs(own[2] - pil[2]).max() > 1e-5              # the filter reaches the actions
 
 
 def test_norm_stats_parameter_overrides_the_lerobot_files(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.preprocess import (
-    check_image, image_to_model, prepare_images, resize_with_pad)
+    check_image, image_to_model, ImageResize, prepare_images, resize_with_pad)
 from PIL import Image
 import pytest
 
@@ -152,3 +152,52 @@ def test_prepare_images_errors():
         prepare_images({'wrist': np.zeros((8, 8, 3), np.uint8)}, cfg)
     with pytest.raises(ValueError, match='camera left_wrist_0_rgb: .*got 4'):
         prepare_images({'left_wrist_0_rgb': np.zeros((8, 8, 4), np.uint8)}, cfg)
+
+
+def _lerobot_reference(img: np.ndarray, size: int) -> np.ndarray:
+    """Restate LeRobot's pi05 input: [0, 1] float, F.interpolate, clip, pad 0, x * 2 - 1."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    x = torch.from_numpy(img).permute(2, 0, 1)[None].to(torch.float32) / 255.0
+    h, w = img.shape[:2]
+    ratio = max(w / size, h / size)
+    rh, rw = int(h / ratio), int(w / ratio)
+    x = F.interpolate(x, size=(rh, rw), mode='bilinear', align_corners=False).clamp(0.0, 1.0)
+    top, left = divmod(size - rh, 2)[0], divmod(size - rw, 2)[0]
+    x = F.pad(x, (left, size - rw - left, top, size - rh - top), value=0.0)
+    return (x * 2.0 - 1.0)[0].numpy()
+
+
+@pytest.mark.parametrize('shape', [(480, 640), (300, 101), (400, 600), (224, 224), (97, 33)])
+def test_lerobot_resize_is_lerobots_own(shape):
+    img = _gradient(*shape)
+    got = image_to_model(img, 224, ImageResize.LEROBOT)
+    np.testing.assert_array_equal(got, _lerobot_reference(img, 224))
+    assert got.shape == (3, 224, 224) and got.dtype == np.float32
+
+
+def test_the_two_families_filters_differ_on_a_photograph():
+    """Shrinking a real photo: Pillow antialiases, F.interpolate does not (both are right)."""
+    from skimage import data
+
+    photo = np.ascontiguousarray(data.coffee()[:400, :600])          # 600 x 400
+    openpi = image_to_model(photo, 224, ImageResize.OPENPI)
+    lerobot = image_to_model(photo, 224, ImageResize.LEROBOT)
+    diff = np.abs(openpi - lerobot)
+    assert diff.max() > 0.5 and diff.mean() > 0.01
+    # the same geometry: both pad the same rows with black
+    assert (openpi[:, :37] == -1).all() and (lerobot[:, :37] == -1).all()
+    same = image_to_model(_gradient(224, 224), 224, ImageResize.LEROBOT)
+    np.testing.assert_array_equal(same, image_to_model(_gradient(224, 224), 224))
+
+
+def test_prepare_images_takes_the_filter():
+    cfg = get_preset('tiny')
+    photo = _gradient(120, 160)
+    slot = cfg.cameras[0]
+    openpi, _ = prepare_images({slot: photo}, cfg)
+    lerobot, _ = prepare_images({slot: photo}, cfg, ImageResize.LEROBOT)
+    size = cfg.vision.image_size
+    np.testing.assert_array_equal(lerobot[0], _lerobot_reference(photo, size))
+    assert not np.array_equal(openpi[0], lerobot[0])
