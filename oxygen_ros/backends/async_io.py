@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
+from oxygen_ros.model.preprocess import ImageResize, resize_on_device
 import torch
 
 
@@ -44,6 +46,54 @@ def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
     return to_device((blocks[:, None] * block_size + offsets).flatten()[:num_tokens], device)
 
 
+class CameraUpload:
+    """
+    Camera images to the device through persistent pinned buffers, resized there if uint8.
+
+    One pinned host buffer and one device buffer per camera, kept while the camera's image
+    size stays the same: a frame costs one host copy into pinned memory and one asynchronous
+    upload per camera, no allocation of either (``TorchBackend``'s vision job). Before a host
+    buffer is written again, the upload that read it last is waited for (its event), so a
+    slow upload is never overwritten. On the CPU the arrays are used as they are.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._buffers: dict[int, tuple[torch.Tensor, torch.Tensor, object]] = {}
+
+    def _to_device(self, i: int, array: np.ndarray) -> torch.Tensor:
+        src = torch.from_numpy(array)
+        if self.device.type != 'cuda':
+            return src
+        held = self._buffers.get(i)
+        if held is None or held[0].shape != src.shape or held[0].dtype != src.dtype:
+            held = (torch.empty(src.shape, dtype=src.dtype, pin_memory=True),
+                    torch.empty(src.shape, dtype=src.dtype, device=self.device), None)
+        host, dev, event = held
+        if event is not None:
+            event.synchronize()  # type: ignore[attr-defined]
+        host.copy_(src)
+        dev.copy_(host, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._buffers[i] = (host, dev, event)
+        return dev
+
+    def upload(self, images: tuple[np.ndarray, ...], resize: ImageResize,
+               size: int) -> torch.Tensor:
+        """
+        Return the cameras as the vision tower's input on the device.
+
+        :param images: per camera ``float32 [3, S, S]`` in [-1, 1] or ``uint8 [H, W, 3]``
+            (resized on the device: ``model.preprocess.resize_on_device``).
+        :returns: ``float32 [1, N, 3, S, S]``.
+        """
+        out = [self._to_device(i, img) if img.dtype != np.uint8 else
+               resize_on_device(self._to_device(i, img), size, resize)
+               for i, img in enumerate(images)]
+        return torch.stack(out)[None]
+
+
 class JobClock:
     """Job timing: CUDA events read after the cycle (no sync per job), or a host timer."""
 
@@ -67,4 +117,4 @@ class JobClock:
         return end - start  # type: ignore[operator]
 
 
-__all__ = ['JobClock', 'block_slots', 'to_device']
+__all__ = ['CameraUpload', 'JobClock', 'block_slots', 'to_device']

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import time
 from typing import Callable
 
-from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
+import numpy as np
+from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to_device
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
@@ -34,6 +35,7 @@ from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.rtc import guided_sample, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
@@ -47,16 +49,19 @@ class FrameInputs:
     """
     Model inputs of one frame (the engine builds them from an ``Observation``).
 
-    :ivar images: ``[1, N, 3, S, S]`` valid cameras only, in ``CAMERA_SLOTS`` order, [-1, 1]
-        (on the CPU or the backend's device; the backend moves them).
+    :ivar images: the valid cameras in ``CAMERA_SLOTS`` order, each ``float32 [3, S, S]`` in
+        [-1, 1] (resized on the host) or ``uint8 [H, W, 3]`` RGB as it came (the backend
+        uploads it and resizes it on its device with ``image_resize``).
     :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk.
     :ivar guidance: real-time chunking toward the previous chunk, or None.
+    :ivar image_resize: the checkpoint family's resize filter, for uint8 images.
     """
 
     frame_id: int
-    images: torch.Tensor
+    images: tuple[np.ndarray, ...]
     noise: torch.Tensor
     guidance: RtcGuidance | None = None
+    image_resize: ImageResize = ImageResize.OPENPI
 
 
 @dataclass(slots=True)
@@ -131,6 +136,7 @@ class TorchBackend:
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
+        self._images = CameraUpload(self.device)
 
     @property
     def num_live_segments(self) -> int:
@@ -166,6 +172,7 @@ class TorchBackend:
         other = copy.copy(self)
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
+        other._images = CameraUpload(self.device)
         return other
 
     def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
@@ -204,9 +211,10 @@ class TorchBackend:
                 if frame is None or frame.frame_id != job.frame_id:
                     raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
                                      f'got inputs of {frame.frame_id if frame else None}')
-                images = to_device(frame.images, self.device).to(self.cache.dtype)
-                self._embeds[job.emb_id] = self.model.encode_images(images)
-                info = {'batch_size': frame.images.shape[1]}
+                images = self._images.upload(frame.images, frame.image_resize,
+                                             self.model.cfg.vision.image_size)
+                self._embeds[job.emb_id] = self.model.encode_images(images.to(self.cache.dtype))
+                info = {'batch_size': len(frame.images)}
             elif isinstance(job, PrefillJob):
                 self._prefill(job)
                 info = {'num_tokens': job.num_tokens}

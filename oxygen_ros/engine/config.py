@@ -46,6 +46,8 @@ class EngineConfig:
         stats' family's (openpi 1e-6, LeRobot 0).
     :param image_resize: the resize-with-pad filter (``model/preprocess.py``); None: the
         checkpoint family's (openpi: Pillow's; LeRobot: ``F.interpolate``'s).
+    :param resize_on_device: uint8 camera images go up as they came and are resized and
+        scaled on the backend's device; None: on CUDA.
     :param dtype: ``float32`` or ``bfloat16``.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
@@ -88,6 +90,7 @@ class EngineConfig:
     state_prompt_pad: int = 0
     quantile_eps: float | None = None
     image_resize: ImageResize | None = None
+    resize_on_device: bool | None = None
     dtype: str = 'float32'
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH

@@ -23,7 +23,9 @@ from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weigh
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.conventions import resolve_conventions
-from oxygen_ros.engine.inputs import prepare_observation, PreparedObservation
+from oxygen_ros.engine.inputs import (
+    CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
+    PreparedObservation)
 from oxygen_ros.engine.loading import build_model, load_tokenizer
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
@@ -233,6 +235,28 @@ class Engine:
         return self.backend.fallbacks
 
     # -- the control cycle ---------------------------------------------------------------
+    @property
+    def resize_on_device(self) -> bool:
+        """Return whether uint8 camera images go to the backend's device to be resized."""
+        setting = self.config.resize_on_device
+        return self.backend.device.type == 'cuda' if setting is None else setting
+
+    def prepare_image(self, slot: str, image: np.ndarray) -> CameraImage:
+        """
+        Check one camera image and do its host share of preparation (thread-safe).
+
+        What the node calls when an image arrives, off the control cycle: resize with pad
+        and scale on the host, or, where the backend resizes on its device, the check alone.
+
+        :param slot: the camera slot (for the error message).
+        :raises ObservationError: a malformed image (``BAD_IMAGE``).
+        """
+        try:
+            return prepare_camera(image, self.model_cfg, self.conventions.image_resize,
+                                  on_device=self.resize_on_device)
+        except ValueError as exc:
+            raise ObservationError(InputFault.BAD_IMAGE, f'camera {slot}: {exc}') from None
+
     def prepare(self, obs: Observation) -> PreparedObservation:
         """
         Check and transform an observation without changing any engine state.
@@ -242,7 +266,8 @@ class Engine:
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer,
                                    prompt_format=self.conventions.prompt_format,
                                    state_pad=self.conventions.state_prompt_pad,
-                                   image_resize=self.conventions.image_resize)
+                                   image_resize=self.conventions.image_resize,
+                                   resize_on_device=self.resize_on_device)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
              on_action: Callable[[ActionChunk], None] | None = None,
@@ -327,9 +352,9 @@ class Engine:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        images = torch.from_numpy(prepared.images)[None]   # the backend uploads them
         guidance = self._rtc_guidance(prepared.stamp_ns, rtc) if rtc is not None else None
-        return frame, FrameInputs(fid, images, noise, guidance)
+        return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
+                                  self.conventions.image_resize)
 
     def _rtc_guidance(self, stamp_ns: int, rtc: RtcRequest) -> RtcGuidance | None:
         """

@@ -18,7 +18,7 @@ import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
 from oxygen_ros.model.normalize import Normalizer
-from oxygen_ros.model.preprocess import ImageResize, prepare_images
+from oxygen_ros.model.preprocess import check_image, image_to_model, ImageResize
 from oxygen_ros.model.prompt import action_prompt_ids
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
@@ -42,17 +42,59 @@ class ObservationError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class CameraImage:
+    """
+    One camera image checked for the engine and ready for its vision job.
+
+    Made by ``Engine.prepare_image`` (the node calls it when an image arrives, off the
+    control cycle), or inside ``prepare_observation``.
+
+    :ivar pixels: ``float32 [3, S, S]`` in [-1, 1], resized on the host; or ``uint8 [H, W,
+        3]`` RGB as it came, resized by the backend on its device
+        (``model.preprocess.resize_on_device``).
+    """
+
+    pixels: np.ndarray
+
+    @property
+    def resized(self) -> bool:
+        """Return whether the image is resized already (else the device resizes it)."""
+        return self.pixels.dtype != np.uint8
+
+
+def prepare_camera(img: np.ndarray | CameraImage, cfg: ModelConfig, resize: ImageResize, *,
+                   on_device: bool = False) -> CameraImage:
+    """
+    Check one camera image and resize it on the host unless the device will.
+
+    :param img: ``uint8 [H, W, 3]`` RGB or ``float [H, W, 3]`` in [-1, 1]; a
+        :class:`CameraImage` is returned as is.
+    :param resize: the checkpoint family's filter.
+    :param on_device: keep a uint8 image as it is (the backend resizes it; float images are
+        resized on the host either way).
+    :raises ValueError: see ``model.preprocess.check_image``.
+    """
+    if isinstance(img, CameraImage):
+        return img
+    if on_device and isinstance(img, np.ndarray) and img.dtype == np.uint8:
+        check_image(img)
+        return CameraImage(np.ascontiguousarray(img))
+    return CameraImage(image_to_model(img, cfg.vision.image_size, resize))
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedObservation:
     """
     An observation in model space.
 
-    :ivar images: ``float32 [N, 3, S, S]`` the preset's cameras in ``CAMERA_SLOTS`` order.
+    :ivar cameras: the preset's cameras in ``CAMERA_SLOTS`` order, each ``CameraImage.pixels``
+        (resized on the host, or uint8 for the device to resize).
     :ivar action_prompt_ids: BOS + action prompt ids (no padding).
     :ivar state: ``float64 [state_dim]`` the robot state in robot units, as observed (the
         action chunk of this frame starts from it).
     """
 
-    images: np.ndarray
+    cameras: tuple[np.ndarray, ...]
     action_prompt_ids: tuple[int, ...]
     instruction: str
     stamp_ns: int
@@ -60,19 +102,31 @@ class PreparedObservation:
 
     @property
     def num_cameras(self) -> int:
-        return self.images.shape[0]
+        return len(self.cameras)
+
+    @property
+    def images(self) -> np.ndarray:
+        """
+        Return ``float32 [N, 3, S, S]``: the cameras resized on the host, stacked.
+
+        :raises ValueError: a camera is left to the device to resize.
+        """
+        if any(c.dtype == np.uint8 for c in self.cameras):
+            raise ValueError('the images of this observation are resized on the device')
+        return np.stack(self.cameras)
 
 
 def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: PaligemmaTokenizer,
                         normalizer: Normalizer, *, prompt_format: PromptFormat | None = None,
-                        state_pad: int = 0,
-                        image_resize: ImageResize = ImageResize.OPENPI) -> PreparedObservation:
+                        state_pad: int = 0, image_resize: ImageResize = ImageResize.OPENPI,
+                        resize_on_device: bool = False) -> PreparedObservation:
     """
     Check an observation and turn it into model inputs.
 
     :param prompt_format: the action prompt's format (default: the preset's).
     :param state_pad: dims the state is zero-padded to before binning (0: none).
     :param image_resize: the checkpoint family's resize-with-pad filter.
+    :param resize_on_device: leave uint8 images to the backend to resize (``prepare_camera``).
 
     :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
         the state has the wrong length or NaN/Inf; the prompt is empty or its action prompt
@@ -83,12 +137,17 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
         raise ObservationError(InputFault.MISSING_CAMERA,
                                f'missing camera(s) {missing}; preset {cfg.name} needs '
                                f'{list(cfg.cameras)}')
-    try:
-        images, mask = prepare_images(obs.images, cfg, image_resize)
-    except ValueError as exc:
-        raise ObservationError(InputFault.BAD_IMAGE, str(exc)) from None
-    assert mask.sum() == len(cfg.cameras)
-    images = images[[CAMERA_SLOTS.index(s) for s in CAMERA_SLOTS if s in cfg.cameras]]
+    unknown = sorted(set(obs.images) - set(CAMERA_SLOTS))
+    if unknown:
+        raise ObservationError(InputFault.BAD_IMAGE, f'unknown camera slots {unknown}; known: '
+                                                     f'{list(CAMERA_SLOTS)}')
+    cameras = []
+    for slot in (s for s in CAMERA_SLOTS if s in cfg.cameras):
+        try:
+            cameras.append(prepare_camera(obs.images[slot], cfg, image_resize,
+                                          on_device=resize_on_device).pixels)
+        except ValueError as exc:
+            raise ObservationError(InputFault.BAD_IMAGE, f'camera {slot}: {exc}') from None
 
     try:
         # Shape and NaN/Inf are checked there. The state is normalized in float64 without a
@@ -113,7 +172,7 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
             f'instruction too long: its action prompt ({fmt.value}, with BOS and the state) is '
             f'{len(ids)} tokens, the model takes {cfg.max_token_len} (max_token_len of preset '
             f'{cfg.name}); shorten it by at least {over} token(s)')
-    return PreparedObservation(images=images, action_prompt_ids=tuple(ids),
+    return PreparedObservation(cameras=tuple(cameras), action_prompt_ids=tuple(ids),
                                instruction=obs.prompt,
                                stamp_ns=int(obs.stamp_ns),
                                state=np.array(obs.state, dtype=np.float64))

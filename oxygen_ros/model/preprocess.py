@@ -164,6 +164,34 @@ def _lerobot_image_to_model(img: np.ndarray, size: int) -> np.ndarray:
     return (lerobot_resize_with_pad(x, size)[0] * 2.0 - 1.0).numpy()
 
 
+def resize_on_device(image: object, size: int,
+                     resize: ImageResize = ImageResize.OPENPI) -> object:
+    """
+    Resize with pad and scale one uint8 camera image with torch, on the image's device.
+
+    The GPU's share of image preparation: the uint8 image goes up as it came and is resized
+    there. ``LEROBOT`` is LeRobot's own computation (:func:`lerobot_resize_with_pad`), equal to
+    the host path. ``OPENPI`` is ``F.interpolate(mode='bilinear', antialias=True)``, rounded to
+    uint8 as Pillow rounds: within one uint8 level of Pillow (the host path).
+
+    :param image: ``uint8 [H, W, 3]`` torch tensor.
+    :param size: the square side S.
+    :returns: ``float32 [3, S, S]`` in [-1, 1].
+    """
+    import torch.nn.functional as F  # noqa: N812
+
+    x = image.permute(2, 0, 1)[None].float()
+    if ImageResize(resize) is ImageResize.LEROBOT:
+        return lerobot_resize_with_pad(x / 255.0, size)[0] * 2.0 - 1.0
+    h, w = image.shape[:2]
+    if (h, w) != (size, size):
+        new_h, new_w, top, left = pad_geometry(h, w, size, size)
+        x = F.interpolate(x, size=(new_h, new_w), mode='bilinear', align_corners=False,
+                          antialias=True).round_().clamp_(0.0, 255.0)
+        x = F.pad(x, (left, size - new_w - left, top, size - new_h - top), value=0.0)
+    return x[0] / 255.0 * 2.0 - 1.0
+
+
 def image_to_model(img: np.ndarray, size: int | None = None,
                    resize: ImageResize = ImageResize.OPENPI) -> np.ndarray:
     """
@@ -228,4 +256,4 @@ def prepare_images(images: Mapping[str, np.ndarray], cfg: ModelConfig,
 
 
 __all__ = ['ImageResize', 'check_image', 'image_to_model', 'lerobot_resize_with_pad',
-           'pad_geometry', 'prepare_images', 'resize_with_pad']
+           'pad_geometry', 'prepare_images', 'resize_on_device', 'resize_with_pad']

@@ -181,7 +181,8 @@ class OxygenNode(LifecycleNode):
         self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
         self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
                                        cfg.rtc_max_guidance_weight)
-        self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction)
+        self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction,
+                                       prepare_image=engine.prepare_image)
         self._pubs.create(output.publisher_keys)
         self._text_out.configure(engine.tokenizer, cfg.frame_id)
         self._texts.max_queued_questions = cfg.max_queued_questions

@@ -1,11 +1,12 @@
 """
 The newest camera images, joint state and instruction, and the observation built from them.
 
-Subscription callbacks only store the newest message (with its receive time) under a lock;
-the control cycle calls ``assemble`` once per tick, which checks ages and contents and decodes
-only the newest image of each camera. There is no time synchronisation across topics beyond
-the age limit (no ``message_filters`` on PyPI; ros2-from-pypi.md): every input must be younger
-than ``max_observation_age`` at the tick.
+Subscription callbacks store the newest message (with its receive time) under a lock; an
+image is decoded and prepared for the engine right there (``Engine.prepare_image``: resized
+on the host, or only checked where the device resizes it), off the control cycle, which calls
+``assemble`` once per tick to check ages and contents and pick the prepared images. There
+is no time synchronisation across topics beyond the age limit (``message_filters`` is not on
+PyPI): every input must be younger than ``max_observation_age`` at the tick.
 
 Ages are ``now - header.stamp`` on the node clock. A joint state stamped 0 (some drivers do
 not stamp) is aged by its receive time instead; an image stamped 0 is stale, since the action
@@ -23,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 import enum
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
@@ -77,6 +78,10 @@ class Stamped:
     msg: object
     received_ns: int
     """Node clock time when the callback stored it."""
+    image: object = None
+    """An image message decoded (and prepared) when it arrived."""
+    error: str = ''
+    """Why the image could not be decoded or prepared (refused at ``assemble``)."""
 
 
 class ObservationCache:
@@ -87,11 +92,15 @@ class ObservationCache:
     :param joint_names: the robot state's joints, in model order.
     :param instruction: the initial task prompt ('' = none yet; one too long is refused as
         by ``set_instruction``).
+    :param prepare_image: ``(slot, rgb uint8 [h, w, 3]) -> image`` applied when an image
+        arrives (``Engine.prepare_image``); its ``ValueError`` refuses the image at
+        ``assemble``. None: the decoded RGB array is kept.
     :raises ValueError: an unknown camera slot.
     """
 
     def __init__(self, cameras: Sequence[str], joint_names: Sequence[str],
-                 instruction: str = '') -> None:
+                 instruction: str = '',
+                 prepare_image: Callable[[str, np.ndarray], object] | None = None) -> None:
         unknown = sorted(set(cameras) - set(CAMERA_SLOTS))
         if unknown:
             raise ValueError(f'unknown camera slots {unknown}; known: {list(CAMERA_SLOTS)}')
@@ -102,19 +111,34 @@ class ObservationCache:
         self._recent_stamps_ns: dict[str, deque[int]] = {
             slot: deque(maxlen=_RECENT_STAMPS) for slot in self.cameras}
         """Per camera, the ``header.stamp`` of the last images received (out-of-order check)."""
+        self._prepare = prepare_image
         self._joints: Stamped | None = None
         self._instruction = ''
         self._instruction_refusal: str | None = None
         self.set_instruction(instruction)
 
     def put_image(self, slot: str, msg: Image | CompressedImage, received_ns: int) -> None:
-        """Keep ``msg`` (raw or compressed) as the newest image of ``slot`` (no decoding)."""
+        """
+        Decode and prepare ``msg`` (raw or compressed), keep it as the newest of ``slot``.
+
+        Runs in the subscription's thread: the work is done before the control cycle needs
+        the image. A bad image is kept with its error, refused at ``assemble``.
+        """
         try:
             stamp = stamp_to_ns(msg.header.stamp)
         except ValueError:
             stamp = None  # refused at assemble with the reason
+        image, error = None, ''
+        try:
+            image = camera_image_to_rgb(msg)
+            if self._prepare is not None:
+                image = self._prepare(slot, image)
+        except (ImageConversionError, ValueError, TypeError) as exc:  # never crash on data
+            image, error = None, str(exc)
+            if not error.startswith(f'camera {slot}'):
+                error = f'camera {slot}: {error}'
         with self._lock:
-            self._images[slot] = Stamped(msg, received_ns)
+            self._images[slot] = Stamped(msg, received_ns, image, error)
             if stamp is not None and slot in self._recent_stamps_ns:
                 self._recent_stamps_ns[slot].append(stamp)
 
@@ -150,14 +174,15 @@ class ObservationCache:
 
         Checks, in order: every camera has a message; image stamps are within
         ``max_age_s`` of ``now_ns`` and not older than an image of the same camera received
-        before (while that one is within ``max_age_s``); images decode
-        (``compressed.camera_image_to_rgb``: raw or JPEG/PNG); a joint state
+        before (while that one is within ``max_age_s``); images decoded and were prepared
+        when they arrived (``compressed.camera_image_to_rgb``: raw or JPEG/PNG); a joint state
         exists, is recent, and holds finite positions for every joint name; the instruction
         is not empty and was not refused.
 
         :param now_ns: node clock time of the control tick.
         :param max_age_s: ``max_observation_age`` in seconds.
-        :returns: images ``uint8 [h, w, 3]`` RGB per slot, ``float32 [len(joint_names)]``
+        :returns: images per slot (``uint8 [h, w, 3]`` RGB, or as ``prepare_image`` made
+            them), ``float32 [len(joint_names)]``
             state, the instruction; ``stamp_ns`` = the stamp of the first camera in
             ``CAMERA_SLOTS`` order (the base camera when used); ``metadata`` holds
             ``camera_stamps_ns`` and ``joint_state_stamp_ns``.
@@ -183,12 +208,10 @@ class ObservationCache:
                     InputIssue.STALE, f'{slot} image stamped {stamps[slot]} ns arrived after '
                     f'one stamped {later} ns ({(later - stamps[slot]) / NS_PER_S:.3f} s '
                     f'later): out of order, not acting on the older frame')
-        rgb = {}
         for slot in self.cameras:
-            try:
-                rgb[slot] = camera_image_to_rgb(images[slot].msg)
-            except (ImageConversionError, ValueError, TypeError) as exc:  # never crash on data
-                raise RejectedInput(InputIssue.BAD_IMAGE, f'camera {slot}: {exc}') from None
+            if images[slot].error:
+                raise RejectedInput(InputIssue.BAD_IMAGE, images[slot].error)
+        rgb = {slot: images[slot].image for slot in self.cameras}
         if joints is None:
             raise RejectedInput(InputIssue.BAD_JOINTS, 'no joint state received yet')
         joint_stamp = _checked_age('joint state', joints.msg, joints.received_ns, now_ns,

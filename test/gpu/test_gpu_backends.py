@@ -125,6 +125,34 @@ def test_fast_path_calls_never_wait_for_the_host(tokenizer):
     assert calls - calls_before == 6                                 # all six were replays
 
 
+def test_a_whole_cycle_waits_for_the_gpu_at_most_once(tokenizer):
+    """Count the host syncs of Engine.step on the fast path: the token readback, no other."""
+    import warnings
+
+    cfg = _config(PrefixAttention.BIDIRECTIONAL, compile_mode=CompileMode.REDUCE_OVERHEAD)
+    model = build_model(cfg, cfg.model_config())
+    engine = Engine(cfg, model=model, tokenizer=tokenizer)
+    observations = [make_observation(f, cfg.model_config().cameras, 8) for f in range(3)]
+    engine.warmup(observations[0])
+    counts = []
+    for f, obs in enumerate(observations):
+        engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id=f'm{f}')
+        prepared = engine.prepare(obs)            # the node does this when images arrive
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            torch.cuda.set_sync_debug_mode('warn')
+            try:
+                engine.step(prepared)
+            finally:
+                torch.cuda.set_sync_debug_mode('default')
+        syncs = [str(w.message) for w in caught if 'synchroniz' in str(w.message).lower()]
+        counts.append(len(syncs))
+        assert len(syncs) <= 1, syncs
+    assert engine.fallbacks == {}, engine.fallbacks
+    print(f'host syncs per cycle: {counts}')      # docs/gpu.md
+
+
 def test_capture_survives_another_thread_using_cuda(tokenizer):
     """``capture_error_mode='thread_local'``: a node's other threads may use CUDA meanwhile."""
     stop, errors = threading.Event(), []

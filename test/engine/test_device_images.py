@@ -1,0 +1,91 @@
+"""Camera images resized on the backend's device, and prepared when they arrive."""
+
+from dataclasses import replace
+
+import numpy as np
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.inputs import CameraImage, InputFault, ObservationError
+from oxygen_ros.model.preprocess import image_to_model, ImageResize, resize_on_device
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.observation import Observation
+import pytest
+from skimage import data
+import torch
+
+CAMS = CAMERA_SLOTS[:2]
+ONE_LEVEL = 2.0 / 255.0 + 1e-6          # one uint8 level in model units ([-1, 1])
+
+
+def photos():
+    coffee = np.ascontiguousarray(data.coffee()[:400, :600])
+    rng = np.random.default_rng(0)
+    return [coffee, np.ascontiguousarray(data.astronaut()),
+            rng.integers(0, 256, (97, 33, 3), dtype=np.uint8),
+            rng.integers(0, 256, (100, 150, 3), dtype=np.uint8),
+            rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)]
+
+
+@pytest.mark.parametrize('resize', list(ImageResize), ids=lambda r: r.value)
+def test_device_resize_against_the_host_path(resize):
+    for img in photos():
+        host = image_to_model(img, 224, resize)
+        device = resize_on_device(torch.from_numpy(img), 224, resize).numpy()
+        if resize is ImageResize.LEROBOT:      # the same computation
+            np.testing.assert_array_equal(device, host)
+        else:                                  # Pillow's filter, within one uint8 level
+            assert np.abs(device - host).max() <= ONE_LEVEL, img.shape
+
+
+def observation(f, prompt='pick up the cup'):
+    rng = np.random.default_rng(f)
+    images = {CAMS[0]: np.ascontiguousarray(data.coffee()[:400, :600]),
+              CAMS[1]: rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)}
+    return Observation(images, rng.uniform(-1, 1, 8).astype(np.float32), prompt,
+                       stamp_ns=f * 66_000_000)
+
+
+def run(engine, frames=3):
+    actions, texts = [], {}
+    for f in range(frames):
+        engine.submit_text(TextTask.MEMORY, max_tokens=3, req_id=f'm{f}')
+        out = engine.step(observation(f))
+        actions.append(out.action.actions)
+        texts.update({t.req_id: t.token_ids for t in out.texts})
+    return actions, texts
+
+
+def test_an_engine_resizing_on_its_device_equals_one_resizing_on_the_host(tiny_models,
+                                                                          tokenizer):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, image_resize=ImageResize.LEROBOT, seed=3,
+                       stop_on_eos=False)
+    host = Engine(cfg, model=model, tokenizer=tokenizer)
+    device = Engine(replace(cfg, resize_on_device=True), model=model, tokenizer=tokenizer)
+    assert not host.resize_on_device and device.resize_on_device
+    prepared = device.prepare(observation(0))
+    assert [c.dtype for c in prepared.cameras] == [np.uint8, np.uint8]   # left as they came
+    with pytest.raises(ValueError, match='resized on the device'):
+        prepared.images
+    a_host, t_host = run(host)
+    a_dev, t_dev = run(device)
+    for a, b in zip(a_host, a_dev):
+        np.testing.assert_array_equal(a, b)
+    assert t_host == t_dev
+
+
+def test_images_prepared_when_they_arrive_are_taken_as_they_are(tiny_models, tokenizer):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    engine = Engine(EngineConfig(preset='tiny', cameras=CAMS, seed=3), model=model,
+                    tokenizer=tokenizer)
+    obs = observation(1)
+    early = {slot: engine.prepare_image(slot, img) for slot, img in obs.images.items()}
+    assert all(isinstance(c, CameraImage) and c.resized for c in early.values())
+    a = engine.prepare(obs)
+    b = engine.prepare(Observation(early, obs.state, obs.prompt, obs.stamp_ns))
+    np.testing.assert_array_equal(a.images, b.images)
+    with pytest.raises(ObservationError,
+                       match=r'camera base_0_rgb: image: expected 3 channels') as exc:
+        engine.prepare_image('base_0_rgb', np.zeros((4, 4, 4), np.uint8))
+    assert exc.value.cause is InputFault.BAD_IMAGE
