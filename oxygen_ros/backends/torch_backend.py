@@ -13,10 +13,11 @@ blocks in place instead.
 
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
-host waits only twice: for the action chunk (copied into pinned memory behind an event) and
-for the sampled token ids at the end. Models that decode greedily on the device
-(``decode_greedy`` / ``lm_greedy``, the compiled fast path) return token ids instead of
-logits.
+host waits only twice: for the action chunk and for the sampled token ids at the end, each
+copied into pinned memory behind an event it waits for. Camera images go up through
+persistent pinned buffers and are resized there (``async_io.CameraUpload``). Models that
+decode greedily on the device (``decode_greedy`` / ``lm_greedy``, the compiled fast path)
+return token ids instead of logits.
 """
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ class TorchBackend:
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
         self._images = CameraUpload(self.device)
+        self._token_host = torch.empty(0, dtype=torch.int64)
+        """Pinned host buffer the sampled token ids come back through (CUDA)."""
 
     @property
     def num_live_segments(self) -> int:
@@ -173,6 +176,7 @@ class TorchBackend:
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
         other._images = CameraUpload(self.device)
+        other._token_host = torch.empty(0, dtype=torch.int64)
         return other
 
     def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
@@ -294,13 +298,28 @@ class TorchBackend:
         if on_actions is not None:
             on_actions(host)
 
-    @staticmethod
-    def _token_ids(sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
-        """Copy every sampled id to the host at once (the cycle's one wait for text)."""
+    def _token_ids(self, sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
+        """
+        Copy every sampled id to the host at once (the cycle's one wait for text).
+
+        On CUDA through a persistent pinned buffer behind an event: one asynchronous copy,
+        then the host waits for that event only (not for the whole device).
+        """
         parts = [p for ps in sampled.values() for p in ps]
         if not parts:
             return {}
-        flat = torch.cat([p.reshape(-1) for p in parts]).tolist()
+        ids = torch.cat([p.reshape(-1) for p in parts])
+        if ids.device.type == 'cuda':
+            if self._token_host.numel() < ids.numel():
+                self._token_host = torch.empty(max(ids.numel(), 2 * self._token_host.numel()),
+                                               dtype=torch.int64, pin_memory=True)
+            host = self._token_host[:ids.numel()]
+            host.copy_(ids, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            event.synchronize()
+            ids = host
+        flat = ids.tolist()
         out, i = {}, 0
         for req_id, ps in sampled.items():
             n = sum(p.numel() for p in ps)
