@@ -27,7 +27,10 @@ from trajectory_msgs.msg import JointTrajectory
 
 pytestmark = pytest.mark.ros
 
-PARAMS = ('memory_period:=0.0', 'decode_budget:=32', 'stop_on_eos:=false', 'kv_cache_mb:=0.1')
+# answers with a prefix of their own (the KV arithmetic above); on the action prefix they share
+# the frame's root and more of them fit
+PARAMS = ('memory_period:=0.0', 'decode_budget:=32', 'stop_on_eos:=false', 'kv_cache_mb:=0.1',
+          'answer_context:=own_prompt')
 RATE_HZ = 10.0
 NO_ANSWER = 'no answer: '
 
