@@ -49,20 +49,32 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return tuple(sizes) + (max_batch,)
 
 
+def _aligned(n: int) -> int:
+    """Return ``n`` rounded up to a multiple of ``MIN_PROMPT_BUCKET`` (16)."""
+    return -(-n // MIN_PROMPT_BUCKET) * MIN_PROMPT_BUCKET
+
+
 def prompt_buckets(max_token_len: int) -> tuple[int, ...]:
-    """Return the prompt lengths compiled: 16, 32, ... below ``max_token_len``, then it."""
+    """
+    Return the prompt lengths compiled: 16, 32, ... below ``max_token_len``, then it.
+
+    The last bucket is rounded up to a multiple of 16 (200 -> 208): every bucket then keeps
+    the attention bias 16-aligned (``layers.MASK_ALIGN``), where an unaligned one made
+    Dynamo guard on it and compile the prefill a second time. The padded prompt positions
+    write their K/V to the null block, like every other padding.
+    """
     if max_token_len < 1:
         raise ValueError(f'max_token_len must be >= 1, got {max_token_len}')
     sizes, t = [], MIN_PROMPT_BUCKET
     while t < max_token_len:
         sizes.append(t)
         t *= 2
-    return tuple(sizes) + (max_token_len,)
+    return tuple(sizes) + (_aligned(max_token_len),)
 
 
 def suffix_buckets(max_tokens: int) -> tuple[int, ...]:
     """
-    Return the suffix lengths compiled: 16, 64, ... below ``max_tokens``, then it.
+    Return the suffix lengths compiled: 16, 64, ... below ``max_tokens``, then it (aligned).
 
     Suffixes are short (a ``Memory: `` seed is 3 tokens, a question a few dozen), so the
     buckets grow by ``SUFFIX_BUCKET_STEP``: fewer graphs, at most 4x padding of a few tokens.
@@ -73,7 +85,7 @@ def suffix_buckets(max_tokens: int) -> tuple[int, ...]:
     while t < max_tokens:
         sizes.append(t)
         t *= SUFFIX_BUCKET_STEP
-    return tuple(sizes) + (max_tokens,)
+    return tuple(sizes) + (_aligned(max_tokens),)
 
 
 def ctx_buckets(max_ctx: int, step: int = CTX_BUCKET, min_ctx: int = 1) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ import numpy as np
 from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.buckets import (
-    batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes)
+    batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes, suffix_buckets)
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
@@ -63,8 +63,9 @@ def test_buckets():
     assert batch_buckets(1) == (1,) and batch_buckets(2) == (2,) and batch_buckets(3) == (2, 3)
     assert batch_buckets(32) == (2, 4, 8, 16, 32)                # batch 1 runs padded to 2
     assert batch_buckets(40) == (2, 4, 8, 16, 32, 40)
-    assert prompt_buckets(200) == (16, 32, 64, 128, 200)
-    assert prompt_buckets(10) == (10,)
+    assert prompt_buckets(200) == (16, 32, 64, 128, 208)    # 16-aligned: one compile
+    assert prompt_buckets(10) == (16,)
+    assert suffix_buckets(200) == (16, 64, 208) and suffix_buckets(16) == (16,)
     assert ctx_buckets(1024) == (256, 512, 768, 1024)
     assert ctx_buckets(1000) == (256, 512, 768, 1000)
     assert ctx_buckets(1024, min_ctx=257) == (512, 768, 1024)
@@ -74,7 +75,7 @@ def test_buckets():
     shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024)
     assert shapes.camera_counts == (1, 2, 3) and shapes.batch[-1] == 32
     assert shapes.ctx == (512, 768, 1024)          # a context holds a camera's 256 tokens
-    assert len(shapes.denoise) == 15 and shapes.denoise[-1] == 3 * 256 + 200
+    assert len(shapes.denoise) == 15 and shapes.denoise[-1] == 3 * 256 + 208
     assert bucket_for(3 * 256 + 50, shapes.denoise) == 3 * 256 + 64   # 818 slots, not 1024
     only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, camera_counts=(3,))
     assert only3.camera_counts == (3,) and only3.ctx == (1024,)
