@@ -6,7 +6,9 @@ Definitions (all in **sim time**):
 - **frame-to-action latency** of a chunk: its arrival at the simulator (the sim time when the
   simulator received it) minus its ``header.stamp`` (the stamp of the camera frame it was
   computed from): camera publishing, node queueing, inference, DDS.
-- **points skipped**: chunk points due before the chunk arrived (never targets).
+- **points skipped**: chunk points due before the chunk arrived (never targets), except those
+  of a chunk that arrived while the executor held: it starts where the hold began
+  (**resumed after a hold**).
 - **hold time**: sim time the executor held its last point because no fresher chunk had taken
   over (after the first chunk).
 - **boundary jump** (``control.boundary_metrics``): at each switch, ``|p_new(t_s) -
@@ -69,6 +71,8 @@ class SimMetrics:
     arm_motion: float
     """Largest range of an achieved arm joint over the run (rad)."""
     render_ms: float
+    chunks_resumed: int = 0
+    """Chunks that arrived while the executor held and started where the hold began."""
     """The simulator's offscreen rendering time per camera frame (wall ms)."""
 
     @property
@@ -137,6 +141,7 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
         chunks_received=len(accepted) + len(refused), chunks_executed=len(executed),
         chunks_refused=len(refused),
         chunks_superseded=int(sim_status.get('chunks superseded', 0)),
+        chunks_resumed=int(sim_status.get('chunks resumed after a hold', 0)),
         latency_p50_ms=_pct(latency, 50), latency_p99_ms=_pct(latency, 99),
         points_skipped=sum(int(e['points skipped']) for e in accepted),
         hold_s=float(sim_status.get('hold time (s)', 'nan')),
@@ -161,7 +166,7 @@ def summary(m: SimMetrics) -> str:
         f'224x224 frame)',
         f'chunks: {m.chunks_published} published by the node, {m.chunks_received} received by '
         f'the sim, {m.chunks_executed} executed, {m.chunks_refused} refused, '
-        f'{m.chunks_superseded} superseded',
+        f'{m.chunks_superseded} superseded, {m.chunks_resumed} resumed after a hold',
         f'frame-to-action latency (sim time, arrival - header.stamp): p50 '
         f'{m.latency_p50_ms:.1f} ms, p99 {m.latency_p99_ms:.1f} ms',
         f'points skipped for lateness: {m.points_skipped} ({per:.2f} per chunk); hold time '
