@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.torch_backend import FrameInputs, TorchBackend
-from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
+from oxygen_ros.engine.chunk_history import ChunkHistory
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.conventions import resolve_conventions
@@ -29,7 +29,6 @@ from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt
-from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind
@@ -122,8 +121,8 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._req_ids = itertools.count()
         self._frame_index = 0
-        self._prev_chunk: tuple[int, torch.Tensor] | None = None
-        """(stamp ns, normalized actions [H, A]) of the last chunk, for real-time chunking."""
+        self.chunk_history = ChunkHistory(self.normalizer)
+        """The last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
                   '(%.1f MiB)', cfg.name, config.policy.value, cfg.prefix_attention.value,
@@ -248,7 +247,7 @@ class Engine:
             # only a frame's DenoiseJob calls this, so prepared and frame are set
             ready.append(self._action_chunk(actions, prepared, frame.frame_id))
             if ready[0] is not None:
-                self._prev_chunk = (prepared.stamp_ns, actions[0].detach().float().clone())
+                self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -293,37 +292,13 @@ class Engine:
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
         images = torch.from_numpy(prepared.images)[None]   # the backend uploads them
-        guidance = self._rtc_guidance(prepared.stamp_ns, rtc) if rtc is not None else None
+        guidance = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                    if rtc is not None else None)
         return frame, FrameInputs(fid, images, noise, guidance)
-
-    def _rtc_guidance(self, stamp_ns: int, rtc: RtcRequest) -> RtcGuidance | None:
-        """
-        Return the previous chunk's points at the new chunk's times and RTC's soft mask.
-
-        New point ``i`` is for ``stamp + i dt``, previous point ``j`` for ``prev + j dt``:
-        the target of ``i`` is the previous chunk at ``j = i + (stamp - prev) / dt``
-        (linearly interpolated), for the ``overlap`` points it still covers.
-        """
-        if self._prev_chunk is None:
-            return None
-        prev_stamp, prev = self._prev_chunk
-        horizon = prev.shape[0]
-        shift = (stamp_ns - prev_stamp) / rtc.action_dt_ns
-        covered, lo, hi, frac = interpolation_indices(shift + np.arange(horizon), horizon)
-        overlap = int(np.count_nonzero(covered))  # a leading run when shift > 0
-        if shift <= 0 or overlap == 0:
-            return None  # the same frame again, time went back, or nothing left
-        frac = torch.tensor(frac, dtype=torch.float32, device=prev.device)[:, None]
-        target = torch.zeros_like(prev)
-        target[:overlap] = prev[lo] * (1 - frac) + prev[hi] * frac
-        weights = rtc_prefix_weights(horizon, rtc.delay_steps, overlap)
-        return RtcGuidance(target[None], torch.tensor(weights, dtype=torch.float32,
-                                                      device=prev.device),
-                           rtc.max_guidance_weight)
 
     def reset_chunk_history(self) -> None:
         """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
-        self._prev_chunk = None
+        self.chunk_history.reset()
 
     def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
         rejected = []
@@ -417,7 +392,7 @@ class Engine:
                 break
         self.abort(req_id)
         self._frame_index = 0
-        self._prev_chunk = None
+        self.chunk_history.reset()
 
     def shutdown(self) -> list[TextOutput]:
         """Abort every request, release the KV pool; later calls raise EngineClosedError."""

@@ -324,6 +324,45 @@ class Normalizer:
         model_state = robot_adapters.state_to_model(self.adapter, state)
         return robot_adapters.actions_to_robot(self.adapter, robot, model_state)
 
+    @property
+    def relative_actions(self) -> bool:
+        """Return whether some action dims are predicted relative to the frame's state."""
+        return robot_adapters.has_relative_actions(self.adapter)
+
+    def actions_to_model(self, actions: np.ndarray,
+                         state: np.ndarray | None = None) -> np.ndarray:
+        """
+        Return robot-unit actions in normalized model units (``actions_to_robot`` inverted).
+
+        The robot's dims only; relative to ``state`` where the adapter's actions are relative
+        to a state.
+
+        Real-time chunking keeps the previous chunk in robot units (absolute) and re-expresses
+        it against the new frame's state with this (strands-labs robots PR 779, LeRobot PR
+        3453: a relative chunk guided in the old frame is off by the state's change).
+
+        :param actions: ``float [..., H, robot_action_dim]`` in robot units.
+        :param state: ``float [state_dim]`` robot units; required by relative adapters.
+        :returns: ``float64 [..., H, robot_action_dim]`` normalized (not padded).
+        :raises ValueError: last axis != ``robot_action_dim``, NaN/Inf, or a state missing
+            or of the wrong shape where the adapter needs one.
+        """
+        x = np.asarray(actions, dtype=np.float64)
+        if x.ndim < 2 or x.shape[-1] != self.robot_action_dim:
+            raise ValueError(f'actions must have shape [..., H, {self.robot_action_dim}], '
+                             f'got {x.shape}')
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f'robot actions contain {int((~np.isfinite(x)).sum())} NaN/Inf '
+                             f'values')
+        if self.adapter is not RobotAdapter.NONE:
+            if state is None or np.shape(state) != (self.state_dim,):
+                raise ValueError(f'the {self.adapter.value} adapter needs a state of shape '
+                                 f'({self.state_dim},), got '
+                                 f'{None if state is None else np.shape(state)}')
+            model_state = robot_adapters.state_to_model(self.adapter, state)
+            x = robot_adapters.actions_to_model(self.adapter, x, model_state)
+        return self.actions.normalize(x)
+
 
 __all__ = [
     'LEROBOT_EPS', 'NormMode', 'Normalizer', 'QUANTILE_EPS', 'QuantityNorm',
