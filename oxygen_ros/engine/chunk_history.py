@@ -65,7 +65,10 @@ class ChunkHistory:
         New point ``i`` is for ``stamp + i dt``, previous point ``j`` for ``prev + j dt``:
         the target of ``i`` is the previous chunk at ``j = i + (stamp - prev) / dt``
         (linearly interpolated), for the ``overlap`` points it still covers; re-expressed
-        against ``state`` where the actions are relative to the state.
+        against ``state`` where the actions are relative to the state. The same frame again
+        (a slow or dropping camera: shift 0) is guided over the whole chunk, which the
+        previous one covers entirely: an unguided chunk there would switch to an independent
+        sample.
 
         :param stamp_ns: the new observation's stamp.
         :param state: ``float [state_dim]`` its robot state (robot units).
@@ -78,8 +81,8 @@ class ChunkHistory:
         shift = (stamp_ns - prev.stamp_ns) / rtc.action_dt_ns
         covered, lo, hi, frac = interpolation_indices(shift + np.arange(horizon), horizon)
         overlap = int(np.count_nonzero(covered))  # a leading run when shift > 0
-        if shift <= 0 or overlap == 0:
-            return None  # the same frame again, time went back, or nothing left
+        if shift < 0 or overlap == 0:
+            return None  # time went back (a reordered frame), or nothing is left of it
         frac_t = torch.tensor(frac, dtype=torch.float32, device=prev.model.device)[:, None]
         target = torch.zeros_like(prev.model)
         target[:overlap] = prev.model[lo] * (1 - frac_t) + prev.model[hi] * frac_t

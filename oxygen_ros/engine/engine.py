@@ -222,8 +222,9 @@ class Engine:
             latency. Not called for a cycle without a valid observation or with non-finite
             actions. The chunk is also in the returned ``StepOutput``.
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
-            for the new chunk's times, found by the two observation stamps, are the target;
-            none when there is no previous chunk or it has no point left for the new one.
+            for the new chunk's times, found by the two observation stamps, are the target
+            (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
+            left for the new one, or the new frame is older.
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
             node's next control tick); default ``now + control_period_s``. Text decoding
             plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.

@@ -133,3 +133,22 @@ def test_absolute_velocity_and_delta_policies_guide_in_model_space_as_before(
     engine.step(observation(0, seed=1, state=np.zeros(8)), rtc=rtc)
     engine.step(observation(DT, seed=2, state=np.full(8, 0.3)), rtc=rtc)
     assert torch.equal(seen[1][0].target[0, :3], seen[0][1][1:])
+
+
+# -- the same camera frame twice (a slow or dropping camera) ---------------------------------
+
+def test_the_same_frame_twice_is_guided_over_the_whole_chunk(engine, tokenizer):
+    """Shift 0: the previous chunk covers every point; an unguided chunk would jump away."""
+    seen = record_cycles(engine)
+    rtc = RtcRequest(delay_steps=1, action_dt_ns=DT)
+    first = engine.step(observation(0, seed=1), rtc=rtc).action.actions
+    again = engine.step(observation(0, seed=1), rtc=rtc).action.actions
+    guidance = seen[1][0]
+    assert guidance is not None
+    torch.testing.assert_close(guidance.target[0], seen[0][1])
+    np.testing.assert_allclose(guidance.weights.numpy(), rtc_prefix_weights(4, 1, 4))
+    free_engine = Engine(EngineConfig(preset='tiny', seed=2), model=engine.model,
+                         tokenizer=tokenizer)
+    free_engine.step(observation(0, seed=1))
+    free = free_engine.step(observation(0, seed=1)).action.actions   # what it was before
+    assert np.abs(again[:2] - first[:2]).max() < 0.5 * np.abs(free[:2] - first[:2]).max()
