@@ -65,33 +65,42 @@ class ChunkHistory:
         New point ``i`` is for ``stamp + i dt``, previous point ``j`` for ``prev + j dt``:
         the target of ``i`` is the previous chunk at ``j = i + (stamp - prev) / dt``
         (linearly interpolated), for the ``overlap`` points it still covers; re-expressed
-        against ``state`` where the actions are relative to the state. The same frame again
+        against ``state`` where the actions are relative to the state. Points past its end
+        that the robot executes before the new chunk arrives (``delay > overlap``) target its
+        last point, which the robot holds there (``rtc_prefix_weights``). The same frame again
         (a slow or dropping camera: shift 0) is guided over the whole chunk, which the
         previous one covers entirely: an unguided chunk there would switch to an independent
         sample.
 
         :param stamp_ns: the new observation's stamp.
         :param state: ``float [state_dim]`` its robot state (robot units).
-        :returns: None when there is no previous chunk or nothing of it is left.
+        :returns: None when there is no previous chunk, the new frame is older, or nothing
+            of it is left and the delay is 0.
         """
         prev = self.previous
         if prev is None:
             return None
         horizon = prev.model.shape[0]
         shift = (stamp_ns - prev.stamp_ns) / rtc.action_dt_ns
-        covered, lo, hi, frac = interpolation_indices(shift + np.arange(horizon), horizon)
-        overlap = int(np.count_nonzero(covered))  # a leading run when shift > 0
-        if shift < 0 or overlap == 0:
-            return None  # time went back (a reordered frame), or nothing is left of it
+        if shift < 0:
+            return None  # time went back (a reordered frame)
+        covered, _, _, _ = interpolation_indices(shift + np.arange(horizon), horizon)
+        overlap = int(np.count_nonzero(covered))  # a leading run
+        delay = min(rtc.delay_steps, horizon)
+        num = max(overlap, delay)  # past the previous chunk's end the robot holds its last point
+        if num == 0:
+            return None  # nothing is left of it and nothing is executed before this one
+        _, lo, hi, frac = interpolation_indices(
+            np.minimum(shift + np.arange(num), horizon - 1), horizon)
         frac_t = torch.tensor(frac, dtype=torch.float32, device=prev.model.device)[:, None]
         target = torch.zeros_like(prev.model)
-        target[:overlap] = prev.model[lo] * (1 - frac_t) + prev.model[hi] * frac_t
+        target[:num] = prev.model[lo] * (1 - frac_t) + prev.model[hi] * frac_t
         if self.normalizer.relative_actions:
             robot = prev.robot[lo] * (1 - frac[:, None]) + prev.robot[hi] * frac[:, None]
             rebased = self.normalizer.actions_to_model(robot, state)
-            target[:overlap, :rebased.shape[1]] = torch.tensor(
+            target[:num, :rebased.shape[1]] = torch.tensor(
                 rebased, dtype=torch.float32, device=prev.model.device)
-        weights = rtc_prefix_weights(horizon, rtc.delay_steps, overlap)
+        weights = rtc_prefix_weights(horizon, delay, overlap)
         return RtcGuidance(target[None], torch.tensor(weights, dtype=torch.float32,
                                                       device=prev.model.device),
                            rtc.max_guidance_weight)

@@ -1,5 +1,7 @@
 """Real-time chunking in the engine: the previous chunk's target, the mask, the guided chunk."""
 
+from dataclasses import replace
+
 import numpy as np
 from oxygen_ros.config import get_preset, PrefixAttention, RobotAdapter
 from oxygen_ros.control.smoothing import rtc_prefix_weights
@@ -55,7 +57,7 @@ def test_the_target_is_the_previous_chunk_at_the_new_chunks_times(engine):
     half = history.guidance(DT // 2, state, rtc)  # half a step: interpolated, 3 points left
     torch.testing.assert_close(half.target[0, :3], (prev[:3] + prev[1:]) / 2)
     assert history.guidance(-DT, state, rtc) is None  # time went back
-    assert history.guidance(5 * DT, state, rtc) is None  # nothing left of it
+    assert history.guidance(5 * DT, state, replace(rtc, delay_steps=0)) is None  # all gone
     assert first.action is not None
 
 
@@ -152,3 +154,26 @@ def test_the_same_frame_twice_is_guided_over_the_whole_chunk(engine, tokenizer):
     free_engine.step(observation(0, seed=1))
     free = free_engine.step(observation(0, seed=1)).action.actions   # what it was before
     assert np.abs(again[:2] - first[:2]).max() < 0.5 * np.abs(free[:2] - first[:2]).max()
+
+
+# -- a delay beyond the overlap (dropped cycles, latency near H dt) --------------------------
+
+def test_points_executed_past_the_previous_chunks_end_are_guided_to_its_held_last_point(
+        engine, tokenizer):
+    """H = 4: three steps later one point is left, but three are executed before arrival."""
+    seen = record_cycles(engine)
+    rtc = RtcRequest(delay_steps=3, action_dt_ns=DT, max_guidance_weight=50.0)
+    engine.step(observation(0, seed=1), rtc=rtc)
+    late = engine.step(observation(3 * DT, seed=2), rtc=rtc).action.actions
+    guidance, prev = seen[1][0], seen[0][1]
+    np.testing.assert_allclose(guidance.weights.numpy(), [1.0, 1.0, 1.0, 0.0])
+    torch.testing.assert_close(guidance.target[0, :3], prev[3:].expand(3, -1))
+    free_engine = Engine(EngineConfig(preset='tiny', seed=2), model=engine.model,
+                         tokenizer=tokenizer)
+    free_engine.step(observation(0, seed=1))
+    free = free_engine.step(observation(3 * DT, seed=2)).action.actions
+    held = prev[3, :7].numpy()              # robot units = normalized (identity stats)
+    assert np.abs(late[1:3] - held).mean() < 0.5 * np.abs(free[1:3] - held).mean()
+    # nothing left and nothing executed before arrival: no guidance at all
+    assert engine.chunk_history.guidance(9 * DT, np.zeros(8), replace(rtc, delay_steps=0)) \
+        is None
