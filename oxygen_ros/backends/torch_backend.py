@@ -138,6 +138,11 @@ class TorchBackend:
         return dict(getattr(self.model, 'fallbacks', {}))
 
     @property
+    def guidance_unsupported(self) -> str | None:
+        """Return why this backend cannot guide denoising (real-time chunking); None: it can."""
+        return None
+
+    @property
     def num_blocks(self) -> int:
         """Return the blocks of the pool that plans may name (from ``block_offset`` on)."""
         return self.cache.num_slots // self.block_size - self.block_offset

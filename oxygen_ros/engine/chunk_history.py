@@ -86,7 +86,7 @@ class ChunkHistory:
             return None  # time went back (a reordered frame)
         covered, _, _, _ = interpolation_indices(shift + np.arange(horizon), horizon)
         overlap = int(np.count_nonzero(covered))  # a leading run
-        delay = min(rtc.delay_steps, horizon)
+        delay = overlap if rtc.delay_steps is None else min(rtc.delay_steps, horizon)
         num = max(overlap, delay)  # past the previous chunk's end the robot holds its last point
         if num == 0:
             return None  # nothing is left of it and nothing is executed before this one

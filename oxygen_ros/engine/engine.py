@@ -38,6 +38,9 @@ import torch
 
 _LOG = logging.getLogger(__name__)
 
+WARMUP_ACTION_DT_NS = 100_000_000
+"""The action step of the warm-up's guided cycle (any: its frame is the previous one's)."""
+
 
 class EngineClosedError(RuntimeError):
     """The engine was shut down; it takes no more observations or requests."""
@@ -113,6 +116,9 @@ class Engine:
             raise ValueError(f'the shared backend does not fit: it needs this model, block size '
                              f'{config.block_size} and {sched_cfg.num_blocks} blocks (it has '
                              f'{backend.block_size} and {backend.num_blocks})')
+        if config.rtc and backend.guidance_unsupported:
+            raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
+                             f'{backend.guidance_unsupported}')
         self.backend = backend
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
@@ -230,8 +236,12 @@ class Engine:
             plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
+        :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
         """
         self._check_open()
+        if rtc is not None and self.backend.guidance_unsupported:
+            raise ValueError(f'cannot guide this chunk (rtc): '
+                             f'{self.backend.guidance_unsupported}')
         t0 = time.perf_counter()
         now = time.monotonic() if now is None else now
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
@@ -246,7 +256,8 @@ class Engine:
 
         def actions_ready(actions: torch.Tensor) -> None:
             # only a frame's DenoiseJob calls this, so prepared and frame are set
-            ready.append(self._action_chunk(actions, prepared, frame.frame_id))
+            ready.append(self._action_chunk(actions, prepared, frame.frame_id,
+                                            inputs.guidance is not None))
             if ready[0] is not None:
                 self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
             latency[0] = time.perf_counter() - t0
@@ -345,7 +356,7 @@ class Engine:
         return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
 
     def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
-                      frame_id: int) -> ActionChunk | None:
+                      frame_id: int, guided: bool) -> ActionChunk | None:
         x = actions[0].float().cpu().numpy()
         if not np.all(np.isfinite(x)):
             _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
@@ -353,7 +364,7 @@ class Engine:
             return None
         robot = self.normalizer.actions_to_robot(x, prepared.state)
         return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
-                           frame_id, prepared.state)
+                           frame_id, prepared.state, guided)
 
     def _text_output(self, req: Request) -> TextOutput:
         live = self._live.pop(req.req_id)
@@ -385,13 +396,21 @@ class Engine:
 
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:
-        """Run one full cycle with one text request (fills caches and the cost model)."""
+        """
+        Run one full cycle with one text request (fills caches and the cost model).
+
+        With ``config.rtc`` one guided cycle follows (the same frame again: every point
+        guided), so that the first guided cycle of the robot does not pay the guided path's
+        cold start, and its inference delay is measured on a warm path.
+        """
         req_id = self.submit_text(TextTask.SUBTASK, max_tokens=2)
         for _ in range(3):
             out = self.step(observation)
             if any(t.req_id == req_id for t in out.texts):
                 break
         self.abort(req_id)
+        if self.config.rtc:
+            self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
         self.chunk_history.reset()
 

@@ -177,3 +177,28 @@ def test_points_executed_past_the_previous_chunks_end_are_guided_to_its_held_las
     # nothing left and nothing executed before arrival: no guidance at all
     assert engine.chunk_history.guidance(9 * DT, np.zeros(8), replace(rtc, delay_steps=0)) \
         is None
+
+
+# -- warm-up: the guided path is warmed up too ------------------------------------------------
+
+def test_the_warm_up_of_an_rtc_engine_runs_the_guided_path_and_forgets_its_chunks(
+        tiny_models, tokenizer):
+    engine = Engine(EngineConfig(preset='tiny', seed=2, rtc=True),
+                    model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS),
+                    tokenizer=tokenizer)
+    seen = record_cycles(engine)
+    engine.warmup(observation(0, seed=1))
+    assert seen[-1][0] is not None                          # the last warm-up cycle guided
+    assert all(g is None for g, _ in seen[:-1])
+    assert engine.chunk_history.previous is None            # the robot's first chunk is free
+    plain = Engine(EngineConfig(preset='tiny', seed=2),
+                   model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS),
+                   tokenizer=tokenizer)
+    plain_seen = record_cycles(plain)
+    plain.warmup(observation(0, seed=1))
+    assert all(g is None for g, _ in plain_seen)            # no guided cycle without rtc
+    out = engine.step(observation(DT, seed=2), rtc=RtcRequest(None, DT))
+    assert not out.action.guided and seen[-1][0] is None    # no previous chunk yet
+    out = engine.step(observation(2 * DT, seed=3), rtc=RtcRequest(None, DT))
+    assert out.action.guided                                # the node measures this one
+    np.testing.assert_allclose(seen[-1][0].weights.numpy(), [1.0, 1.0, 1.0, 0.0])  # frozen
