@@ -188,12 +188,14 @@ def summary(m: SimMetrics) -> str:
 def compare_table(runs: Sequence[SimMetrics]) -> str:
     """Return one table of the runs side by side (``--compare``)."""
     rows = [('smoothing', 'node says', 'executed', 'lat p50 ms', 'lat p99 ms', 'skipped', 'hold s',
-             'jump p50', 'jump p99', 'jerk bnd p50', 'jerk bnd p99', 'jerk int p99')]
+             'jump p50', 'jump p99', 'jump max', 'jerk bnd p50', 'jerk bnd p99',
+             'jerk int p99')]
     for m in runs:
         rows.append((m.smoothing, m.node_smoothing, str(m.chunks_executed),
                      f'{m.latency_p50_ms:.1f}', f'{m.latency_p99_ms:.1f}',
                      str(m.points_skipped), f'{m.hold_s:.2f}',
-                     f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jerk_boundary_p50:.0f}',
+                     f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jump_max:.4f}',
+                     f'{m.jerk_boundary_p50:.0f}',
                      f'{m.jerk_boundary_p99:.0f}', f'{m.jerk_interior_p99:.0f}'))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
