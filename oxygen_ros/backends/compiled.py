@@ -14,9 +14,10 @@ because a pool is mutated or an address moved). The kernels inside come from Ind
 left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
 
 Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
-bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise per prefix length of
-those prefill buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1
-runs padded to 2) and context bucket, seed per batch bucket. Padding is masked, so results
+bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, denoise (and RTC's guided
+denoise when asked) per prefix length of those prefill buckets, decode per batch bucket (2 up
+to ``max_running_requests``; batch 1 runs padded to 2) and context bucket, seed per batch
+bucket. Padding is masked, so results
 equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is
 one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
 evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
@@ -43,6 +44,7 @@ from oxygen_ros.backends.buckets import bucket_for, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.guided_fast import fast_guided_denoise
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
@@ -53,6 +55,7 @@ from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.folding import fold_layers
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import RtcGuidance
 import torch
 import torch.nn.functional as F  # noqa: N812
 
@@ -79,13 +82,15 @@ class CompiledModel:
         eagerly (not a fallback: nothing was asked).
     :param camera_counts: numbers of valid cameras to compile vision and prefixes for
         (default: 1 to all; ``StaticShapes.for_model``).
+    :param guided: compile the guided denoise of real-time chunking too (``guided_denoise``);
+        without it a guided chunk runs eagerly (a warning once).
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
     def __init__(self, model: Pi05Model, mode: CompileMode, limits: EngineLimits, *,
                  backend: str | Callable = 'inductor', block_size: int = 16,
                  fold_norms: bool | None = None, only: Collection[Step] | None = None,
-                 camera_counts: tuple[int, ...] | None = None) -> None:
+                 camera_counts: tuple[int, ...] | None = None, guided: bool = False) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
@@ -114,6 +119,7 @@ class CompiledModel:
         self._graphs: dict[Step, dict[tuple[int, ...], StaticCall]] = {}
         self._pool: KVCache | None = None
         self._warned: set[str] = set()
+        self.guided = guided
 
     @property
     def device(self) -> torch.device:
@@ -136,6 +142,8 @@ class CompiledModel:
                  Step.SEED: [(b,) for b in s.batch]}
         if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             steps[Step.TEXT_PREFILL] = cams_prompts
+        if self.guided:
+            steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
         return {step: keys for step, keys in steps.items() if step in self._only}
 
     # ---------------------------------------------------------------- warm-up
@@ -351,6 +359,12 @@ class CompiledModel:
         pad = c - p
         return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
                      F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
+
+    @torch.inference_mode()
+    def guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
+                       guidance: RtcGuidance) -> torch.Tensor:
+        """See ``rtc.guided_denoise``: the guided Euler loop is one graph replay."""
+        return fast_guided_denoise(self, prefix, noise, guidance)
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 write_slots: torch.Tensor, ctx_slots: torch.Tensor,

@@ -53,6 +53,8 @@ class Step(str, enum.Enum):
     DENOISE = 'denoise'
     DECODE = 'decode'
     SEED = 'seed'
+    GUIDED_DENOISE = 'guided_denoise'
+    """Denoise with real-time chunking's guidance (compiled only when asked: ``rtc``)."""
 
 
 ATTENTION_ENV = 'OXYGEN_ROS_ATTENTION'

@@ -138,7 +138,7 @@ class TensorRTBackend(TorchBackend):
     @property
     def guidance_unsupported(self) -> str | None:
         """Return why real-time chunking cannot run here (see ``TorchBackend``)."""
-        return ("the tensorrt backend cannot guide denoising: its denoise engine computes "
+        return ('the tensorrt backend cannot guide denoising: its denoise engine computes '
                 "the velocity only, and RTC's guidance needs its vector-Jacobian product at "
                 "every Euler step; use backend 'torch' (its fast path runs the guided "
                 "denoise in CUDA graphs) or chunk_smoothing 'none' or 'ensemble'")

@@ -59,12 +59,17 @@ class DenoiseContext:
     :ivar keys: one ``[B, Hkv, P + H, D]`` tensor per layer, model dtype: the prefix keys
         (post-RoPE) at ``[:, :, :P]``; every :func:`velocity` overwrites ``[:, :, P:]`` with
         the suffix keys (one tensor per layer, not views of one: autograd through a call
-        then works; a later call overwrites what the previous call's graph saved).
+        then works; a later call overwrites what the previous call's graph saved). With
+        ``append``: ``[B, Hkv, P, D]``, the prefix only.
     :ivar values: the values, laid out as ``keys``.
     :ivar mask: H queries over P + H keys: the valid prefix tokens and every suffix token.
     :ivar cos: ``float32 [B, H, D/2]`` RoPE of the suffix positions ``num_tokens + arange(H)``.
     :ivar sin: same shape as ``cos``.
     :ivar prefix_len: P, prefix slots (padding included).
+    :ivar append: a velocity attends the prefix concatenated with the suffix K/V and writes
+        nothing in place (what ``torch.func`` transforms need: the guided denoise takes
+        its vector-Jacobian product with ``torch.func.vjp``); same values, one copy of the
+        prefix K/V per layer and call.
     """
 
     keys: tuple[torch.Tensor, ...]
@@ -73,6 +78,7 @@ class DenoiseContext:
     cos: torch.Tensor
     sin: torch.Tensor
     prefix_len: int
+    append: bool = False
 
     @property
     def horizon(self) -> int:
@@ -146,10 +152,14 @@ def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Te
     h = model.embed_actions(x_t)
     for i, layer in enumerate(model.expert.layers):
         q, k, v, gate = layer.project_qkv(h, ctx.cos, ctx.sin, mod_in[i])
-        ctx.keys[i][:, :, p:] = k.transpose(1, 2)
-        ctx.values[i][:, :, p:] = v.transpose(1, 2)
-        h = layer.finish(h, attention(q, ctx.keys[i], ctx.values[i], ctx.mask), gate,
-                         mod_post[i])
+        if ctx.append:
+            keys = torch.cat([ctx.keys[i], k.transpose(1, 2)], 2)
+            values = torch.cat([ctx.values[i], v.transpose(1, 2)], 2)
+        else:
+            ctx.keys[i][:, :, p:] = k.transpose(1, 2)
+            ctx.values[i][:, :, p:] = v.transpose(1, 2)
+            keys, values = ctx.keys[i], ctx.values[i]
+        h = layer.finish(h, attention(q, keys, values, ctx.mask), gate, mod_post[i])
     h, _ = model.expert.final_norm(h, mod_final)
     return model.project_actions(h)
 
