@@ -44,7 +44,7 @@ from oxygen_ros.backends.buckets import bucket_for, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
-from oxygen_ros.backends.guided_fast import fast_guided_denoise
+from oxygen_ros.backends.guided_fast import GuidedDenoise
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
@@ -55,20 +55,19 @@ from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.folding import fold_layers
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import RtcGuidance
 import torch
 import torch.nn.functional as F  # noqa: N812
 
 _LOG = logging.getLogger(__name__)
 
 
-class CompiledModel:
+class CompiledModel(GuidedDenoise):
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
     Same signatures and results as the model (``encode_images``, ``prefill``, ``denoise``,
     ``decode_step``, ``lm_logits``) plus ``decode_greedy`` / ``lm_greedy`` (token ids from
-    the graph's argmax). A call takes a graph when it has a compiled shape, batch 1 where
+    the graph's argmax) and ``guided_denoise`` (real-time chunking, ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1 where
     the graph has one, masks None (every token valid) and the KV pool given to
     :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
 
@@ -359,12 +358,6 @@ class CompiledModel:
         pad = c - p
         return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
                      F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
-
-    @torch.inference_mode()
-    def guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
-                       guidance: RtcGuidance) -> torch.Tensor:
-        """See ``rtc.guided_denoise``: the guided Euler loop is one graph replay."""
-        return fast_guided_denoise(self, prefix, noise, guidance)
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 write_slots: torch.Tensor, ctx_slots: torch.Tensor,
