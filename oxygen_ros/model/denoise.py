@@ -136,6 +136,15 @@ def euler_modulations(model: ActionExpertModel, num_steps: int,
     return time_modulations(model, euler_times(num_steps).to(device))
 
 
+def euler_step_modulations(model: ActionExpertModel, num_steps: int,
+                           device: torch.device | str) -> list[Modulations]:
+    """Return :func:`euler_modulations` per step, each contiguous (computed without grad)."""
+    with torch.no_grad():
+        mod_in, mod_post, mod_final = euler_modulations(model, num_steps, device)
+    return [(mod_in[:, s].contiguous(), mod_post[:, s].contiguous(), mod_final[s].contiguous())
+            for s in range(num_steps)]
+
+
 def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Tensor,
                     mod_in: torch.Tensor, mod_post: torch.Tensor,
                     mod_final: torch.Tensor) -> torch.Tensor:
@@ -208,4 +217,5 @@ def euler_loop(model: ActionExpertModel, ctx: DenoiseContext, noise: torch.Tenso
 
 
 __all__ = ['ActionExpertModel', 'DenoiseContext', 'Modulations', 'denoise_context',
-           'euler_loop', 'euler_modulations', 'expert_velocity', 'time_modulations', 'velocity']
+           'euler_loop', 'euler_modulations', 'euler_step_modulations', 'expert_velocity',
+           'time_modulations', 'velocity']

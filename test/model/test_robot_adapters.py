@@ -108,7 +108,7 @@ def test_aloha_actions_to_model_inverts_actions_to_robot_for_the_same_state():
     np.testing.assert_allclose(norm.actions_to_robot(rebased, other), robot, atol=1e-12)
     assert np.abs(rebased[:, :6] - actions[:, :6]).max() > 0.01   # the offsets did change
     np.testing.assert_allclose(rebased[:, [6, 13]], actions[:, [6, 13]], atol=1e-12)
-    with pytest.raises(ValueError, match=r'needs a state of shape \(14,\)'):
+    with pytest.raises(ValueError, match=r'needs the frame state of shape \(14,\)'):
         norm.actions_to_model(robot)
     with pytest.raises(ValueError, match=r'actions must have shape \[\.\.\., H, 14\]'):
         norm.actions_to_model(robot[:, :7], state)
