@@ -67,9 +67,10 @@ class CompiledModel(GuidedDenoise):
 
     Same signatures and results as the model (``encode_images``, ``prefill``, ``denoise``,
     ``decode_step``, ``lm_logits``) plus ``decode_greedy`` / ``lm_greedy`` (token ids from
-    the graph's argmax) and ``guided_denoise`` (real-time chunking, ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1 where
-    the graph has one, masks None (every token valid) and the KV pool given to
-    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
+    the graph's argmax) and ``guided_denoise`` (real-time chunking, ``guided_fast.py``). A
+    call takes a graph when it has a compiled shape, batch 1 where the graph has one, masks
+    None (every token valid) and the KV pool given to :meth:`warmup`; else the eager model
+    runs it. Graph outputs are copied before return.
 
     :param model: the eager model (weights shared; also the fallback).
     :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).

@@ -67,7 +67,7 @@ def test_cubic_hermite_when_velocities_are_given(executor):
 
 
 def still(num_points=10, stamp_ns=T0 - 100 * MS):
-    """A chunk that keeps both joints at 0 for a while (the robot is executing, not holding)."""
+    """Return a chunk keeping both joints at 0 for a while (the robot executes, not holds)."""
     return chunk(np.zeros((num_points, 2)), stamp_ns=stamp_ns)
 
 
