@@ -177,7 +177,7 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
     """Return an engine on ``TensorRTBackend`` with onnxruntime running its graphs."""
     export_dir = exports(model)
 
-    def graph_backend(config, _model, num_blocks):
+    def graph_backend(config, _model, num_blocks, **_options):
         limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * config.block_size,
                                         max_batch=config.max_running_requests,
                                         max_decode_tokens=model.cfg.decode_budget)

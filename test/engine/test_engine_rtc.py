@@ -83,8 +83,11 @@ def aloha_normalizer(cfg, stats):
     """Return a normalizer with ALOHA's adapter (arm joints relative to the state), 14 dims."""
     rng = np.random.default_rng(5)
     low = rng.uniform(-1.5, -0.5, 14)
-    stats = NormStats(mean=np.zeros(14), std=np.ones(14), q01=low, q99=low + 2.0)
-    return Normalizer(QuantityNorm(stats), QuantityNorm(stats), state_dim=14,
+    actions = NormStats(mean=np.zeros(14), std=np.ones(14), q01=low, q99=low + 2.0)
+    # every state in bin 0 of the prompt: 14 numbers fit the tiny preset's 64 prompt tokens
+    state = NormStats(mean=np.zeros(14), std=np.ones(14), q01=np.full(14, 1e3),
+                      q99=np.full(14, 1e3 + 1))
+    return Normalizer(QuantityNorm(state), QuantityNorm(actions), state_dim=14,
                       robot_action_dim=14, adapter=RobotAdapter.ALOHA)
 
 
