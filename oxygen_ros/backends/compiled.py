@@ -16,10 +16,11 @@ left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
 Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
 bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, causal suffixes on action
 prefixes per batch bucket (2 up to ``MAX_SUFFIX_BATCH``), suffix bucket and root context
-bucket, denoise per prefix length of those prefill buckets, decode per batch bucket (2 up to
-``max_running_requests``; batch 1 runs padded to 2) and context bucket, seed per batch
-bucket. With a suffix LoRA (the memory adapter) the suffix and decode graphs carry it, active
-on the rows a per-row mask selects (an input of the graph). Padding is masked, so results
+bucket, denoise (and RTC's guided denoise when asked) per prefix length of those prefill
+buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1 runs padded to
+2) and context bucket, seed per batch bucket. With a suffix LoRA (the memory adapter) the
+suffix and decode graphs carry it, active on the rows a per-row mask selects (an input of the
+graph). Padding is masked, so results
 equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is
 one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
 evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
@@ -46,6 +47,7 @@ from oxygen_ros.backends.buckets import bucket_for, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.guided_fast import GuidedDenoise
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
@@ -63,16 +65,16 @@ import torch.nn.functional as F  # noqa: N812
 _LOG = logging.getLogger(__name__)
 
 
-class CompiledModel:
+class CompiledModel(GuidedDenoise):
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
     Same signatures and results as the model (``encode_images``, ``prefill``,
     ``prefill_suffix``, ``denoise``, ``decode_step``, ``lm_logits``) plus ``decode_greedy`` /
-    ``lm_greedy`` (token ids from the graph's argmax). A call takes a graph when it has a
-    compiled shape, batch 1 where the graph has one, masks None (every token valid) and the KV
-    pool given to :meth:`warmup`; else the eager model runs it. Graph outputs are copied
-    before return.
+    ``lm_greedy`` (token ids from the graph's argmax) and ``guided_denoise`` (real-time
+    chunking, ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1
+    where the graph has one, masks None (every token valid) and the KV pool given to
+    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
 
     :param model: the eager model (weights shared; also the fallback).
     :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).
@@ -87,6 +89,8 @@ class CompiledModel:
     :param adapter: the suffix LoRA the backend passes (``AdapterRows`` of it) to
         ``prefill_suffix`` and the decode calls; the graphs hold it (folded with the norms
         where those are folded).
+    :param guided: compile the guided denoise of real-time chunking too (``guided_denoise``);
+        without it a guided chunk runs eagerly (a warning once).
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
@@ -94,7 +98,7 @@ class CompiledModel:
                  backend: str | Callable = 'inductor', block_size: int = 16,
                  fold_norms: bool | None = None, only: Collection[Step] | None = None,
                  camera_counts: tuple[int, ...] | None = None,
-                 adapter: SuffixLoRA | None = None) -> None:
+                 adapter: SuffixLoRA | None = None, guided: bool = False) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
@@ -124,6 +128,7 @@ class CompiledModel:
         self._graphs: dict[Step, dict[tuple[int, ...], StaticCall]] = {}
         self._pool: KVCache | None = None
         self._warned: set[str] = set()
+        self.guided = guided
 
     @property
     def device(self) -> torch.device:
@@ -149,6 +154,8 @@ class CompiledModel:
             Step.DENOISE: [(c,) for c in s.denoise],
             Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
             Step.SEED: [(b,) for b in s.batch]})
+        if self.guided:
+            steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
         return {step: keys for step, keys in steps.items() if step in self._only}
 
     # ---------------------------------------------------------------- warm-up

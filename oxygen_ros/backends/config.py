@@ -54,6 +54,8 @@ class Step(str, enum.Enum):
     DENOISE = 'denoise'
     DECODE = 'decode'
     SEED = 'seed'
+    GUIDED_DENOISE = 'guided_denoise'
+    """Denoise with real-time chunking's guidance (compiled only when asked: ``rtc``)."""
 
 
 ATTENTION_ENV = 'OXYGEN_ROS_ATTENTION'
@@ -106,6 +108,8 @@ class BackendConfig:
 
     :ivar decode_budget: default max tokens of a text request (None: the preset's).
     :ivar engine_cache_dir: exported graphs and TensorRT engines (None: the default cache).
+    :ivar rtc: chunks are guided (real-time chunking): the fast path compiles, captures and
+        gates the guided denoise too.
     """
 
     backend: BackendKind = BackendKind.TORCH
@@ -117,6 +121,7 @@ class BackendConfig:
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
     attention: AttentionBackend = AttentionBackend.AUTO
+    rtc: bool = False
 
 
 __all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',

@@ -54,7 +54,8 @@ class CompiledTorchBackend(TorchBackend):
         compiled = CompiledModel(model, config.compile_mode, limits,
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=config.block_size, only=only,
-                                 camera_counts=camera_counts, adapter=adapter)
+                                 camera_counts=camera_counts, adapter=adapter,
+                                 guided=config.rtc)
         out = cls(compiled, num_blocks, config.block_size,  # type: ignore[arg-type]
                   attention=config.attention, adapter=adapter)
         with sdpa_context(config.attention):

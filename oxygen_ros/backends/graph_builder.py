@@ -11,7 +11,9 @@ silent graph break) or PyTorch's eager ones. One compiled function serves every 
 step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``), so Inductor compiles a
 step once or twice (sizes 1 are specialized), not once per bucket; the CUDA graphs are still
 one per shape. The denoise step compiles the velocity of ONE Euler step (N times less
-Inductor work than the unrolled loop); the CUDA graph of the whole loop replays all N.
+Inductor work than the unrolled loop); the CUDA graph of the whole loop replays all N. The
+guided denoise (real-time chunking, ``model/guided_call.py``) likewise compiles one guided
+step, the velocity and its vector-Jacobian product in one graph.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Callable
 
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
+from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
@@ -67,9 +70,12 @@ class GraphBuilder:
             Step.SUFFIX: ExtendCall(model, layers, adapter),
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
+        self.guided = GuidedDenoiseCall(model)
         self._compiled: dict[Step, Callable] = {}
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
+        if step is Step.GUIDED_DENOISE:
+            return self._guided_kernel(kernels)
         if kernels is Kernels.EAGER:
             if step is Step.DENOISE:
                 self.denoise.step = self.denoise.velocity_step
@@ -85,14 +91,25 @@ class GraphBuilder:
             return self.denoise
         return self._compiled[step]
 
+    def _guided_kernel(self, kernels: Kernels) -> Callable:
+        """Return the guided loop with one guided step compiled (or eager) inside."""
+        if kernels is Kernels.EAGER:
+            self.guided.step = self.guided.guided_step
+        else:
+            if Step.GUIDED_DENOISE not in self._compiled:
+                self._compiled[Step.GUIDED_DENOISE] = _context_dynamic(torch.compile(
+                    self.guided.guided_step, backend=self.compiler, fullgraph=True))
+            self.guided.step = self._compiled[Step.GUIDED_DENOISE]
+        return self.guided
+
     def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
               capture: GraphCapture | None = None) -> StaticCall:
         """
         Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
-        SUFFIX ``(batch, suffix bucket, context)``; DENOISE ``(context slots,)``; DECODE
-        ``(batch, context)``; SEED ``(batch,)``.
+        SUFFIX ``(batch, suffix bucket, context)``; DENOISE and GUIDED_DENOISE ``(context
+        slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
 
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
@@ -170,6 +187,21 @@ class GraphBuilder:
         example = (self._empty(1, c, dtype=i64), self._empty(1, c, dtype=torch.bool),
                    self._empty(1, dtype=i64),
                    self._empty(1, cfg.action_horizon, cfg.action_dim, dtype=torch.float32))
+        return fn, example, {}
+
+    def _guided_denoise(self, call: Callable, key: tuple[int, ...]):
+        cfg = self.model.cfg
+        c, h, a = key[0], cfg.action_horizon, cfg.action_dim
+
+        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, weights,
+               step_weights):
+            return call(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target,
+                        weights, step_weights)
+        f32 = torch.float32
+        example = (self._empty(1, c, dtype=torch.int64), self._empty(1, c, dtype=torch.bool),
+                   self._empty(1, dtype=torch.int64), self._empty(1, h, a, dtype=f32),
+                   self._empty(1, h, a, dtype=f32), self._empty(h, dtype=f32),
+                   self._empty(cfg.num_denoise_steps, dtype=f32))
         return fn, example, {}
 
     def _decode(self, call: Callable, key: tuple[int, ...]):

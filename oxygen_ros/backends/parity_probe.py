@@ -20,6 +20,7 @@ from oxygen_ros.backends.parity import check_parity, ParityResult
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -233,13 +234,35 @@ class ParityProbe:
             self._sync_ref_pool()
         return self.prefix
 
-    @torch.inference_mode()
-    def denoise(self, bucket: int) -> ParityResult:
+    def _denoise_inputs(self, bucket: int) -> tuple[PrefixKV, torch.Tensor, int]:
+        """Return a prefix that falls into denoise ``bucket``, noise, and its length."""
         cfg = self.model.cfg
         p = _inside(bucket, self.shapes.denoise, 3)     # a prefix of n cameras + t tokens
         prefix = self._prefix_of(p)
         noise = torch.randn(1, cfg.action_horizon, cfg.action_dim,
                             generator=self.gen).to(self.pool.device)
+        return prefix, noise, p
+
+    @torch.inference_mode()
+    def guided_denoise(self, bucket: int) -> ParityResult:
+        """Gate RTC's guided denoise: a random target, a mask frozen, decaying, then free."""
+        cfg = self.model.cfg
+        prefix, noise, p = self._denoise_inputs(bucket)
+        h = cfg.action_horizon
+        target = torch.randn(1, h, cfg.action_dim, generator=self.gen).to(self.pool.device)
+        weights = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
+        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, weights))]
+        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, weights))]
+        ref = ([guided_denoise(self.ref, self._ref_prefix(prefix), self._r(noise),
+                               RtcGuidance(self._r(target), self._r(weights)))]
+               if self.ref is not None else None)
+        return self._gate(f'guided denoise (RTC), {cfg.num_denoise_steps} steps, prefix {p} '
+                          f'(bucket {bucket})', fast, eager, ref)
+
+    @torch.inference_mode()
+    def denoise(self, bucket: int) -> ParityResult:
+        cfg = self.model.cfg
+        prefix, noise, p = self._denoise_inputs(bucket)
         fast = [self.fast.denoise(prefix, noise)]
         eager = [self.model.denoise(prefix, noise)]
         ref = ([self.ref.denoise(self._ref_prefix(prefix), self._r(noise))]

@@ -135,6 +135,14 @@ class TensorRTBackend(TorchBackend):
         self.runner = runner
         self.compile_seconds = compile_seconds
 
+    @property
+    def guidance_unsupported(self) -> str | None:
+        """Return why real-time chunking cannot run here (see ``TorchBackend``)."""
+        return ('the tensorrt backend cannot guide denoising: its denoise engine computes '
+                "the velocity only, and RTC's guidance needs its vector-Jacobian product at "
+                "every Euler step; use backend 'torch' (its fast path runs the guided "
+                "denoise in CUDA graphs) or chunk_smoothing 'none' or 'ensemble'")
+
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                precision: TrtPrecision = TrtPrecision.GRAPH,

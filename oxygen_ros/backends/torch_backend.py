@@ -32,12 +32,11 @@ from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
-from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.preprocess import ImageResize
-from oxygen_ros.model.rtc import guided_sample, RtcGuidance
+from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, SuffixJob, VisionJob)
@@ -155,6 +154,11 @@ class TorchBackend:
         return dict(getattr(self.model, 'fallbacks', {}))
 
     @property
+    def guidance_unsupported(self) -> str | None:
+        """Return why this backend cannot guide denoising (real-time chunking); None: it can."""
+        return None
+
+    @property
     def num_blocks(self) -> int:
         """Return the blocks of the pool that plans may name (from ``block_offset`` on)."""
         return self.cache.num_slots // self.block_size - self.block_offset
@@ -264,20 +268,17 @@ class TorchBackend:
     def _guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
                         guidance: RtcGuidance) -> torch.Tensor:
         """
-        Denoise with real-time chunking: eager, one backward through the expert per step.
+        Denoise with real-time chunking: one vector-Jacobian product through the expert per step.
 
-        The fast path's graphs cannot take gradients: the eager model it wraps runs this
-        (``model/rtc.py``; about 3x the cost of a plain denoise).
+        On the fast path (``CompiledModel.guided_denoise``) where it has a graph, else eagerly
+        with autograd (``model/rtc.py``).
         """
-        eager = getattr(self.model, 'model', self.model)  # CompiledModel wraps the eager one
-        n = eager.cfg.num_denoise_steps
-        with torch.inference_mode(False):  # the context must be usable by autograd
-            ctx = eager.denoise_context(prefix, noise.shape[1])
-        times = euler_times(n).tolist()
         on_device = RtcGuidance(to_device(guidance.target, self.device),
                                 to_device(guidance.weights, self.device), guidance.max_weight)
-        return guided_sample(lambda x, step: eager.velocity(ctx, x, times[step]), noise, n,
-                             on_device)
+        fast = getattr(self.model, 'guided_denoise', None)
+        if fast is not None:
+            return fast(prefix, noise, on_device)
+        return guided_denoise(self.model, prefix, noise, on_device)
 
     def _to_host(self, actions: torch.Tensor) -> tuple[torch.Tensor, object]:
         """Start copying the chunk to pinned host memory; return (host tensor, event)."""

@@ -7,7 +7,14 @@ the camera frame it was computed from). The executor, like ros2_control's
 ``joint_trajectory_controller``, samples the active chunk at the controller's clock:
 
 - **skip**: points due before the chunk *arrived* are never targets; they are counted
-  (``ExecutorStats.num_points_skipped``).
+  (``ExecutorStats.num_points_skipped``). Only points the robot *consumed* are skipped,
+  though: a chunk that arrives while the robot holds (before the first chunk, or after the
+  active one ran out) starts at its point for the time the hold began (the first point when
+  the robot never moved), and its times are shifted so that this point is due at arrival
+  (``ExecutorStats.num_resumed``). Skipping by the clock alone would start it where the
+  robot would have been, had it moved meanwhile: a jump away from the held pose. LeRobot
+  clamps its skip to the actions consumed the same way (``ActionQueue.merge``, PRs 4223 and
+  4454).
 - **switch**: a newer chunk replaces the active one at its first not-yet-passed point ``k``
   (due at ``t_k``): until ``t_k`` the active chunk goes on, from ``t_k`` on the new one. So a
   switch is always at a point of the new chunk, and the jump ``p_k - previous(t_k)`` is
@@ -43,6 +50,8 @@ NS_PER_S = 1_000_000_000
 LATENCY_WINDOW = 10_000
 _REL_TOL = 1e-6
 """Relative slack on limit checks: float32 round-off of values clipped exactly to a limit."""
+_NEVER_MOVED = int(np.iinfo(np.int64).min)
+"""The hold start before any chunk moved the robot (earlier than every point)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,8 @@ class ExecutorStats:
     num_superseded: int = 0
     """Accepted chunks replaced by a newer one before their first point was due."""
     num_points_skipped: int = 0
+    num_resumed: int = 0
+    """Accepted chunks that arrived during a hold and start where it began, shifted in time."""
     hold_ns: int = 0
     latencies_ns: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
@@ -190,6 +201,14 @@ class ChunkExecutor:
                                f'{self._newest_stamp_ns / NS_PER_S:.3f} s)')
         times = chunk.times_ns
         first = int(np.searchsorted(times, now_ns, side='left'))  # times[first] >= now
+        hold_since = self._hold_since(now_ns)
+        if hold_since is not None and first > 0:
+            # the robot held meanwhile: only points due before the hold began were consumed
+            consumed = int(np.searchsorted(times, hold_since, side='left'))
+            if consumed < first:
+                times = times + (now_ns - int(times[consumed]))
+                first = consumed
+                self.stats.num_resumed += 1
         if first == len(times):
             self.stats.num_late += 1
             self.stats.num_points_skipped += len(times)
@@ -199,6 +218,18 @@ class ChunkExecutor:
         chunk = replace(chunk, positions=np.asarray(chunk.positions, dtype=np.float64),
                         velocities=None if vel is None else np.asarray(vel, dtype=np.float64))
         return _Active(chunk, columns, times, first, now_ns)
+
+    def _hold_since(self, now_ns: int) -> int | None:
+        """
+        Return since when the command holds at ``now_ns``; None while a chunk moves the robot.
+
+        ``_NEVER_MOVED`` before the first chunk: every point of a new chunk is still ahead.
+        """
+        act = self._active
+        if act is None:
+            return _NEVER_MOVED
+        last = int(act.times_ns[-1])
+        return last if now_ns >= last else None
 
     def validate(self, chunk: Chunk) -> np.ndarray:
         """

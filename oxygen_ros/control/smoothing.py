@@ -45,12 +45,15 @@ def rtc_prefix_weights(horizon: int, delay: int, overlap: int) -> np.ndarray:
 
     ``W_i = 1`` for ``i < d`` (executed before the chunk arrives: frozen to the previous
     chunk); ``W_i = c_i (e^{c_i} - 1) / (e - 1)`` with ``c_i = (o - i) / (o - d + 1)`` for
-    ``d <= i < o``; ``W_i = 0`` for ``i >= o``, where ``o`` is the number of points the
-    previous chunk still has for the new one (its leftover: no target, no pull toward zero,
-    which a zero-padded leftover would give).
+    ``d <= i < o``; ``W_i = 0`` for ``i >= max(d, o)``, where ``o`` is the number of points
+    the previous chunk still has for the new one (its leftover: no target, no pull toward
+    zero, which a zero-padded leftover would give). A delay beyond the overlap (dropped
+    cycles, a latency near ``H dt``) freezes the points past the previous chunk's end too:
+    the robot holds its last point there, which is their target (hold-last padding, LeRobot
+    PRs 4122 and 4454).
 
     :param horizon: ``H``, points of a chunk.
-    :param delay: ``d >= 0``, the inference delay in steps (clamped to ``overlap``).
+    :param delay: ``d >= 0``, the inference delay in steps (clamped to ``horizon``).
     :param overlap: ``o``, points of the previous chunk that overlap the new one, ``<= H``.
     :returns: ``float64 [H]`` in [0, 1], non-increasing.
     :raises ValueError: negative sizes or ``overlap > horizon``.
@@ -58,7 +61,7 @@ def rtc_prefix_weights(horizon: int, delay: int, overlap: int) -> np.ndarray:
     if horizon < 1 or delay < 0 or not 0 <= overlap <= horizon:
         raise ValueError(f'need horizon >= 1, delay >= 0, 0 <= overlap <= horizon; got '
                          f'{horizon}, {delay}, {overlap}')
-    d = min(delay, overlap)
+    d = min(delay, horizon)
     w = np.zeros(horizon)
     w[:d] = 1.0
     i = np.arange(d, overlap)

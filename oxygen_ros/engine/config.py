@@ -80,6 +80,9 @@ class EngineConfig:
     :param memory_adapter: OxyGen's textual-memory LoRA (``.npz``, ``model/lora.py``),
         active on the suffix and decoded tokens of memory requests; None: none.
     :param memory_adapter_alpha: the alpha it was trained with (OxyGen's: 16).
+    :param rtc: chunks will be guided (the node's ``chunk_smoothing: rtc``): a backend that
+        cannot guide is refused, the fast path compiles the guided denoise too and
+        ``Engine.warmup`` runs a guided cycle.
     """
 
     preset: str = 'small'
@@ -117,6 +120,7 @@ class EngineConfig:
     memory_context: TextContext = TextContext.ACTION_PREFIX
     memory_adapter: str | None = None
     memory_adapter_alpha: float = 16.0
+    rtc: bool = False
 
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
@@ -198,7 +202,7 @@ class EngineConfig:
             block_size=self.block_size, max_running_requests=self.max_running_requests,
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
-            attention=AttentionBackend.resolve(self.attention_backend))
+            attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,16 +212,20 @@ class RtcRequest:
 
     :ivar delay_steps: ``d >= 0``, the inference delay in action steps, measured by the
         caller (observation stamp to chunk publication): the first ``d`` points are frozen.
+        None before it was measured: every point the previous chunk covers is frozen (too
+        long a delay makes the new chunk follow the old one a little longer; too short a
+        one unfreezes points the robot executes meanwhile: a jump).
     :ivar action_dt_ns: time between chunk points, ``> 0``.
     :ivar max_guidance_weight: ``beta > 0`` (paper: 5).
     """
 
-    delay_steps: int
+    delay_steps: int | None
     action_dt_ns: int
     max_guidance_weight: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.delay_steps < 0 or self.action_dt_ns <= 0 or not self.max_guidance_weight > 0:
+        if (self.delay_steps is not None and self.delay_steps < 0) or self.action_dt_ns <= 0 \
+                or not self.max_guidance_weight > 0:
             raise ValueError(f'RtcRequest needs delay_steps >= 0, action_dt_ns > 0, '
                              f'max_guidance_weight > 0; got {self}')
 
@@ -232,12 +240,14 @@ class ActionChunk:
     :ivar stamp_ns: stamp of the observation it was computed from.
     :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
         the node's ``joint_names`` order): where a velocity chunk starts.
+    :ivar guided: denoised toward the previous chunk (real-time chunking).
     """
 
     actions: np.ndarray
     stamp_ns: int
     frame_id: int
     state: np.ndarray
+    guided: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.torch_backend import FrameInputs, TorchBackend
-from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
+from oxygen_ros.engine.chunk_history import ChunkHistory
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
 from oxygen_ros.engine.conventions import resolve_conventions
@@ -32,7 +32,6 @@ from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
-from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
@@ -41,6 +40,9 @@ from oxygen_ros.sched.scheduler import FrameSpec, Scheduler, SchedulerConfig
 import torch
 
 _LOG = logging.getLogger(__name__)
+
+WARMUP_ACTION_DT_NS = 100_000_000
+"""The action step of the warm-up's guided cycle (any: its frame is the previous one's)."""
 
 
 class EngineClosedError(RuntimeError):
@@ -124,6 +126,9 @@ class Engine:
                              f'{"a" if config.memory_adapter else "no"} memory adapter (it has '
                              f'{backend.block_size}, {backend.num_blocks} and '
                              f'{"an" if backend.adapter is not None else "no"} adapter)')
+        if config.rtc and backend.guidance_unsupported:
+            raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
+                             f'{backend.guidance_unsupported}')
         self.backend = backend
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
@@ -133,8 +138,8 @@ class Engine:
         self._live: dict[str, _Live] = {}
         self._req_ids = itertools.count()
         self._frame_index = 0
-        self._prev_chunk: tuple[int, torch.Tensor] | None = None
-        """(stamp ns, normalized actions [H, A]) of the last chunk, for real-time chunking."""
+        self.chunk_history = ChunkHistory(self.normalizer)
+        """The last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
                   '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
@@ -283,15 +288,20 @@ class Engine:
             latency. Not called for a cycle without a valid observation or with non-finite
             actions. The chunk is also in the returned ``StepOutput``.
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
-            for the new chunk's times, found by the two observation stamps, are the target;
-            none when there is no previous chunk or it has no point left for the new one.
+            for the new chunk's times, found by the two observation stamps, are the target
+            (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
+            left for the new one, or the new frame is older.
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
             node's next control tick); default ``now + control_period_s``. Text decoding
             plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
+        :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
         """
         self._check_open()
+        if rtc is not None and self.backend.guidance_unsupported:
+            raise ValueError(f'cannot guide this chunk (rtc): '
+                             f'{self.backend.guidance_unsupported}')
         t0 = time.perf_counter()
         now = time.monotonic() if now is None else now
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
@@ -306,9 +316,10 @@ class Engine:
 
         def actions_ready(actions: torch.Tensor) -> None:
             # only a frame's DenoiseJob calls this, so prepared and frame are set
-            ready.append(self._action_chunk(actions, prepared, frame.frame_id))
+            ready.append(self._action_chunk(actions, prepared, frame.frame_id,
+                                            inputs.guidance is not None))
             if ready[0] is not None:
-                self._prev_chunk = (prepared.stamp_ns, actions[0].detach().float().clone())
+                self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -352,38 +363,14 @@ class Engine:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        guidance = self._rtc_guidance(prepared.stamp_ns, rtc) if rtc is not None else None
+        guidance = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                    if rtc is not None else None)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 
-    def _rtc_guidance(self, stamp_ns: int, rtc: RtcRequest) -> RtcGuidance | None:
-        """
-        Return the previous chunk's points at the new chunk's times and RTC's soft mask.
-
-        New point ``i`` is for ``stamp + i dt``, previous point ``j`` for ``prev + j dt``:
-        the target of ``i`` is the previous chunk at ``j = i + (stamp - prev) / dt``
-        (linearly interpolated), for the ``overlap`` points it still covers.
-        """
-        if self._prev_chunk is None:
-            return None
-        prev_stamp, prev = self._prev_chunk
-        horizon = prev.shape[0]
-        shift = (stamp_ns - prev_stamp) / rtc.action_dt_ns
-        covered, lo, hi, frac = interpolation_indices(shift + np.arange(horizon), horizon)
-        overlap = int(np.count_nonzero(covered))  # a leading run when shift > 0
-        if shift <= 0 or overlap == 0:
-            return None  # the same frame again, time went back, or nothing left
-        frac = torch.tensor(frac, dtype=torch.float32, device=prev.device)[:, None]
-        target = torch.zeros_like(prev)
-        target[:overlap] = prev[lo] * (1 - frac) + prev[hi] * frac
-        weights = rtc_prefix_weights(horizon, rtc.delay_steps, overlap)
-        return RtcGuidance(target[None], torch.tensor(weights, dtype=torch.float32,
-                                                      device=prev.device),
-                           rtc.max_guidance_weight)
-
     def reset_chunk_history(self) -> None:
         """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
-        self._prev_chunk = None
+        self.chunk_history.reset()
 
     def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
         rejected = []
@@ -435,7 +422,7 @@ class Engine:
         return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
 
     def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
-                      frame_id: int) -> ActionChunk | None:
+                      frame_id: int, guided: bool) -> ActionChunk | None:
         x = actions[0].float().cpu().numpy()
         if not np.all(np.isfinite(x)):
             _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
@@ -443,7 +430,7 @@ class Engine:
             return None
         robot = self.normalizer.actions_to_robot(x, prepared.state)
         return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
-                           frame_id, prepared.state)
+                           frame_id, prepared.state, guided)
 
     def _text_output(self, req: Request) -> TextOutput:
         live = self._live.pop(req.req_id)
@@ -483,7 +470,10 @@ class Engine:
         Run full cycles with a text request of each kind of context in use.
 
         Fills caches, warms every text path (own prompt, suffix on the action prefix, the
-        memory adapter) and gives the cost model its first measurements.
+        memory adapter) and gives the cost model its first measurements. With ``config.rtc``
+        one guided cycle follows (the same frame again: every point guided), so that the first
+        guided cycle of the robot does not pay the guided path's cold start, and its inference
+        delay is measured on a warm path.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
         req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
@@ -496,8 +486,10 @@ class Engine:
                 break
         for req_id in req_ids:
             self.abort(req_id)
+        if self.config.rtc:
+            self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
-        self._prev_chunk = None
+        self.chunk_history.reset()
 
     def shutdown(self) -> list[TextOutput]:
         """Abort every request, release the KV pool; later calls raise EngineClosedError."""

@@ -59,12 +59,17 @@ class DenoiseContext:
     :ivar keys: one ``[B, Hkv, P + H, D]`` tensor per layer, model dtype: the prefix keys
         (post-RoPE) at ``[:, :, :P]``; every :func:`velocity` overwrites ``[:, :, P:]`` with
         the suffix keys (one tensor per layer, not views of one: autograd through a call
-        then works; a later call overwrites what the previous call's graph saved).
+        then works; a later call overwrites what the previous call's graph saved). With
+        ``append``: ``[B, Hkv, P, D]``, the prefix only.
     :ivar values: the values, laid out as ``keys``.
     :ivar mask: H queries over P + H keys: the valid prefix tokens and every suffix token.
     :ivar cos: ``float32 [B, H, D/2]`` RoPE of the suffix positions ``num_tokens + arange(H)``.
     :ivar sin: same shape as ``cos``.
     :ivar prefix_len: P, prefix slots (padding included).
+    :ivar append: a velocity attends the prefix concatenated with the suffix K/V and writes
+        nothing in place (what ``torch.func`` transforms need: the guided denoise takes
+        its vector-Jacobian product with ``torch.func.vjp``); same values, one copy of the
+        prefix K/V per layer and call.
     """
 
     keys: tuple[torch.Tensor, ...]
@@ -73,6 +78,7 @@ class DenoiseContext:
     cos: torch.Tensor
     sin: torch.Tensor
     prefix_len: int
+    append: bool = False
 
     @property
     def horizon(self) -> int:
@@ -130,6 +136,15 @@ def euler_modulations(model: ActionExpertModel, num_steps: int,
     return time_modulations(model, euler_times(num_steps).to(device))
 
 
+def euler_step_modulations(model: ActionExpertModel, num_steps: int,
+                           device: torch.device | str) -> list[Modulations]:
+    """Return :func:`euler_modulations` per step, each contiguous (computed without grad)."""
+    with torch.no_grad():
+        mod_in, mod_post, mod_final = euler_modulations(model, num_steps, device)
+    return [(mod_in[:, s].contiguous(), mod_post[:, s].contiguous(), mod_final[s].contiguous())
+            for s in range(num_steps)]
+
+
 def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Tensor,
                     mod_in: torch.Tensor, mod_post: torch.Tensor,
                     mod_final: torch.Tensor) -> torch.Tensor:
@@ -146,10 +161,14 @@ def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Te
     h = model.embed_actions(x_t)
     for i, layer in enumerate(model.expert.layers):
         q, k, v, gate = layer.project_qkv(h, ctx.cos, ctx.sin, mod_in[i])
-        ctx.keys[i][:, :, p:] = k.transpose(1, 2)
-        ctx.values[i][:, :, p:] = v.transpose(1, 2)
-        h = layer.finish(h, attention(q, ctx.keys[i], ctx.values[i], ctx.mask), gate,
-                         mod_post[i])
+        if ctx.append:
+            keys = torch.cat([ctx.keys[i], k.transpose(1, 2)], 2)
+            values = torch.cat([ctx.values[i], v.transpose(1, 2)], 2)
+        else:
+            ctx.keys[i][:, :, p:] = k.transpose(1, 2)
+            ctx.values[i][:, :, p:] = v.transpose(1, 2)
+            keys, values = ctx.keys[i], ctx.values[i]
+        h = layer.finish(h, attention(q, keys, values, ctx.mask), gate, mod_post[i])
     h, _ = model.expert.final_norm(h, mod_final)
     return model.project_actions(h)
 
@@ -198,4 +217,5 @@ def euler_loop(model: ActionExpertModel, ctx: DenoiseContext, noise: torch.Tenso
 
 
 __all__ = ['ActionExpertModel', 'DenoiseContext', 'Modulations', 'denoise_context',
-           'euler_loop', 'euler_modulations', 'expert_velocity', 'time_modulations', 'velocity']
+           'euler_loop', 'euler_modulations', 'euler_step_modulations', 'expert_velocity',
+           'time_modulations', 'velocity']

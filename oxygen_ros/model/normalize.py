@@ -150,6 +150,17 @@ class QuantityNorm:
         return out
 
 
+def _chunk(actions: np.ndarray, dim: int, what: str) -> np.ndarray:
+    """Return ``actions`` as float64 ``[..., H, dim]``; raise on another shape or NaN/Inf."""
+    x = np.asarray(actions, dtype=np.float64)
+    if x.ndim < 2 or x.shape[-1] != dim:
+        raise ValueError(f'actions must have shape [..., H, {dim}], got {x.shape}')
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f'{what} actions contain {int((~np.isfinite(x)).sum())} NaN/Inf '
+                         f'values')
+    return x
+
+
 def _as_array(x: np.ndarray) -> np.ndarray:
     arr = np.array(x, dtype=np.float64)
     if arr.ndim == 0:
@@ -307,22 +318,47 @@ class Normalizer:
         :raises ValueError: last axis != ``action_dim``, NaN/Inf in the actions, or a state
             missing or of the wrong shape where the adapter needs one.
         """
-        x = np.asarray(actions, dtype=np.float64)
-        if x.ndim < 2 or x.shape[-1] != self.action_dim:
-            raise ValueError(f'actions must have shape [..., H, {self.action_dim}], '
-                             f'got {x.shape}')
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f'model actions contain {int((~np.isfinite(x)).sum())} NaN/Inf '
-                             f'values')
+        x = _chunk(actions, self.action_dim, 'model')
         robot = self.actions.unnormalize(x)[..., :self.robot_action_dim]
         if self.adapter is RobotAdapter.NONE:
             return robot
+        return robot_adapters.actions_to_robot(self.adapter, robot, self._adapter_state(state))
+
+    def _adapter_state(self, state: np.ndarray | None) -> np.ndarray:
+        """Return the frame state in the adapter's convention; raise if it has none."""
         if state is None or np.shape(state) != (self.state_dim,):
             raise ValueError(f'the {self.adapter.value} adapter needs the frame state of shape '
                              f'({self.state_dim},), got '
                              f'{None if state is None else np.shape(state)}')
-        model_state = robot_adapters.state_to_model(self.adapter, state)
-        return robot_adapters.actions_to_robot(self.adapter, robot, model_state)
+        return robot_adapters.state_to_model(self.adapter, state)
+
+    @property
+    def relative_actions(self) -> bool:
+        """Return whether some action dims are predicted relative to the frame's state."""
+        return robot_adapters.has_relative_actions(self.adapter)
+
+    def actions_to_model(self, actions: np.ndarray,
+                         state: np.ndarray | None = None) -> np.ndarray:
+        """
+        Return robot-unit actions in normalized model units (``actions_to_robot`` inverted).
+
+        The robot's dims only; relative to ``state`` where the adapter's actions are relative
+        to a state.
+
+        Real-time chunking keeps the previous chunk in robot units (absolute) and re-expresses
+        it against the new frame's state with this (strands-labs robots PR 779, LeRobot PR
+        3453: a relative chunk guided in the old frame is off by the state's change).
+
+        :param actions: ``float [..., H, robot_action_dim]`` in robot units.
+        :param state: ``float [state_dim]`` robot units; required by relative adapters.
+        :returns: ``float64 [..., H, robot_action_dim]`` normalized (not padded).
+        :raises ValueError: last axis != ``robot_action_dim``, NaN/Inf, or a state missing
+            or of the wrong shape where the adapter needs one.
+        """
+        x = _chunk(actions, self.robot_action_dim, 'robot')
+        if self.adapter is not RobotAdapter.NONE:
+            x = robot_adapters.actions_to_model(self.adapter, x, self._adapter_state(state))
+        return self.actions.normalize(x)
 
 
 __all__ = [

@@ -72,6 +72,22 @@ def aloha_gripper_from_angular(value: np.ndarray) -> np.ndarray:
     return (x - _JOINT_OPEN) / (_JOINT_CLOSE - _JOINT_OPEN)
 
 
+def aloha_gripper_to_model_action(value: np.ndarray) -> np.ndarray:
+    """
+    Return the inverse of :func:`aloha_gripper_from_angular`: π's gripper output.
+
+    :param value: any shape, ALOHA's normalized gripper joint command.
+    :returns: float64, same shape.
+    """
+    return np.asarray(value, dtype=np.float64) * (_JOINT_CLOSE - _JOINT_OPEN) + _JOINT_OPEN - \
+        _ANGULAR_LO
+
+
+def has_relative_actions(adapter: RobotAdapter) -> bool:
+    """Return whether some of the adapter's action dims are predicted relative to the state."""
+    return adapter is RobotAdapter.ALOHA
+
+
 def state_to_model(adapter: RobotAdapter, state: np.ndarray) -> np.ndarray:
     """
     Return the robot state in the model's convention, before normalization.
@@ -108,5 +124,32 @@ def actions_to_robot(adapter: RobotAdapter, actions: np.ndarray,
     return a
 
 
-__all__ = ['ALOHA_DELTA_MASK', 'ALOHA_GRIPPER_DIMS', 'ALOHA_JOINT_FLIP', 'actions_to_robot',
-           'aloha_gripper_from_angular', 'aloha_gripper_to_angular', 'state_to_model']
+def actions_to_model(adapter: RobotAdapter, actions: np.ndarray,
+                     model_state: np.ndarray | None) -> np.ndarray:
+    """
+    Return robot-unit actions as the model would output them, before ``Unnormalize``.
+
+    The inverse of :func:`actions_to_robot` for a given state: ALOHA's gripper map and joint
+    flips undone, then the state subtracted from the arm joints (the actions re-expressed
+    relative to ``model_state``, which may be another frame's than the one they were made
+    from: how a previous chunk is re-anchored for real-time chunking).
+
+    :param actions: ``float [..., H, robot_action_dim]`` in robot units.
+    :param model_state: ``float [state_dim]`` from :func:`state_to_model` (required for ALOHA).
+    :returns: ``float64 [..., H, robot_action_dim]`` (a copy).
+    :raises ValueError: ALOHA without a state.
+    """
+    a = np.array(actions, dtype=np.float64)
+    if adapter is RobotAdapter.ALOHA:
+        if model_state is None:
+            raise ValueError('ALOHA actions are relative to the state: pass the frame state')
+        grippers = list(ALOHA_GRIPPER_DIMS)
+        a[..., grippers] = aloha_gripper_to_model_action(a[..., grippers])
+        a = ALOHA_JOINT_FLIP * a
+        a[..., ALOHA_DELTA_MASK] -= np.asarray(model_state, dtype=np.float64)[ALOHA_DELTA_MASK]
+    return a
+
+
+__all__ = ['ALOHA_DELTA_MASK', 'ALOHA_GRIPPER_DIMS', 'ALOHA_JOINT_FLIP', 'actions_to_model',
+           'actions_to_robot', 'aloha_gripper_from_angular', 'aloha_gripper_to_angular',
+           'aloha_gripper_to_model_action', 'has_relative_actions', 'state_to_model']

@@ -12,17 +12,24 @@ At each Euler step the data estimate ``x1 = x - t u(x)`` is compared with the ta
     g = (d x1 / d x)^T e        (autograd through the denoiser: one backward per step)
     u' = u - w(t) g             (w(t) = guidance_weight, paper eq. 2 and §4.2)
 
-Where ``W`` is 0 the target is ignored (RTC never pulls toward a zero-padded leftover). The
-denoiser is a callable, so this module does not depend on how the model computes it (eager;
-the backward needs autograd, so this path is never a CUDA graph).
+Where ``W`` is 0 the target is ignored (RTC never pulls toward a zero-padded leftover).
+
+Two forms of the same step: :func:`guided_sample` takes the denoiser as a callable and the
+product with ``torch.autograd.grad`` (eager; :func:`guided_denoise` runs it on the model: the
+reference); :func:`guided_velocity` takes it with ``torch.func.vjp``, functionally, so that
+``torch.compile(fullgraph=True)`` traces the forward and its vector-Jacobian product into one
+graph that a CUDA graph can capture (the fast path's guided denoise, ``model/guided_call.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
+from oxygen_ros.config import ModelConfig
+from oxygen_ros.model.denoise import DenoiseContext
 from oxygen_ros.model.flow import euler_times
+from oxygen_ros.model.kv_cache import PrefixKV
 import torch
 
 Velocity = Callable[[torch.Tensor, int], torch.Tensor]
@@ -104,4 +111,70 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
     return x
 
 
-__all__ = ['RtcGuidance', 'Velocity', 'guidance_weight', 'guided_sample']
+def guidance_weights(num_steps: int, max_weight: float) -> torch.Tensor:
+    """Return :func:`guidance_weight` at each of the ``num_steps`` Euler times: ``float32 [N]``."""
+    return torch.tensor([guidance_weight(t, max_weight) for t in euler_times(num_steps).tolist()],
+                        dtype=torch.float32)
+
+
+def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                    t: torch.Tensor, target: torch.Tensor, weights: torch.Tensor,
+                    step_weight: torch.Tensor) -> torch.Tensor:
+    """
+    Return RTC's corrected velocity ``u - w(t) (d x1 / d x)^T (W (Y - x1))`` at one step.
+
+    The step of :func:`guided_sample` with the product by ``torch.func.vjp``: no autograd
+    graph is kept between calls and nothing needs ``requires_grad``, so it compiles into one
+    graph (forward and backward) and runs inside ``torch.inference_mode``. ``velocity`` must
+    not write into tensors it did not create (``DenoiseContext.append``).
+
+    :param velocity: ``x float32 [B, H, A] -> float32 [B, H, A]``, the flow at this step.
+    :param x: ``float32 [B, H, A]``.
+    :param t: ``float32 []`` the step's flow time (``flow.euler_times``).
+    :param target: ``float32 [B, H, A]`` the previous chunk's points (``RtcGuidance``).
+    :param weights: ``float32 [H]`` the soft mask.
+    :param step_weight: ``float32 []`` the guidance weight at ``t`` (:func:`guidance_weights`).
+    :returns: ``float32 [B, H, A]``.
+    """
+    def data_estimate(xg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        u = velocity(xg)
+        return xg - t * u, u
+    x1, vjp, u = torch.func.vjp(data_estimate, x, has_aux=True)
+    (g,) = vjp(weights[None, :, None] * (target - x1))
+    return u - step_weight * g
+
+
+class GuidableModel(Protocol):
+    """What :func:`guided_denoise` needs of a model (``Pi05Model`` is one)."""
+
+    cfg: ModelConfig
+
+    def denoise_context(self, prefix: PrefixKV, horizon: int | None = None) -> DenoiseContext:
+        """Gather a cached prefix for ``velocity``."""
+
+    def velocity(self, ctx: DenoiseContext, x_t: torch.Tensor,
+                 t: torch.Tensor | float) -> torch.Tensor:
+        """Return ``v(x_t, t)``, differentiable."""
+
+
+def guided_denoise(model: GuidableModel, prefix: PrefixKV, noise: torch.Tensor,
+                   guidance: RtcGuidance) -> torch.Tensor:
+    """
+    Denoise an action chunk on a cached prefix with RTC, eagerly: the reference.
+
+    :func:`guided_sample` on the model's eager velocity (one backward through the action
+    expert per Euler step, autograd outside inference mode).
+
+    :param noise: ``float [B, H, A]`` x at t = 1, on the model's device (so is ``guidance``).
+    :returns: ``float32 [B, H, A]`` normalized actions.
+    """
+    n = model.cfg.num_denoise_steps
+    with torch.inference_mode(False):  # the context must be usable by autograd
+        ctx = model.denoise_context(prefix, noise.shape[1])
+    times = euler_times(n).tolist()
+    return guided_sample(lambda x, step: model.velocity(ctx, x, times[step]), noise, n,
+                         guidance)
+
+
+__all__ = ['GuidableModel', 'RtcGuidance', 'Velocity', 'guidance_weight', 'guidance_weights',
+           'guided_denoise', 'guided_sample', 'guided_velocity']

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from oxygen_ros.model.denoise import (
-    denoise_context, DenoiseContext, euler_modulations, expert_velocity)
+    denoise_context, DenoiseContext, euler_step_modulations, expert_velocity)
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
@@ -233,11 +233,8 @@ class DenoiseCall(nn.Module):
         super().__init__()
         self.model = model
         n = model.cfg.num_denoise_steps if num_steps is None else num_steps
-        with torch.no_grad():
-            mod_in, mod_post, mod_final = euler_modulations(model, n, model.device)
         self.num_steps = n
-        self.mods = [(mod_in[:, s].contiguous(), mod_post[:, s].contiguous(),
-                      mod_final[s].contiguous()) for s in range(n)]
+        self.mods = euler_step_modulations(model, n, model.device)
         self.dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
         self.step: VelocityStep = self.velocity_step
 

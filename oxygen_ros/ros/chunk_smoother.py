@@ -6,7 +6,9 @@ The node's chunk-boundary smoothing (parameter ``chunk_smoothing``, ``control.sm
 - ``rtc``: the engine denoises each chunk toward the previous one; the inference delay it
   freezes is measured here, from the node clock at publication minus the observation stamp
   (so it includes waiting for the control tick, vision, prefill and denoising, in the node
-  clock's time: sim time on a simulator).
+  clock's time: sim time on a simulator). Only guided chunks are measured: an unguided one
+  (the first after activation) skips the guidance's cost and would make the delay too short.
+  Until a delay is measured, every point the previous chunk covers is frozen.
 
 Control thread only (no lock).
 """
@@ -42,12 +44,16 @@ class ChunkSmoother:
         self.delay.reset()
 
     def rtc_request(self, action_dt: float) -> RtcRequest | None:
-        """Return the engine's RTC request for the next cycle (None: not RTC, or no delay yet)."""
+        """
+        Return the engine's RTC request for the next cycle (None: not RTC).
+
+        Its delay is None until a guided chunk's latency is measured (the engine then freezes
+        every point the previous chunk covers).
+        """
         if self.mode is not ChunkSmoothing.RTC:
             return None
         dt_ns = round(action_dt * NS_PER_S)
-        steps = self.delay.steps(dt_ns)
-        return None if steps is None else RtcRequest(steps, dt_ns, self.rtc_max_guidance_weight)
+        return RtcRequest(self.delay.steps(dt_ns), dt_ns, self.rtc_max_guidance_weight)
 
     def delay_steps(self, action_dt: float) -> int | None:
         """Return the measured inference delay in action steps (None before a sample)."""
@@ -59,7 +65,8 @@ class ChunkSmoother:
 
         :param now_ns: node clock at publication.
         """
-        self.delay.record(now_ns - chunk.stamp_ns)
+        if chunk.guided or self.mode is not ChunkSmoothing.RTC:
+            self.delay.record(now_ns - chunk.stamp_ns)
         if self.mode is not ChunkSmoothing.ENSEMBLE:
             return chunk
         smoothed = self.ensemble.apply(chunk.actions, chunk.stamp_ns,

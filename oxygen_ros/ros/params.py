@@ -483,7 +483,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             kv_cache_mb=float(v['kv_cache_mb']) or None,
             max_running_requests=int(v['max_running_requests']),
             control_period_s=node.control_period_s, stop_on_eos=bool(v['stop_on_eos']),
-            seed=int(v['seed']),
+            seed=int(v['seed']), rtc=node.chunk_smoothing is ChunkSmoothing.RTC,
             **{f'{task}_context': _enum(f'{task}_context', v[f'{task}_context'])
                for task in ('subtask', 'answer', 'memory')},
             memory_adapter=str(v['memory_adapter']) or None,

@@ -46,6 +46,7 @@ def executor_status(stats: ExecutorStats) -> DiagnosticStatus:
         'chunks refused': stats.num_refused, 'chunks late': stats.num_late,
         'chunks executed': stats.num_executed, 'chunks superseded': stats.num_superseded,
         'points skipped': stats.num_points_skipped,
+        'chunks resumed after a hold': stats.num_resumed,
         'hold time (s)': f'{stats.hold_ns / 1e9:.3f}',
         'latency p50 (ms)': f'{np.percentile(lat, 50):.1f}' if lat.size else 'n/a',
         'latency p99 (ms)': f'{np.percentile(lat, 99):.1f}' if lat.size else 'n/a',

@@ -24,11 +24,14 @@ from oxygen_ros.backends.graph_builder import Step
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.control.smoothing import rtc_prefix_weights
+from oxygen_ros.engine.config import EngineConfig, RtcRequest
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.rtc import guidance_weights, guided_denoise, RtcGuidance
 from oxygen_ros.model.static_calls import DenoiseCall
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
@@ -418,3 +421,98 @@ def test_two_engines_share_one_fast_path_on_two_halves_of_its_pool(tiny_models, 
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match='does not fit'):
         Engine(cfg, model=model, tokenizer=tokenizer, backend=shared.sharing_pool(2 * blocks - 5))
+
+
+# -- real-time chunking's guided denoise on the fast path ------------------------------------
+
+def _guidance(model, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    h, a = model.cfg.action_horizon, model.cfg.action_dim
+    return RtcGuidance(torch.randn(1, h, a, generator=gen),
+                       torch.tensor(rtc_prefix_weights(h, 1, h - 1), dtype=torch.float32))
+
+
+def _prefix(model, pool, cams, num_tokens):
+    ti = model.cfg.image_tokens_per_camera
+    gen = torch.Generator().manual_seed(cams * 100 + num_tokens)
+    images = torch.rand(1, cams, 3, 224, 224, generator=gen) * 2 - 1
+    return model.prefill(torch.randint(3, 1000, (1, num_tokens), generator=gen), None,
+                         image_embeds=model.encode_images(images), cache=pool,
+                         slots=torch.arange(16, 16 + cams * ti + num_tokens)[None])
+
+
+def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(tiny_models):
+    """One graph per denoise bucket; padding masked; equal to autograd's guided denoise."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
+                         only=[Step.GUIDED_DENOISE], guided=True)
+    pool = KVCache(model.cfg.vlm, SLOTS)
+    comp.warmup(pool, progress=False)
+    assert comp.fallbacks == {} and set(comp._graphs) == {Step.GUIDED_DENOISE}
+    assert list(comp._graphs[Step.GUIDED_DENOISE]) == [(c,) for c in comp.shapes.denoise]
+    assert comp.parity['guided_denoise'].passed
+    guidance = _guidance(model)
+    for cams, t in ((2, 20), (1, 7)):
+        with torch.inference_mode():
+            prefix = _prefix(model, pool, cams, t)
+            noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
+            calls = {k: g.num_calls for k, g in comp._graphs[Step.GUIDED_DENOISE].items()}
+            got = comp.guided_denoise(prefix, noise, guidance)
+            want = guided_denoise(model, prefix, noise, guidance)
+            plain = model.denoise(prefix, noise)
+        used = [k for k, g in comp._graphs[Step.GUIDED_DENOISE].items()
+                if g.num_calls > calls[k]]
+        assert used == [(bucket_for(prefix.slots.shape[1], comp.shapes.denoise),)]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        assert (got - plain).abs().max() > 0.1                  # it did guide
+
+
+def test_the_guided_loop_is_one_graph_without_breaks(tiny_models):
+    """Forward and vector-Jacobian product of all N steps trace as ONE Dynamo graph."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    graphs, aot_eager = [], lookup_backend('aot_eager')
+
+    def counting(gm, example_inputs):   # AOTAutograd lowers the vjp, as Inductor's does
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+    loop = torch.compile(GuidedDenoiseCall(model), backend=counting, fullgraph=True)
+    pool = KVCache(model.cfg.vlm, 256)
+    pool.k.normal_()
+    pool.v.normal_()
+    slots = torch.arange(16, 16 + 140)[None]
+    mask = torch.arange(140)[None] < 129
+    noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
+    guidance = _guidance(model)
+    args = (pool.k, pool.v, slots, mask, torch.tensor([129]), noise, guidance.target,
+            guidance.weights, guidance_weights(model.cfg.num_denoise_steps, 5.0))
+    with torch.inference_mode():
+        got = loop(*args)
+        want = GuidedDenoiseCall(model)(*args)
+        prefix = PrefixKV(pool, slots, mask, torch.tensor([129]),
+                          torch.zeros(1, model.cfg.vlm.width))
+        reference = guided_denoise(model, prefix, noise, guidance)
+    assert len(graphs) == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(want, reference, atol=1e-5, rtol=0)
+
+
+def test_an_rtc_engine_on_the_fast_path_guides_as_the_eager_engine(
+        tiny_models, tokenizer, monkeypatch):
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, max_running_requests=2, seed=2, rtc=True)
+    fast = Engine(replace(cfg, compile_mode=CompileMode.DEFAULT), model=model,
+                  tokenizer=tokenizer)
+    assert fast.fallbacks == {} and Step.GUIDED_DENOISE in fast.backend.model._graphs
+    eager = Engine(cfg, model=model, tokenizer=tokenizer)
+    graphs = fast.backend.model._graphs[Step.GUIDED_DENOISE].values()
+    rtc = RtcRequest(1, 100_000_000)
+    for f in range(3):
+        obs = make_observation(f, CAMS, 8)
+        calls = sum(g.num_calls for g in graphs)
+        got, want = fast.step(obs, rtc=rtc).action, eager.step(obs, rtc=rtc).action
+        assert got.guided == want.guided == (f > 0)
+        assert sum(g.num_calls for g in graphs) == calls + (f > 0)
+        np.testing.assert_allclose(got.actions, want.actions, atol=1e-5, rtol=0)

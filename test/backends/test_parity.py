@@ -85,6 +85,21 @@ def test_real_bfloat16_compile_differences_pass_the_gate():
 
 
 @pytest.mark.slow
+def test_the_guided_denoise_compiled_by_inductor_passes_the_bfloat16_gate():
+    """The guided step of RTC (velocity and its vector-Jacobian product), Inductor's C++."""
+    model = _model('bfloat16')
+    limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+                         only=[Step.GUIDED_DENOISE], guided=True)
+    comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
+    assert comp.fallbacks == {} and set(comp.parity) == {'guided_denoise'}
+    assert comp.compiles == {'guided_denoise': 1}           # one graph for every bucket
+    result = comp.parity['guided_denoise']
+    assert result.passed and result.reference_error > 0, result.describe()
+
+
+@pytest.mark.slow
 def test_inductor_compiles_vision_and_prefill_in_full_graphs_equal_to_eager():
     """Inductor's C++ kernels (fullgraph=True: no graph break) for SigLIP and the prefill."""
     model = _model('float32')

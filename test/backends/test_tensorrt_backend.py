@@ -7,6 +7,7 @@ wrapped in a check that every call fits the TensorRT optimization profiles the e
 would be built with. The real TensorRT / CUDA checks are in ``test/gpu`` (gpu-marked).
 """
 
+from dataclasses import replace
 import importlib.util
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.backends.trt_profiles import (
     DimRange, engine_cache_key, EngineLimits, input_shapes, profile_index, TrtPrecision)
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
-from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.engine.config import BackendKind, EngineConfig, RtcRequest
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask
@@ -179,6 +180,43 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
     assert set(used) == set(GraphName)
     # the memory suffix (and a causal-text prompt) used the 2nd decode profile: text prefill
     assert used[GraphName.DECODE] == {0, 1}
+
+
+def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
+    """Return an engine on ``TensorRTBackend`` with onnxruntime running its graphs."""
+    export_dir = exports(model)
+
+    def graph_backend(config, _model, num_blocks, **_options):
+        limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * config.block_size,
+                                        max_batch=config.max_running_requests,
+                                        max_decode_tokens=model.cfg.decode_budget)
+        runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
+                             denoise_ctx_len=limits.denoise_ctx_len)
+        return TensorRTBackend(runner, num_blocks, config.block_size)
+    monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', graph_backend)
+    try:
+        return Engine(cfg, model=model, tokenizer=tokenizer)
+    finally:
+        monkeypatch.undo()
+
+
+def test_rtc_on_the_tensorrt_backend_is_refused_with_the_reason(tiny_models, tokenizer,
+                                                                exports, monkeypatch):
+    """Its denoise engine has no gradient: refused up front, not an AttributeError later."""
+    cameras = CAMERA_SLOTS[:2]
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, cameras)
+    cfg = EngineConfig(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
+                       max_running_requests=8)
+    engine = _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch)
+    rtc = RtcRequest(1, 100_000_000)
+    with pytest.raises(ValueError, match='the tensorrt backend cannot guide denoising') as info:
+        for f in range(2):                 # the second cycle has a previous chunk to guide to
+            engine.step(make_observation(f, cameras, 8), rtc=rtc)
+    assert "backend 'torch'" in str(info.value)
+    assert engine.step(make_observation(3, cameras, 8)).action is not None   # plain: fine
+    with pytest.raises(ValueError, match=r'real-time chunking \(chunk_smoothing rtc\) is not '
+                                         r'possible here: the tensorrt backend cannot guide'):
+        _engine_on_graphs(replace(cfg, rtc=True), model, tokenizer, exports, monkeypatch)
 
 
 def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):

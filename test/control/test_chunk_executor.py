@@ -66,21 +66,29 @@ def test_cubic_hermite_when_velocities_are_given(executor):
         assert cmd.velocities[0] == pytest.approx(2 * t)
 
 
+def still(num_points=10, stamp_ns=T0 - 100 * MS):
+    """Return a chunk keeping both joints at 0 for a while (the robot executes, not holds)."""
+    return chunk(np.zeros((num_points, 2)), stamp_ns=stamp_ns)
+
+
 def test_skips_points_due_before_arrival_and_switches_at_the_first_future_point(executor):
+    executor.submit(still(), T0 - 100 * MS)
+    executor.command(T0 - 100 * MS)
     assert executor.submit(chunk(ramp((0.0, 0.0))), T0 + 150 * MS)  # arrives 150 ms late
     assert executor.stats.num_points_skipped == 2  # points at 0 and 100 ms passed
-    # Until the first not-yet-passed point (200 ms) the previous command (hold) goes on ...
+    # Until the first not-yet-passed point (200 ms) the previous chunk goes on ...
     assert executor.command(T0 + 150 * MS).positions.tolist() == [0.0, 0.0]
-    assert executor.take_switches() == []
-    # ... then the chunk takes over at its point 2, with the jump from the held command.
+    assert len(executor.take_switches()) == 1
+    # ... then the chunk takes over at its point 2, with the jump from the previous command.
     cmd = executor.command(T0 + 250 * MS)
     assert cmd.positions == pytest.approx([0.25, -0.5])
     [switch] = executor.take_switches()
     assert switch.time_ns == T0 + 200 * MS and switch.num_skipped == 2
     assert switch.arrival_ns == T0 + 150 * MS and switch.stamp_ns == T0
     assert switch.jump == pytest.approx([0.2, -0.4])
-    assert list(executor.stats.latencies_ns) == [150 * MS]
-    assert executor.stats.num_executed == 1 and executor.stats.hold_ns == 0
+    assert list(executor.stats.latencies_ns) == [0, 150 * MS]
+    assert executor.stats.num_executed == 2 and executor.stats.hold_ns == 0
+    assert executor.stats.num_resumed == 0
 
 
 def test_holds_the_last_point_and_never_extrapolates(executor):
@@ -189,6 +197,8 @@ def test_refuses_a_chunk_older_than_the_newest_accepted(executor, logged):
 
 
 def test_refuses_a_chunk_whose_every_point_has_passed(executor, logged):
+    executor.submit(still(), T0 - 100 * MS)          # executing until 800 ms
+    executor.command(T0 - 100 * MS)
     assert not executor.submit(chunk(ramp((0.0, 0.0))), T0 + 401 * MS)  # last point at 400
     assert executor.stats.num_late == 1 and executor.stats.num_points_skipped == 5
     assert 'late: all 5 points were due before it arrived (1.0 ms after the last)' in logged[0]
@@ -205,3 +215,50 @@ def test_limits_are_checked_at_construction():
         ChunkExecutor(('a', 'b'), (0.0, 0.0), JointLimits.unlimited(1))
     with pytest.raises(ValueError, match='initial positions must be 1 finite'):
         ChunkExecutor(('a',), (math.nan,))
+
+
+# -- a chunk arriving while the robot holds (LeRobot PRs 4223, 4454: skip what was consumed)
+
+def test_a_late_first_chunk_starts_at_the_held_pose_not_where_the_clock_says(executor):
+    """The robot held still: nothing was consumed, so the late ramp starts at its point 0."""
+    late = T0 + 250 * MS                         # points 0, 100, 200 ms are due already
+    assert executor.submit(chunk(ramp((0.0, 0.0))), late)
+    assert executor.stats.num_points_skipped == 0 and executor.stats.num_resumed == 1
+    assert executor.command(late).positions == pytest.approx([0.0, 0.0])   # no jump
+    assert executor.command(late + 50 * MS).positions == pytest.approx([0.05, -0.1])
+    assert executor.command(late + 400 * MS).positions == pytest.approx([0.4, -0.8])
+    [switch] = executor.take_switches()
+    assert switch.time_ns == late and switch.num_skipped == 0
+    assert switch.jump == pytest.approx([0.0, 0.0])
+
+
+def test_after_the_active_chunk_ran_out_a_late_chunk_resumes_where_the_hold_began(executor):
+    executor.submit(chunk(ramp((0.0, 0.0), step=(0.05, 0.0))), T0)   # ends at 0.2 at 400 ms
+    executor.command(T0)
+    # planned from 200 ms on: reaches the held 0.2 at 400 ms, then goes on to 0.4 at 600 ms
+    newer = chunk(ramp((0.1, 0.0), step=(0.05, 0.0)), stamp_ns=T0 + 200 * MS)
+    arrival = T0 + 650 * MS                      # by the clock every point has passed
+    assert executor.submit(newer, arrival)
+    assert executor.stats.num_late == 0 and executor.stats.num_points_skipped == 2
+    cmd = executor.command(arrival)
+    assert cmd.positions == pytest.approx([0.2, 0.0])    # the point of 400 ms, at arrival
+    assert executor.command(arrival + 100 * MS).positions == pytest.approx([0.25, 0.0])
+    switch = executor.take_switches()[-1]
+    assert switch.time_ns == arrival and switch.num_skipped == 2
+    assert switch.jump == pytest.approx([0.0, 0.0])
+
+
+def test_a_chunk_arriving_while_the_robot_moves_still_skips_by_the_clock(executor):
+    executor.submit(chunk(ramp((0.0, 0.0))), T0)
+    executor.command(T0)
+    assert executor.submit(chunk(ramp((0.1, -0.2)), stamp_ns=T0 + 100 * MS), T0 + 250 * MS)
+    assert executor.stats.num_points_skipped == 2 and executor.stats.num_resumed == 0
+    assert executor.command(T0 + 300 * MS).positions == pytest.approx([0.3, -0.6])
+
+
+def test_a_chunk_whose_points_all_passed_before_the_hold_began_is_still_late(executor, logged):
+    executor.submit(chunk(ramp((0.0, 0.0))), T0)       # runs out at 400 ms
+    executor.command(T0)
+    old = chunk(ramp((0.0, 0.0), num_points=3), stamp_ns=T0 + 100 * MS)   # ends at 300 ms
+    assert not executor.submit(old, T0 + 500 * MS)
+    assert executor.stats.num_late == 1 and 'late: all 3 points' in logged[0]

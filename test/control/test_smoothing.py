@@ -19,8 +19,15 @@ def test_rtc_prefix_weights_follow_the_paper():
 
 
 def test_rtc_prefix_weights_edge_cases():
-    assert list(rtc_prefix_weights(4, delay=6, overlap=3)) == [1.0, 1.0, 1.0, 0.0]
     assert list(rtc_prefix_weights(4, delay=0, overlap=0)) == [0.0] * 4
+    assert list(rtc_prefix_weights(4, delay=3, overlap=3)) == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_delay_beyond_the_overlap_freezes_the_held_points_too():
+    """Past the previous chunk's end the robot holds its last point until the chunk arrives."""
+    assert list(rtc_prefix_weights(4, delay=3, overlap=1)) == [1.0, 1.0, 1.0, 0.0]
+    assert list(rtc_prefix_weights(4, delay=6, overlap=3)) == [1.0] * 4   # clamped to H
+    assert list(rtc_prefix_weights(4, delay=2, overlap=0)) == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match='overlap <= horizon'):
         rtc_prefix_weights(4, delay=1, overlap=5)
 

@@ -85,3 +85,43 @@ def test_other_presets_need_no_state_for_their_actions(preset):
     actions = np.random.default_rng(0).normal(size=(cfg.action_horizon, 32))
     np.testing.assert_allclose(norm.actions_to_robot(actions),
                                actions[:, :cfg.robot_action_dim], rtol=2e-6, atol=1e-6)
+
+
+def _quantile_stats(dim, seed):
+    rng = np.random.default_rng(seed)
+    low = rng.uniform(-2.0, 0.0, dim)
+    return NormStats(mean=np.zeros(dim), std=np.ones(dim), q01=low,
+                     q99=low + rng.uniform(0.5, 3.0, dim))
+
+
+def test_aloha_actions_to_model_inverts_actions_to_robot_for_the_same_state():
+    norm = Normalizer.from_config(get_preset('pi05_base'), {'state': _quantile_stats(14, 1),
+                                                            'actions': _quantile_stats(14, 2)})
+    rng = np.random.default_rng(3)
+    actions, state = rng.normal(size=(5, 32)), rng.uniform(0.1, 0.9, 14)
+    robot = norm.actions_to_robot(actions, state)
+    np.testing.assert_allclose(norm.actions_to_model(robot, state), actions[:, :14], atol=1e-12)
+    assert norm.relative_actions
+    # against another state: the arm joints become offsets from it (same absolute target)
+    other = state + rng.normal(scale=0.2, size=14)
+    rebased = np.concatenate([norm.actions_to_model(robot, other), actions[:, 14:]], 1)
+    np.testing.assert_allclose(norm.actions_to_robot(rebased, other), robot, atol=1e-12)
+    assert np.abs(rebased[:, :6] - actions[:, :6]).max() > 0.01   # the offsets did change
+    np.testing.assert_allclose(rebased[:, [6, 13]], actions[:, [6, 13]], atol=1e-12)
+    with pytest.raises(ValueError, match=r'needs the frame state of shape \(14,\)'):
+        norm.actions_to_model(robot)
+    with pytest.raises(ValueError, match=r'actions must have shape \[\.\.\., H, 14\]'):
+        norm.actions_to_model(robot[:, :7], state)
+
+
+@pytest.mark.parametrize('preset', ['pi05_droid', 'pi05_libero', 'tiny'])
+def test_actions_to_model_of_absolute_velocity_and_delta_presets_is_the_plain_inverse(preset):
+    cfg = get_preset(preset)
+    norm = Normalizer.from_config(cfg, {'state': _quantile_stats(cfg.state_dim, 4),
+                                        'actions': _quantile_stats(cfg.robot_action_dim, 5)})
+    assert not norm.relative_actions
+    actions = np.random.default_rng(6).normal(size=(cfg.action_horizon, 32))
+    robot = norm.actions_to_robot(actions)
+    for state in (None, np.ones(cfg.state_dim)):     # the state changes nothing
+        np.testing.assert_allclose(norm.actions_to_model(robot, state),
+                                   actions[:, :cfg.robot_action_dim], atol=1e-12)

@@ -152,6 +152,39 @@ def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):
         node.destroy_node()
 
 
+def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided_ones(context):
+    node = OxygenNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(config_file('test')), '-p', 'autostart:=false',
+        '-p', 'chunk_smoothing:=rtc'])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS  # guided warm-up
+        assert node._engine.config.rtc
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        node._cache.set_instruction('pick up the cup')
+        requests, guided, step = [], [], node._engine.step
+
+        def capture(obs, **kwargs):
+            requests.append(kwargs['rtc'])
+            out = step(obs, **kwargs)
+            guided.append(out.action.guided)
+            return out
+        node._engine.step = capture
+        for cycle in range(6):
+            if cycle != 3:                    # cycle 3 sees the same camera frame again
+                feed(node, node._now_ns())
+            node._control_tick()
+        assert guided == [False, True, True, True, True, True]
+        # not measured until the third guided chunk (two cold-start samples skipped): until
+        # then every point the previous chunk covers is frozen
+        assert [r.delay_steps for r in requests[:4]] == [None] * 4
+        assert all(isinstance(r.delay_steps, int) for r in requests[4:])
+        values = status_values(node._diag.status(node._now_s(), 10.0, 0.5))
+        assert values['chunk smoothing'] == 'rtc'
+        assert int(values['inference delay (action steps)']) >= 1
+    finally:
+        node.destroy_node()
+
+
 def test_engine_failure_deactivates(tiny_node):
     node = tiny_node
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS

@@ -34,6 +34,8 @@ def test_defaults_follow_the_preset():
     assert node.camera_topics == ('/camera/base/image_raw', '/camera/left_wrist/image_raw')
     _, base = build_configs({'preset': 'pi05_base'})
     assert base.cameras == CAMERA_SLOTS and len(base.action_joint_names) == 14
+    assert not engine.rtc   # chunk_smoothing none: nothing guided
+    assert build_configs({'preset': 'tiny', 'chunk_smoothing': 'rtc'})[0].rtc
 
 
 @pytest.mark.parametrize('name', CONFIGS)

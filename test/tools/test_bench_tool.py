@@ -46,7 +46,12 @@ def test_bench_writes_every_field_and_both_policies_agree(tmp_path, mode, capsys
     assert result['isolated']['full_prefills_per_frame'] == pytest.approx(2 + 1 / 3)
     assert result['ideal']['components_ms']['suffix'] > 0
     assert plot.stat().st_size > 10_000
-    assert 'full prefills per frame: isolated 2.33, oxygen 1.00' in capsys.readouterr().out
+    d = result['denoise']                               # guided vs plain, both eager here
+    assert d['guided_ms'] > 0 and d['plain_ms'] > 0 and not d['guided_on_fast_path']
+    assert d['guided_vs_plain'] == pytest.approx(d['guided_ms'] / d['plain_ms'])
+    printed = capsys.readouterr().out
+    assert 'speedup' in printed and 'guided (RTC)' in printed and '(eager)' in printed
+    assert 'full prefills per frame: isolated 2.33, oxygen 1.00' in printed
 
 
 def test_arrival_patterns_and_own_prompts(tmp_path):
@@ -125,3 +130,20 @@ def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypat
     assert result['compile_counts'] == {'decode': 1, 'seed': 1} and result['fallbacks'] == {}
     assert result['text_equal'] is True and result['action_max_abs_diff'] <= 1e-5
     assert result['compile_only'] == ['decode', 'seed'] and result['compile_cameras'] == [2]
+
+
+def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(tmp_path, capsys):
+    out = tmp_path / 'bench.json'
+    code = engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '2',
+                        '--decode-budget', '4', '--tokens-per-cycle', '2', '--max-running', '4',
+                        '--compile', 'default', '--compile-backend', 'aot_eager',
+                        '--compile-cameras', '2', '--only', 'denoise', 'guided_denoise',
+                        '--rtc', '--json', str(out), '--no-progress'])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result['fallbacks'] == {} and set(result['compile_counts']) == {
+        'denoise', 'guided_denoise'}
+    d = result['denoise']
+    assert d['rtc'] and d['plain_on_fast_path'] and d['guided_on_fast_path']
+    assert d['guided_ms'] > 0 and d['plain_ms'] > 0
+    assert 'ms (fast path) = ' in capsys.readouterr().out

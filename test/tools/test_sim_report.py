@@ -35,7 +35,9 @@ def crafted_run():
                   node_status=[{'message': 'ok', 'limit clips': '3', 'action space':
                                 'joint_velocity', 'chunk smoothing': 'rtc'}],
                   sim_status={'oxygen_sim: chunk executor': [{'hold time (s)': '0.250',
-                                                              'chunks superseded': '1'}]})
+                                                              'chunks superseded': '1',
+                                                              'chunks resumed after a hold':
+                                                              '1'}]})
 
 
 def test_metrics_of_a_crafted_run():
@@ -43,6 +45,7 @@ def test_metrics_of_a_crafted_run():
     assert (m.chunks_received, m.chunks_executed, m.chunks_refused) == (3, 2, 1)
     assert m.latency_p50_ms == pytest.approx(100.0)  # 80 and 120 ms
     assert m.points_skipped == 3 and m.hold_s == 0.25 and m.chunks_superseded == 1
+    assert m.chunks_resumed == 1
     assert m.jump_p50 == pytest.approx(0.02) and m.jump_max == pytest.approx(0.02)
     assert m.jerk_boundary_p50 == pytest.approx(2 * 0.02 / 0.01 ** 3)
     assert m.jerk_interior_p99 == pytest.approx(0.0, abs=1e-6)
@@ -51,7 +54,7 @@ def test_metrics_of_a_crafted_run():
     assert m.real_time_factor == pytest.approx(0.99 / 2.0)
     assert m.limit_clips == 'limit clips 3' and m.node_smoothing == 'chunk smoothing rtc'
     text = summary(m)
-    assert 'p50 100.0 ms' in text
+    assert 'p50 100.0 ms' in text and '1 superseded, 1 resumed after a hold' in text
     assert ('node /diagnostics: limit clips 3; action space joint_velocity; chunk smoothing '
             'rtc') in text
     assert 'rtc' in compare_table([m]).splitlines()[1]

@@ -15,6 +15,9 @@ a prompt of their own (``own_prompt``). They arrive uniformly (``--text-every``)
 as a Poisson process (``--arrival``), as in OxyGen's benchmark. Each policy's JSON records its
 full prefills, prefill tokens and suffix tokens per frame.
 
+The probe also times real-time chunking's guided denoise beside the plain one (the result's
+``denoise`` line): compiled on the fast path with ``--rtc``, else eagerly.
+
 Frame time = wall time of one ``Engine.step`` (one control cycle). The first
 ceil(budget / k) frames are excluded from the timing statistics: OxyGen's decode batch is
 still filling (OxyGen's warm-up frames).
@@ -87,6 +90,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--json', type=Path, default=None, help='write the results here')
     p.add_argument('--plot', type=Path, default=None, help='draw a per-cycle timeline here')
     p.add_argument('--no-progress', action='store_true')
+    p.add_argument('--rtc', action='store_true',
+                   help="put RTC's guided denoise on the fast path too (EngineConfig.rtc); "
+                        'its time is reported beside the plain denoise either way')
     args = p.parse_args(argv)
     for name in ('frames', 'decode_budget', 'tokens_per_cycle', 'text_every', 'probe_every'):
         if getattr(args, name) < 1:
@@ -183,7 +189,7 @@ def _config(args: argparse.Namespace, context: TextContext):
         stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
         max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
-        memory_adapter=args.memory_adapter)
+        memory_adapter=args.memory_adapter, rtc=args.rtc)
 
 
 def _adapter(name: str | None, model, seed: int):
@@ -333,6 +339,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'ideal_speedup': ideal_iso / ideal_oxy,
         'ideal': {'isolated_frame_ms': 1e3 * ideal_iso, 'oxygen_frame_ms': 1e3 * ideal_oxy,
                   'components_ms': _asdict_ms(comp)},
+        'denoise': _denoise_figures(comp, oxygen, args.rtc),
         'action_max_abs_diff': diff, 'text_equal': text_equal,
         'num_texts': len(oxy['texts']),
         'manager_overhead_frac': summary['oxygen']['manager_overhead_frac'],
@@ -362,6 +369,15 @@ def _adapter_summary(args: argparse.Namespace, comp) -> dict | None:
     return {'adapter': args.memory_adapter, 'decode_b_ms': 1e3 * comp.decode_b,
             'decode_b_adapter_ms': 1e3 * comp.decode_b_adapter,
             'decode_overhead': comp.decode_b_adapter / comp.decode_b - 1.0}
+
+
+def _denoise_figures(comp, engine, rtc: bool) -> dict:
+    """Return plain vs guided (RTC) denoise: ms each, their ratio, where the guided ran."""
+    graphs = {step.value for step in getattr(engine.backend.model, '_graphs', {})}
+    return {'plain_ms': 1e3 * comp.denoise, 'guided_ms': 1e3 * comp.guided_denoise,
+            'guided_vs_plain': comp.guided_denoise / comp.denoise, 'rtc': rtc,
+            'plain_on_fast_path': 'denoise' in graphs,
+            'guided_on_fast_path': 'guided_denoise' in graphs}
 
 
 def _asdict_ms(comp) -> dict:
@@ -406,6 +422,10 @@ def _print(r: dict) -> None:
           f"{r['speedup'] / r['ideal_speedup']:.0%} of ideal); action max |diff| "
           f"{r['action_max_abs_diff']:.2e}; text equal {r['text_equal']} "
           f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
+    d = r['denoise']
+    where = ['fast path' if d[f'{k}_on_fast_path'] else 'eager' for k in ('plain', 'guided')]
+    print(f"denoise per chunk: plain {d['plain_ms']:.1f} ms ({where[0]}), guided (RTC) "
+          f"{d['guided_ms']:.1f} ms ({where[1]}) = {d['guided_vs_plain']:.2f}x plain")
     for policy, steps in r['fallbacks'].items():
         print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
 

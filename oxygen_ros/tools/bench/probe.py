@@ -10,6 +10,9 @@ would give, with no bookkeeping at all. Per frame, with n text requests per fram
 
 V vision tower, P_a / P_t prefill of the images with the action / text prompt, D denoise
 (10 Euler steps), S seed (LM head of the last prefix token), d(b) one decode step of b rows.
+The guided denoise of real-time chunking (G: D plus a vector-Jacobian product per step) is
+timed beside D on the same prefix, through the same model (its graph where the fast path
+compiled one, else eagerly); it is not part of the frame models above.
 P_share is what OxyGen prefills: P_a + n P_t' in causal-prompt mode, where the image part is
 computed once (P_img) and each prompt alone on top of it (P_t'), i.e. P_img + P_ta' + n P_t';
 in bidirectional mode P_a + n P_t (jobs with different prompts cannot share K/V, only V).
@@ -30,6 +33,7 @@ from oxygen_ros.config import PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 
@@ -50,6 +54,8 @@ class Components:
     batch: int
     suffix: float = 0.0
     decode_b_adapter: float = 0.0
+    guided_denoise: float = float('nan')
+    """RTC's guided denoise (NaN where the model cannot guide: TensorRT)."""
 
     def isolated_frame(self, n_text: float, budget: int, on_root: bool = False) -> float:
         text = self.prefill_action + self.suffix if on_root else self.prefill_text
@@ -108,6 +114,7 @@ class ComponentProbe:
         self.slots = torch.arange(self.num_slots, device=dev)
         self.noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim,
                                  generator=torch.Generator().manual_seed(0)).to(dev)
+        self.guidance = probe_guidance(model.cfg.action_horizon, model.cfg.action_dim, dev)
         self._samples: dict[str, list[float]] = {}
 
     def slots_needed(self, batch: int) -> int:
@@ -172,6 +179,9 @@ class ComponentProbe:
             slots = self.slots[offset:offset + self.suffix.shape[1]][None]
             self._time('suffix', lambda: m.prefill_suffix(self.suffix, None, full, slots=slots))
         self._time('denoise', lambda: m.denoise(full, self.noise))
+        guided = guided_call(m)
+        if guided is not None:
+            self._time('guided_denoise', lambda: guided(full, self.noise, self.guidance))
         _, seed = greedy_calls(m)  # as the engine calls it
         self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
@@ -216,4 +226,30 @@ class ComponentProbe:
             prefill_text_only=med.get('prefill_text_only', 0.0), denoise=med['denoise'],
             seed=med['seed'], decode_1=med['decode_1'], decode_b=med['decode_b'],
             batch=self.batch, suffix=med.get('suffix', 0.0),
-            decode_b_adapter=med.get('decode_b_adapter', 0.0))
+            decode_b_adapter=med.get('decode_b_adapter', 0.0),
+            guided_denoise=med.get('guided_denoise', float('nan')))
+
+
+def probe_guidance(horizon: int, action_dim: int, device: torch.device) -> RtcGuidance:
+    """Return a guidance as RTC gives in steady state: a third frozen, a third decaying."""
+    third = max(horizon // 3, 1)
+    weights = torch.zeros(horizon)
+    weights[:third] = 1.0
+    weights[third:2 * third] = torch.linspace(1.0, 0.0, third + 2)[1:-1]
+    target = torch.randn(1, horizon, action_dim, generator=torch.Generator().manual_seed(1))
+    return RtcGuidance(target.to(device), weights.to(device))
+
+
+def guided_call(model: object) -> Callable[..., torch.Tensor] | None:
+    """
+    Return the guided denoise as the backend runs it: ``(prefix, noise, guidance)``.
+
+    The fast path's ``guided_denoise`` (a graph where compiled), the eager reference for a
+    ``Pi05Model``, None for a model that cannot guide (TensorRT's graph runner).
+    """
+    fast = getattr(model, 'guided_denoise', None)
+    if fast is not None:
+        return fast
+    if hasattr(model, 'velocity'):
+        return lambda prefix, noise, guidance: guided_denoise(model, prefix, noise, guidance)
+    return None

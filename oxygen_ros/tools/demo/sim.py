@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from pathlib import Path
+import signal
 import sys
 import time
 from typing import Sequence
@@ -79,6 +81,50 @@ class SimClockWatch:
         self.node.destroy_node()
 
 
+class LateCycles:
+    """
+    Stops a process for ``pause_s`` of sim time every ``every_s`` (``--late-cycles``).
+
+    :param pid: the process (the node).
+    :param start_ns: sim time of the first chunk; the first pause starts ``every_s`` later.
+    """
+
+    def __init__(self, pid: int, every_s: float, pause_s: float, start_ns: int) -> None:
+        self.pid = pid
+        self.every_ns, self.pause_ns = round(every_s * _NS), round(pause_s * _NS)
+        self.next_ns = start_ns + self.every_ns
+        self.resume_ns: int | None = None
+        self.num_pauses = 0
+
+    def tick(self, sim_ns: int) -> None:
+        """Stop or resume the process as the sim clock says."""
+        if self.resume_ns is not None and sim_ns >= self.resume_ns:
+            self.resume()
+        elif self.resume_ns is None and sim_ns >= self.next_ns:
+            os.kill(self.pid, signal.SIGSTOP)
+            self.num_pauses += 1
+            self.resume_ns = sim_ns + self.pause_ns
+            self.next_ns += self.every_ns
+
+    def resume(self) -> None:
+        """Let the process run again (also when the run ends while it is stopped)."""
+        if self.resume_ns is not None:
+            os.kill(self.pid, signal.SIGCONT)
+            self.resume_ns = None
+
+
+def late_cycles(text: str) -> tuple[float, float]:
+    """Parse ``EVERY:PAUSE`` (sim seconds, ``0 < PAUSE < EVERY``) for argparse."""
+    try:
+        every, pause = (float(x) for x in text.split(':'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected EVERY:PAUSE in seconds, got {text!r}') \
+            from None
+    if not 0 < pause < every:
+        raise argparse.ArgumentTypeError(f'need 0 < PAUSE < EVERY, got {text!r}')
+    return every, pause
+
+
 def node_args(smoothing: str, seed: int, extra: Sequence[str] = ()) -> list[str]:
     """Return the ``python -m`` arguments of the oxygen node for the sim."""
     norm = share_dir() / 'config' / 'sim_norm_stats.json'
@@ -96,9 +142,12 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
     children = [Child('record', ['oxygen_ros.tools.bag.record', str(bag), *RECORDED_TOPICS],
                       out_dir)]
     children.append(Child('node', node_args(smoothing, args.seed), out_dir))
-    children.append(Child('sim', ['oxygen_ros.sim.app', '--ros-args', '-p',
-                                  f'real_time_factor:={args.real_time_factor}'], out_dir))
-    ok, wall_s = False, 0.0
+    sim_params = [f'real_time_factor:={args.real_time_factor}']
+    if args.camera_rate is not None:
+        sim_params.append(f'camera_rate_hz:={args.camera_rate}')
+    children.append(Child('sim', ['oxygen_ros.sim.app', '--ros-args',
+                                  *(a for p in sim_params for a in ('-p', p))], out_dir))
+    ok, wall_s, late = False, 0.0, None
     try:
         print(f'[{smoothing}] waiting for the first action chunk (engine build + warm-up) ...',
               flush=True)
@@ -113,9 +162,18 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
         print(f'[{smoothing}] closed loop from sim time {start_ns / _NS:.2f} s; running '
               f'{args.duration:g} s of sim time', flush=True)
         end_ns = start_ns + round(args.duration * _NS)
-        ok = watch.spin_until(lambda: watch.sim_ns >= end_ns, args.duration * 20 + 60, stop)
+        if args.late_cycles is not None:
+            late = LateCycles(children[1].popen.pid, *args.late_cycles, start_ns)
+
+        def done() -> bool:
+            if late is not None:
+                late.tick(watch.sim_ns)
+            return watch.sim_ns >= end_ns
+        ok = watch.spin_until(done, args.duration * 20 + 60, stop)
         wall_s = time.monotonic() - t0
     finally:
+        if late is not None:
+            late.resume()
         for child in (children[2], children[1], children[0]):  # sim, node, then the recorder
             code = child.stop()
             if code != 0:
@@ -131,11 +189,24 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
     if run.frames:
         write_video(run.frames, out_dir / 'base_camera.mp4', fps=15.0)
         save_frame(run.frames, out_dir / 'frame.png')
-    text = summary(metrics) + '\n' + MEANINGLESS
+    text = summary(metrics) + '\n' + conditions(
+        args, late.num_pauses if late else None) + MEANINGLESS
     (out_dir / 'summary.txt').write_text(text + '\n')
     print(f'\n== oxygen sim summary ({smoothing}) ==\n{text}\nvideo: {out_dir}/base_camera.mp4;'
           f' plot: {out_dir}/trajectories.png; bag: {bag}', flush=True)
     return metrics if ok and metrics.chunks_executed > 0 else None
+
+
+def conditions(args: argparse.Namespace, num_pauses: int | None = None) -> str:
+    """Return a summary line naming the run's harder conditions; empty when none was asked."""
+    parts = []
+    if args.camera_rate is not None:
+        parts.append(f'camera {args.camera_rate:g} Hz')
+    if args.late_cycles is not None:
+        every, pause = args.late_cycles
+        times = '' if num_pauses is None else f' {num_pauses} times'
+        parts.append(f'node stopped{times} for {pause:g} s every {every:g} s (late cycles)')
+    return f'conditions: {"; ".join(parts)}\n' if parts else ''
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -149,6 +220,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--real-time-factor', type=float, default=1.0,
                         help="the simulator's pacing (1.0)")
     parser.add_argument('--seed', type=int, default=1, help='the node seed (weights, noise)')
+    parser.add_argument('--camera-rate', type=float, default=None, metavar='HZ',
+                        help="the simulator's camera rate (default its own, 15 Hz); below the "
+                             "node's control rate (10 Hz) cycles see repeated frames")
+    parser.add_argument('--late-cycles', type=late_cycles, default=None, metavar='EVERY:PAUSE',
+                        help='stop the node process for PAUSE s every EVERY s (sim time) '
+                             '(SIGSTOP/SIGCONT): late and dropped cycles')
     parser.add_argument('--out', type=Path, default=Path('out'), help='output folder')
     parser.add_argument('--domain-id', type=int, default=None, help='ROS_DOMAIN_ID')
     return parser
@@ -180,9 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = [m for m in results if m is not None]
     if args.compare and done:
         table = compare_table(done)
-        (out_dir / 'compare.txt').write_text(table + '\n' + MEANINGLESS + '\n')
+        table += '\n' + conditions(args) + MEANINGLESS
+        (out_dir / 'compare.txt').write_text(table + '\n')
         print(f'\n== chunk smoothing compared (seed {args.seed}, {args.duration:g} s of sim time '
-              f'each) ==\n{table}\n{MEANINGLESS}')
+              f'each) ==\n{table}')
     if len(done) != len(smoothings):
         print('FAILED: a run executed no chunk or a process failed (logs in '
               f'{out_dir})', file=sys.stderr)

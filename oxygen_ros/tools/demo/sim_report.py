@@ -6,7 +6,9 @@ Definitions (all in **sim time**):
 - **frame-to-action latency** of a chunk: its arrival at the simulator (the sim time when the
   simulator received it) minus its ``header.stamp`` (the stamp of the camera frame it was
   computed from): camera publishing, node queueing, inference, DDS.
-- **points skipped**: chunk points due before the chunk arrived (never targets).
+- **points skipped**: chunk points due before the chunk arrived (never targets), except those
+  of a chunk that arrived while the executor held: it starts where the hold began
+  (**resumed after a hold**).
 - **hold time**: sim time the executor held its last point because no fresher chunk had taken
   over (after the first chunk).
 - **boundary jump** (``control.boundary_metrics``): at each switch, ``|p_new(t_s) -
@@ -69,6 +71,8 @@ class SimMetrics:
     arm_motion: float
     """Largest range of an achieved arm joint over the run (rad)."""
     render_ms: float
+    chunks_resumed: int = 0
+    """Chunks that arrived while the executor held and started where the hold began."""
     """The simulator's offscreen rendering time per camera frame (wall ms)."""
 
     @property
@@ -137,6 +141,7 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
         chunks_received=len(accepted) + len(refused), chunks_executed=len(executed),
         chunks_refused=len(refused),
         chunks_superseded=int(sim_status.get('chunks superseded', 0)),
+        chunks_resumed=int(sim_status.get('chunks resumed after a hold', 0)),
         latency_p50_ms=_pct(latency, 50), latency_p99_ms=_pct(latency, 99),
         points_skipped=sum(int(e['points skipped']) for e in accepted),
         hold_s=float(sim_status.get('hold time (s)', 'nan')),
@@ -161,7 +166,7 @@ def summary(m: SimMetrics) -> str:
         f'224x224 frame)',
         f'chunks: {m.chunks_published} published by the node, {m.chunks_received} received by '
         f'the sim, {m.chunks_executed} executed, {m.chunks_refused} refused, '
-        f'{m.chunks_superseded} superseded',
+        f'{m.chunks_superseded} superseded, {m.chunks_resumed} resumed after a hold',
         f'frame-to-action latency (sim time, arrival - header.stamp): p50 '
         f'{m.latency_p50_ms:.1f} ms, p99 {m.latency_p99_ms:.1f} ms',
         f'points skipped for lateness: {m.points_skipped} ({per:.2f} per chunk); hold time '
@@ -183,12 +188,14 @@ def summary(m: SimMetrics) -> str:
 def compare_table(runs: Sequence[SimMetrics]) -> str:
     """Return one table of the runs side by side (``--compare``)."""
     rows = [('smoothing', 'node says', 'executed', 'lat p50 ms', 'lat p99 ms', 'skipped', 'hold s',
-             'jump p50', 'jump p99', 'jerk bnd p50', 'jerk bnd p99', 'jerk int p99')]
+             'jump p50', 'jump p99', 'jump max', 'jerk bnd p50', 'jerk bnd p99',
+             'jerk int p99')]
     for m in runs:
         rows.append((m.smoothing, m.node_smoothing, str(m.chunks_executed),
                      f'{m.latency_p50_ms:.1f}', f'{m.latency_p99_ms:.1f}',
                      str(m.points_skipped), f'{m.hold_s:.2f}',
-                     f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jerk_boundary_p50:.0f}',
+                     f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jump_max:.4f}',
+                     f'{m.jerk_boundary_p50:.0f}',
                      f'{m.jerk_boundary_p99:.0f}', f'{m.jerk_interior_p99:.0f}'))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
