@@ -88,7 +88,8 @@ def test_fast_path_in_bfloat16_passes_the_gate_without_fallback(tokenizer):
     actions, texts, engine = _run(cfg, model, tokenizer)
     assert engine.fallbacks == {}, engine.fallbacks
     parity = engine.backend.model.parity
-    assert set(parity) == {'vision', 'prefill', 'denoise', 'decode', 'seed'}
+    # text on the action prefix (the default text context) runs as suffixes: no text prefill
+    assert set(parity) == {'vision', 'prefill', 'suffix', 'denoise', 'decode', 'seed'}
     assert all(r.passed and r.reference_error > 0 for r in parity.values())
     assert all(np.all(np.isfinite(a)) for a in actions) and texts
 

@@ -87,6 +87,18 @@ def test_the_adapter_cost_is_measured_beside_a_plain_decode_step(tmp_path, capsy
     assert "it needs memory_context 'action_prefix'" in capsys.readouterr().err
 
 
+def test_bench_probes_host_resized_images_where_the_engine_resizes_on_its_device(tmp_path):
+    """The H100 run of 2026-11-25 stopped here: the probe asked the engine's uint8 frames."""
+    out = tmp_path / 'bench.json'
+    assert engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '2',
+                        '--decode-budget', '4', '--resize-on-device', '--json', str(out),
+                        '--no-progress']) == 0
+    result = json.loads(out.read_text())
+    assert result['resize_on_device'] is True
+    assert result['action_max_abs_diff'] <= 1e-5 and result['text_equal'] is True
+    assert result['ideal']['components_ms']['vision'] > 0
+
+
 def test_bench_rejects_bad_flags(capsys):
     with pytest.raises(SystemExit) as exc:
         engine.main(['--preset', 'tiny', '--frames', '0'])

@@ -90,6 +90,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--json', type=Path, default=None, help='write the results here')
     p.add_argument('--plot', type=Path, default=None, help='draw a per-cycle timeline here')
     p.add_argument('--no-progress', action='store_true')
+    p.add_argument('--resize-on-device', action=argparse.BooleanOptionalAction, default=None,
+                   help='camera images go up as uint8 and are resized on the device '
+                        '(EngineConfig.resize_on_device; default: on CUDA)')
     p.add_argument('--rtc', action='store_true',
                    help="put RTC's guided denoise on the fast path too (EngineConfig.rtc); "
                         'its time is reported beside the plain denoise either way')
@@ -189,7 +192,7 @@ def _config(args: argparse.Namespace, context: TextContext):
         stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
         max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
-        memory_adapter=args.memory_adapter, rtc=args.rtc)
+        memory_adapter=args.memory_adapter, rtc=args.rtc, resize_on_device=args.resize_on_device)
 
 
 def _adapter(name: str | None, model, seed: int):
@@ -220,6 +223,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     from tqdm import tqdm
 
     from oxygen_ros.backends.async_io import block_slots
+    from oxygen_ros.engine.inputs import prepare_camera
     from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
     from oxygen_ros.sched.scheduler import Policy
     from oxygen_ros.tools.bench.probe import ComponentProbe
@@ -253,8 +257,12 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + (
         len(prepared.action_prompt_ids) + len(suffix_ids) if on_root else len(text_ids))
     # probe what the engine runs (compiled model or TensorRT runner), not the eager model
+    # the probe times the model calls alone: images resized on the host, as the vision graph
+    # takes them (where the engine resizes on its device, its cameras are still uint8)
+    host_images = np.stack([prepare_camera(c, model_cfg, oxygen.conventions.image_resize).pixels
+                            for c in prepared.cameras])
     probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
-                           torch.from_numpy(prepared.images)[None],
+                           torch.from_numpy(host_images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch,
                            suffix_ids=suffix_ids, adapter=oxygen.adapter)
 
@@ -326,7 +334,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'arrival': args.arrivals.describe(), 'requests_per_frame': n_text,
         'text_context': args.text_context, 'memory_adapter': _adapter_summary(args, comp),
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
-        'device': args.device, 'backend': args.backend, 'compile': args.compile,
+        'device': args.device, 'resize_on_device': oxygen.resize_on_device,
+        'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s, 'compile_backend': args.compile_backend,
         'compile_only': args.only, 'compile_cameras': args.compile_cameras,
         'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {})),
