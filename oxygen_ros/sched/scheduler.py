@@ -2,7 +2,20 @@
 The per-cycle scheduler: OxyGen and the isolated baseline as two policies (stdlib only).
 
 Contract (vLLM v1 ``sched/interface.py``): ``add_request`` → ``schedule`` → a backend runs the
-plan → ``update_from_output``. One call of ``schedule`` plans one control cycle.
+plan → ``update_from_output``. One call of ``schedule`` plans one control cycle. Not
+thread-safe: the engine makes every call under its lock (engine/engine.py).
+
+**Admission** (vLLM v1 ``Scheduler``: one ``waiting`` queue, first come first served). The
+waiting queue is the only place a text request waits; ``add_request`` refuses one more than
+``max_waiting_requests`` (``QueueFullError``, the one refusal), and one the KV pool could never
+hold (``ValueError``). ``schedule`` admits from the head of the queue and stops at the first
+request that does not fit now (KV pool, decode batch, or the time before the action deadline),
+as vLLM's ``schedule`` breaks where ``allocate_slots`` fails: a request is never overtaken, so
+none waits forever. The head fits an otherwise empty pool (``add_request`` checked), the
+running requests end within their budgets (k >= ``min_tokens_per_cycle`` tokens each cycle),
+and the first admission of a cycle always meets the deadline check: the head is admitted on a
+frame at most as many cycles after the running requests' last token. Only a request on the
+action prefix of a frame that has none is passed over (it keeps its place).
 
 ``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
@@ -43,6 +56,10 @@ from oxygen_ros.sched.output import (
 from oxygen_ros.sched.request import Request, RequestKind, RequestStatus, TextContext
 
 
+class QueueFullError(RuntimeError):
+    """The waiting queue holds ``max_waiting_requests`` requests: one more is refused."""
+
+
 class Policy(enum.Enum):
     OXYGEN = 'oxygen'
     ISOLATED = 'isolated'
@@ -60,6 +77,8 @@ class SchedulerConfig:
     :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
         stall entirely while the action path needs the whole period).
     :param max_running_requests: the largest decode batch.
+    :param max_waiting_requests: text requests waiting for admission; ``add_request`` refuses
+        one more (``QueueFullError``).
     :param eos_token_id: ends a text request; None decodes every request to its budget.
     """
 
@@ -72,6 +91,7 @@ class SchedulerConfig:
     min_tokens_per_cycle: int = 1
     adapt_tokens_per_cycle: bool = True
     max_running_requests: int = 64
+    max_waiting_requests: int = 16
     eos_token_id: int | None = 1
 
     def __post_init__(self) -> None:
@@ -80,9 +100,9 @@ class SchedulerConfig:
         if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
             raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
                              f'got {self.min_tokens_per_cycle}')
-        if self.max_running_requests < 1:
-            raise ValueError(f'max_running_requests must be >= 1, '
-                             f'got {self.max_running_requests}')
+        for name in ('max_running_requests', 'max_waiting_requests'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.max_prefix_tokens < 1:
             raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
 
@@ -164,25 +184,68 @@ class Scheduler:
         self._action_req_id: str | None = None
         self._finished_since: set[str] = set()
         self._freed_since: set[int] = set()
-        self.num_deferred_total = 0
 
     # -- requests ------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         """
-        Queue a TEXT or MEMORY request; it is bound to the frame of the next ``schedule``.
+        Queue a TEXT or MEMORY request at the tail; it waits until ``schedule`` admits it.
 
-        :raises ValueError: an ACTION request (pass it in ``FrameSpec``) or a duplicate id.
+        :raises ValueError: an ACTION request (pass it in ``FrameSpec``), a duplicate id, or
+            a request the KV pool could never hold (``max_blocks_needed``).
+        :raises QueueFullError: ``max_waiting_requests`` requests wait already.
         """
         if request.kind is RequestKind.ACTION:
             raise ValueError('ACTION requests come with their frame: FrameSpec(action=...)')
         if request.req_id in self.requests:
             raise ValueError(f'duplicate request id {request.req_id!r}')
+        need = self.max_blocks_needed(request)
+        room = self.kv.capacity_blocks - 2 * self.action_reserve_blocks
+        if need > room:
+            raise ValueError(
+                f'{request.req_id}: needs up to {need} KV blocks (its prefix and a budget of '
+                f'{request.max_tokens} tokens), the pool has {room} beside the action path: it '
+                f'could never be admitted (lower max_tokens or give the KV pool more memory)')
+        self.check_room()
         request.status = RequestStatus.WAITING
         self.requests[request.req_id] = request
         self.waiting.append(request)
 
+    def check_room(self) -> None:
+        """
+        Raise ``QueueFullError`` if the waiting queue is full (what ``add_request`` checks).
+
+        :raises QueueFullError: ``max_waiting_requests`` requests wait already; the message
+            is the refusal the node sends back (``queue full (16 requests waiting, ...)``).
+        """
+        limit = self.config.max_waiting_requests
+        if len(self.waiting) >= limit:
+            raise QueueFullError(f'queue full ({len(self.waiting)} requests waiting, '
+                                 f'max_waiting_requests {limit})')
+
+    def max_blocks_needed(self, request: Request) -> int:
+        """
+        Return the most KV blocks ``request`` can need at admission beside its frame's action.
+
+        Its decode budget (the last token is never fed back), its suffix on the action
+        prefix, and a prefix of its own: none under OXYGEN on the action prefix (the root is
+        the action's), else at most an action prefix (images + ``max_prefix_tokens``' prompt
+        slots, the size of ``action_reserve_blocks``). Admission keeps the reserve free while
+        the frame's action holds up to as much again, so a request needing at most
+        ``capacity_blocks - 2 * action_reserve_blocks`` is admitted once the running ones end.
+        """
+        shares_root = request.context is TextContext.ACTION_PREFIX
+        own = 0 if shares_root and self.config.policy is Policy.OXYGEN \
+            else self.action_reserve_blocks
+        suffix = self.kv.blocks_for(len(request.prompt_token_ids)) if shares_root else 0
+        return own + suffix + self.kv.blocks_for(request.max_tokens - 1)
+
     def abort_request(self, req_id: str) -> Request | None:
-        """Cancel a request and free its blocks; unknown or finished ids are ignored."""
+        """
+        Cancel a waiting or running request and free its blocks; return it (None: unknown).
+
+        A request aborted between ``schedule`` and ``update_from_output`` runs in that plan;
+        its tokens are ignored and the next plan lists it in ``finished_req_ids``.
+        """
         req = self.requests.pop(req_id, None)
         if req is None:
             return None
@@ -218,20 +281,21 @@ class Scheduler:
         cycle_id = next(self._cycle)
         plan = _Plan()
         new_requests: list[NewRequestData] = []
-        deferred: list[str] = []
         if frame is not None and frame.action is not None:
             self._schedule_action(frame, plan)
-        waiting = list(self.waiting)
-        self.waiting.clear()
         isolated = self.config.policy is Policy.ISOLATED
-        for req in waiting:
-            data = self._admit(req, frame, plan, cycle_id) \
-                if frame is not None and self._fits(req, frame, plan, len(new_requests), now) \
-                else None
-            if data is None:
-                deferred.append(req.req_id)
-                del self.requests[req.req_id]
+        passed_over: list[Request] = []
+        while frame is not None and self.waiting:
+            req = self.waiting[0]
+            if req.context is TextContext.ACTION_PREFIX and not frame.root_prompt:
+                passed_over.append(self.waiting.popleft())  # no root: keeps its place
                 continue
+            if not self._fits(req, frame, plan, len(new_requests), now):
+                break
+            data = self._admit(req, frame, plan, cycle_id)
+            if data is None:
+                break  # first come first served: nobody overtakes the head
+            self.waiting.popleft()
             new_requests.append(data)
             if isolated:
                 plan.flush_suffixes()
@@ -239,7 +303,7 @@ class Scheduler:
                 if req.max_tokens > 1:
                     plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
                                                self.config.eos_token_id))
-        self.num_deferred_total += len(deferred)
+        self.waiting.extendleft(reversed(passed_over))
         k = self.config.tokens_per_cycle
         if not isolated:
             plan.flush_suffixes()
@@ -254,7 +318,7 @@ class Scheduler:
             cycle_id=cycle_id, frame_id=frame.frame_id if frame else None,
             jobs=tuple(plan.jobs), new_requests=tuple(new_requests),
             finished_req_ids=frozenset(self._finished_since),
-            freed_seg_ids=frozenset(self._freed_since), deferred_req_ids=tuple(deferred),
+            freed_seg_ids=frozenset(self._freed_since),
             tokens_per_cycle=k, block_size=self.config.block_size)
         self._finished_since.clear()
         self._freed_since.clear()
@@ -346,8 +410,7 @@ class Scheduler:
                 len(self.running) >= self.config.max_running_requests:
             return None
         chain = self._chain(frame, req)
-        if chain is None:
-            return None
+        assert chain is not None  # schedule passes over a request without a root
         # the last generated token is never fed back, so it needs no slot
         alloc = self.kv.allocate(req.req_id, chain, req.max_tokens - 1,
                                  keep_free=self.action_reserve_blocks)
