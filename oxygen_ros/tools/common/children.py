@@ -102,14 +102,13 @@ DEMO_ENCLAVES = {process: role.enclave() for process, role in DEMO_ROLES.items()
 """The enclave of each process of ``oxygen_demo --keystore`` (``/oxygen_ros/<role>``)."""
 
 
-def secure_environment(keystore: Path, domain_id: int | None, preset: str,
-                       ros_args: Sequence[str] = ()) -> tuple[int | None, str | None]:
+def secure_environment(keystore: Path, domain_id: int | None, preset: str
+                       ) -> tuple[int | None, str | None]:
     """
     Turn DDS security on (Enforce) for this process and its children.
 
     :param domain_id: the domain asked for (None: the keystore's).
-    :param preset: the node's params file ``config/<preset>.yaml``; with ``ros_args``, the
-        node as it will be started.
+    :param preset: the node's params file, ``config/<preset>.yaml`` (no remappings).
     :returns: ``(the domain to run on, None)``, or ``(None, why security would not hold)``: a
         keystore without governance or without one of ``DEMO_ENCLAVES``, made for another
         domain (its permissions hold on that domain only) or for another configuration of
@@ -131,7 +130,7 @@ def secure_environment(keystore: Path, domain_id: int | None, preset: str,
                       f'{own} (its permissions hold there only): leave --domain-id out or run '
                       f'oxygen_keystore create {keystore} --domain-id {domain_id}')
     try:
-        problem = keystore_problem(keystore, preset, ros_args,
+        problem = keystore_problem(keystore, preset, [],
                                    {role: role.enclave() for role in DEMO_ROLES.values()})
     except PolicyError as exc:
         problem = f'the node cannot start with --preset {preset}: {exc}'

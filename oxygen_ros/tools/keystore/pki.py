@@ -137,7 +137,8 @@ def signed_content(signed: Path) -> bytes:
     :raises OSError: the file cannot be read.
     """
     message = email.message_from_bytes(signed.read_bytes())
-    parts = message.get_payload() if message.get_content_type() == 'multipart/signed' else []
+    parts = message.get_payload() if message.is_multipart() and \
+        message.get_content_type() == 'multipart/signed' else []
     if not parts or parts[0].get_content_type() != 'text/plain':
         raise PkiError(f'{signed} is not an S/MIME signed text (openssl smime -sign -text)')
     return parts[0].get_payload(decode=True).replace(b'\r\n', b'\n')
