@@ -19,9 +19,14 @@ remappings at their defaults then). Camera drivers publishing large images shoul
 from ``oxygen_keystore create``, with ``ROS_SECURITY_ENABLE=true``,
 ``ROS_SECURITY_STRATEGY=Enforce`` and ``ROS_SECURITY_KEYSTORE`` set; docs/security.md); the
 replay of ``bag:=`` then runs in the robot's enclave beside it (``<root>/robot``), which
-publishes the cameras and joint states but not the instruction.
+publishes the cameras and joint states but not the instruction. Before anything starts, the
+enclave's permissions are compared with what the node will create for this preset and these
+remappings: a keystore made for another configuration stops the launch with one message
+naming the missing grants and the ``oxygen_keystore create`` command for this one.
 """
 
+import os
+from pathlib import Path
 import posixpath
 
 from launch import LaunchContext, LaunchDescription
@@ -29,15 +34,45 @@ from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
+from oxygen_ros.ros.security import NODE_ENCLAVE, SecuritySettings
+from oxygen_ros.ros.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 
 PACKAGE = 'oxygen_ros'
 # Default input topics of the node (oxygen_ros.ros.topics) and their remap arguments.
 REMAPS = {
-    'base_camera': '/camera/base/image_raw',
-    'left_wrist_camera': '/camera/left_wrist/image_raw',
-    'right_wrist_camera': '/camera/right_wrist/image_raw',
-    'joint_states': '/joint_states',
+    'base_camera': CAMERA_TOPICS['base_0_rgb'],
+    'left_wrist_camera': CAMERA_TOPICS['left_wrist_0_rgb'],
+    'right_wrist_camera': CAMERA_TOPICS['right_wrist_0_rgb'],
+    'joint_states': JOINT_STATES_TOPIC,
 }
+
+
+def _check_keystore(context: LaunchContext, enclave: str) -> None:
+    """
+    Stop the launch when the keystore does not grant what the node will create.
+
+    Only with security on and the enclave in place (otherwise the node refuses at start with
+    the reason, ``SecuritySettings.problem``).
+
+    :raises RuntimeError: the missing grants and the command that makes the keystore for
+        this preset and these remappings (``coverage.keystore_problem``).
+    """
+    settings = SecuritySettings.from_environment(['--ros-args', '--enclave', enclave],
+                                                 os.environ)
+    if not settings.enabled or settings.problem(NODE_ENCLAVE) is not None:
+        return
+    from oxygen_ros.tools.keystore.coverage import keystore_problem
+    from oxygen_ros.tools.keystore.policy import Role
+    remaps = [(topic, LaunchConfiguration(arg).perform(context))
+              for arg, topic in REMAPS.items()]
+    ros_args = [part for topic, name in remaps if name != topic
+                for part in ('-r', f'{topic}:={name}')]
+    problem = keystore_problem(Path(settings.keystore),
+                               LaunchConfiguration('preset').perform(context),
+                               ['--ros-args', *ros_args] if ros_args else [],
+                               {Role.NODE: settings.enclave})
+    if problem is not None:
+        raise RuntimeError(problem)
 
 
 def _actions(context: LaunchContext) -> list:
@@ -50,6 +85,8 @@ def _actions(context: LaunchContext) -> list:
         if value:
             overrides[name] = value
     enclave = LaunchConfiguration('enclave').perform(context)
+    if enclave:
+        _check_keystore(context, enclave)
     actions = [Node(
         package=PACKAGE, executable='oxygen_node', name='oxygen', output='screen',
         parameters=[params_file, overrides] if overrides else [params_file],

@@ -9,6 +9,9 @@ so the logic of ``generate_launch_description`` runs here too.
 
 import ast
 from pathlib import Path
+import shutil
+import subprocess
+import sys
 
 from launch_stand_ins import install_stand_ins, load_launch_file
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
@@ -82,16 +85,18 @@ def test_launch_file_structure(tree):
               if 'FindPackageShare' in ast.unparse(c)]
     assert ast.unparse(join) == ("PathJoinSubstitution([FindPackageShare(PACKAGE), 'config', "
                                  "[LaunchConfiguration('preset'), '.yaml']])")
-    # Remappings: every default input topic, from a launch argument.
+    # Remappings: every default input topic (the node's own names, ros.topics), from a launch
+    # argument (the topics themselves: test_launch_logic_with_stand_ins).
     [remaps] = [n for n in tree.body if isinstance(n, ast.Assign)
                 and ast.unparse(n.targets[0]) == 'REMAPS']
-    remap_table = ast.literal_eval(remaps.value)
-    assert set(remap_table.values()) == INPUT_TOPICS
+    remap_args = {ast.literal_eval(key) for key in remaps.value.keys}
+    assert {ast.unparse(value) for value in remaps.value.values} == {
+        *(f"CAMERA_TOPICS['{slot}']" for slot in CAMERA_TOPICS), 'JOINT_STATES_TOPIC'}
     assert ast.unparse(keywords['remappings']) == \
         '[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()]'
     declared = {ast.literal_eval(c.args[0]) for c in calls(tree, 'DeclareLaunchArgument')
                 if isinstance(c.args[0], ast.Constant)}
-    assert declared | set(remap_table) == ARGUMENTS
+    assert declared | remap_args == ARGUMENTS
     [execute] = calls(tree, 'ExecuteProcess')
     assert ast.unparse(execute).startswith("ExecuteProcess(cmd=[oxygen_bag, 'replay', bag, ")
     assert any("'oxygen_bag'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
@@ -131,6 +136,39 @@ def test_launch_logic_with_stand_ins(monkeypatch):
     node, replay = opaque.kwargs['function'](context)
     assert node.kwargs['ros_arguments'] == ['--enclave', '/oxygen_ros/oxygen']
     assert replay.kwargs['cmd'][-3:] == ['--ros-args', '--enclave', '/oxygen_ros/robot']
+
+
+@pytest.mark.skipif(shutil.which('openssl') is None, reason='oxygen_keystore needs openssl')
+def test_launch_refuses_a_keystore_made_for_another_configuration(monkeypatch, tmp_path):
+    keystore = tmp_path / 'keystore'
+    zed = '/zed/left/image_rect_color'
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.keystore', 'create',
+                           str(keystore), '--domain-id', '7', '--preset', 'pi05_droid',
+                           '--ros-args', '-r', f'{CAMERA_TOPICS["base_0_rgb"]}:={zed}'],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    install_stand_ins(monkeypatch)
+    module = load_launch_module('oxygen_launch_keystore')
+    [entities] = module.generate_launch_description().args
+    context = {e.args[0]: e.kwargs['default_value'] for e in entities
+               if type(e).__name__ == 'DeclareLaunchArgument'}
+    [opaque] = [e for e in entities if type(e).__name__ == 'OpaqueFunction']
+    for name, value in (('ROS_SECURITY_ENABLE', 'true'), ('ROS_SECURITY_STRATEGY', 'Enforce'),
+                        ('ROS_SECURITY_KEYSTORE', str(keystore))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv('ROS_SECURITY_ENCLAVE_OVERRIDE', raising=False)
+    # the configuration the keystore was made for starts
+    context.update(preset='pi05_droid', enclave='/oxygen_ros/oxygen', base_camera=zed)
+    [node] = opaque.kwargs['function'](context)
+    assert node.kwargs['ros_arguments'] == ['--enclave', '/oxygen_ros/oxygen']
+    # another one (the base camera under its default name) stops before anything starts
+    context.update(base_camera=CAMERA_TOPICS['base_0_rgb'])
+    with pytest.raises(RuntimeError) as refused:
+        opaque.kwargs['function'](context)
+    assert str(refused.value) == (
+        f'the keystore {keystore} was made for another configuration of the node: enclave '
+        '/oxygen_ros/oxygen lacks subscribe rt/camera/base/image_raw. Make it for this one: '
+        f'oxygen_keystore create {keystore} --domain-id 7 --preset pi05_droid')
 
 
 def test_every_documented_preset_has_a_params_file():

@@ -19,69 +19,22 @@ texts and diagnostics).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-import enum
-
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK as ACTION_CHUNK_KEY, ChunkOutput
 from oxygen_ros.ros.action_output import EE_DELTA_CHUNK as EE_DELTA_CHUNK_KEY
 from oxygen_ros.ros.compressed import COMPRESSED_SUFFIX
+from oxygen_ros.ros.endpoint_types import Endpoint, EndpointKind, Peer
 from oxygen_ros.ros.params import NodeConfig
 from oxygen_ros.ros.topics import (
     CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, JOINT_STATE_TYPE, JOINT_STATES_TOPIC,
     STRING_TYPE)
+
 NODE_NAME = 'oxygen'
 """The node's name in the code (``-r __node:=`` renames it)."""
-
-
-class EndpointKind(enum.Enum):
-    """What the node creates on a name."""
-
-    PUBLISHER = 'publisher'
-    SUBSCRIPTION = 'subscription'
-    SERVICE = 'service'
-    """A service server."""
-    ACTION_SERVER = 'action server'
-
-
-class Peer(enum.Enum):
-    """Who is expected at the other end of an endpoint."""
-
-    ROBOT = 'robot'
-    """The robot's drivers: cameras, joint states and clock in; executes the action chunks."""
-    OPERATOR = 'operator'
-    """Sends instructions and questions, drives the lifecycle and the parameters, reads all."""
-    OBSERVER = 'observer'
-    """Reads the action chunks, the texts and the diagnostics, and nothing else."""
-
-
 _READERS = frozenset({Peer.OPERATOR, Peer.OBSERVER})
 _CHUNK_READERS = frozenset({Peer.ROBOT, Peer.OPERATOR, Peer.OBSERVER})
 _OPERATOR = frozenset({Peer.OPERATOR})
 _ROBOT = frozenset({Peer.ROBOT})
-_NOBODY: frozenset[Peer] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """
-    One endpoint of the node.
-
-    :ivar name: as passed to rclpy: ``~/action_chunk``, ``/diagnostics``.
-    :ivar type_name: ``pkg/msg/Name``, ``pkg/srv/Name`` or ``pkg/action/Name``.
-    :ivar peers: who may use it from the other end (none: only the node's own bookkeeping).
-    :ivar suffix: appended after ``name`` is resolved (a compressed camera: its image topic
-        is remapped, then ``/compressed`` appended, as image_transport does;
-        ``compressed.camera_input``).
-    """
-
-    kind: EndpointKind
-    name: str
-    type_name: str
-    peers: frozenset[Peer] = _NOBODY
-    suffix: str = ''
-
-
 INSTRUCTION = Endpoint(EndpointKind.SUBSCRIPTION, '~/instruction', STRING_TYPE, _OPERATOR)
 ASK_TOPIC = Endpoint(EndpointKind.SUBSCRIPTION, '~/ask', STRING_TYPE, _OPERATOR)
 JOINT_STATES = Endpoint(EndpointKind.SUBSCRIPTION, JOINT_STATES_TOPIC, JOINT_STATE_TYPE, _ROBOT)
@@ -128,26 +81,52 @@ _LIFECYCLE_SERVICES = (
     ('get_available_states', 'GetAvailableStates'),
     ('get_available_transitions', 'GetAvailableTransitions'),
     ('get_transition_graph', 'GetAvailableTransitions'))
+_LOGGER_SERVICES = (('get_logger_levels', 'GetLoggerLevels'),
+                    ('set_logger_levels', 'SetLoggerLevels'))
+PARAMETER_EVENTS = '/parameter_events'
 
 NODE_INFRASTRUCTURE: tuple[Endpoint, ...] = (
     Endpoint(EndpointKind.PUBLISHER, '/rosout', 'rcl_interfaces/msg/Log', _OPERATOR),
-    Endpoint(EndpointKind.PUBLISHER, '/parameter_events', 'rcl_interfaces/msg/ParameterEvent',
+    Endpoint(EndpointKind.PUBLISHER, PARAMETER_EVENTS, 'rcl_interfaces/msg/ParameterEvent',
              _OPERATOR),
     *(Endpoint(EndpointKind.SERVICE, f'~/{name}', f'rcl_interfaces/srv/{srv}', _OPERATOR)
       for name, srv in _PARAMETER_SERVICES),
     Endpoint(EndpointKind.SERVICE, '~/get_type_description',
              'type_description_interfaces/srv/GetTypeDescription'),
 )
-"""What rclpy's ``Node`` creates (parameter services; rcl's type description service)."""
+"""What rclpy's and rclcpp's ``Node`` create (``/rosout``, ``/parameter_events``, the parameter
+services; rcl's type description service)."""
 LIFECYCLE_INFRASTRUCTURE: tuple[Endpoint, ...] = (
     *(Endpoint(EndpointKind.SERVICE, f'~/{name}', f'lifecycle_msgs/srv/{srv}', _OPERATOR)
       for name, srv in _LIFECYCLE_SERVICES),
     Endpoint(EndpointKind.PUBLISHER, '~/transition_event', 'lifecycle_msgs/msg/TransitionEvent',
              _READERS),
 )
-"""What rcl_lifecycle creates for a ``LifecycleNode``."""
+"""What rcl_lifecycle creates for a lifecycle node (rclpy's ``LifecycleNode`` and
+rclcpp_lifecycle's alike: both take the names from rcl_lifecycle)."""
+GET_STATE = next(e for e in LIFECYCLE_INFRASTRUCTURE if e.name == '~/get_state')
+"""The lifecycle state query the tools poll until the node is active."""
 CLOCK = Endpoint(EndpointKind.SUBSCRIPTION, '/clock', 'rosgraph_msgs/msg/Clock', _ROBOT)
 """rclpy's time source subscribes to it when ``use_sim_time`` is true."""
+CLIENT_NODE_INFRASTRUCTURE: tuple[Endpoint, ...] = (
+    *NODE_INFRASTRUCTURE, *LIFECYCLE_INFRASTRUCTURE,
+    Endpoint(EndpointKind.SUBSCRIPTION, PARAMETER_EVENTS, 'rcl_interfaces/msg/ParameterEvent'),
+    *(Endpoint(EndpointKind.SERVICE, f'~/{name}', f'rcl_interfaces/srv/{srv}')
+      for name, srv in _LOGGER_SERVICES),
+    CLOCK,
+)
+"""
+What any node of the node's peers may create for itself at start, under its own name.
+
+The node's own infrastructure (rclpy and rclcpp alike), a lifecycle node's (ros2_control's
+controllers, such as joint_trajectory_controller, are rclcpp_lifecycle nodes:
+controller_interface ``controller_interface_base.hpp``), the ``/parameter_events``
+subscription every rclcpp node makes (rclcpp ``time_source.cpp``, ``TimeSource::NodeState::
+attachNode``; rclpy makes none) and the logger services a node makes with
+``enable_logger_service`` (rclcpp ``node_logging.cpp``; ros2_control's controllers turn it on),
+and ``/clock`` under ``use_sim_time``. ``oxygen_keystore`` grants them to every client enclave
+under any node name.
+"""
 
 
 def node_endpoints(cfg: NodeConfig, *, use_sim_time: bool = False) -> tuple[Endpoint, ...]:
@@ -171,7 +150,8 @@ def node_endpoints(cfg: NodeConfig, *, use_sim_time: bool = False) -> tuple[Endp
     return tuple(out)
 
 
-__all__ = ['ACTION_CHUNK', 'ASK_ACTION', 'ASK_TOPIC', 'CHUNK_ENDPOINTS', 'CLOCK',
-           'DIAGNOSTICS', 'EE_DELTA_CHUNK', 'Endpoint', 'EndpointKind', 'INSTRUCTION',
-           'JOINT_STATES', 'LIFECYCLE_INFRASTRUCTURE', 'NODE_INFRASTRUCTURE', 'NODE_NAME', 'Peer',
+__all__ = ['ACTION_CHUNK', 'ASK_ACTION', 'ASK_TOPIC', 'CHUNK_ENDPOINTS',
+           'CLIENT_NODE_INFRASTRUCTURE', 'CLOCK', 'DIAGNOSTICS', 'EE_DELTA_CHUNK', 'Endpoint',
+           'EndpointKind', 'GET_STATE', 'INSTRUCTION', 'JOINT_STATES', 'LIFECYCLE_INFRASTRUCTURE',
+           'NODE_INFRASTRUCTURE', 'NODE_NAME', 'PARAMETER_EVENTS', 'Peer',
            'camera_endpoint', 'node_endpoints', 'text_endpoints']

@@ -27,6 +27,7 @@ from oxygen_ros.engine.config import (
     BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
 from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.ros.compressed import ImageTransport, transport
+from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
@@ -193,7 +194,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "torch's default. 1 avoids OpenMP spin-waits on small, shared CPUs",
               (0, 1024), read_only=True),
     ParamSpec('instruction', '', "task prompt until a ~/instruction message arrives; '' = "
-              'wait for one'),
+              f'wait for one. At most {MAX_INSTRUCTION_BYTES} UTF-8 bytes: a longer one is '
+              'refused (configure fails, a set is rejected)'),
     ParamSpec('autostart', True, 'configure and activate right after start', read_only=True),
     ParamSpec('diagnostics_period', 1.0, 'seconds between /diagnostics messages', (0.05, 60.0)),
 )
@@ -398,7 +400,8 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
     :param values: ``{name: value}``; missing names take their defaults.
     :raises ParameterError: an unknown preset, a bad choice (dtype, backend, policy,
         prefix_attention, cameras), joint names that do not fit the preset's state/action
-        dims, or a value out of range; the message names the parameter and the value.
+        dims, a value out of range, an ``instruction`` longer than
+        ``input_limits.MAX_INSTRUCTION_BYTES``; the message names the parameter and the value.
     """
     try:
         model = get_preset(str(values.get('preset', DEFAULT_PRESET)))
@@ -458,6 +461,9 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
     node.action_semantics()  # raises ParameterError for a space the joints cannot carry
     if not node.end_effector_name:
         raise ParameterError('end_effector_name must not be empty')
+    refusal = instruction_refusal(str(node.instruction))
+    if refusal is not None:  # as ~/instruction and a parameter set refuse it
+        raise ParameterError(refusal)
     if not re.fullmatch(r'cpu|cuda(:\d+)?', str(v['device'])):
         raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {v['device']!r}")
     for name in ('tokens_per_cycle', 'decode_budget', 'kv_cache_mb', 'max_running_requests',

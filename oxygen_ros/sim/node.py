@@ -36,8 +36,8 @@ import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor, ChunkRefused, JointLimits
 from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
 from oxygen_ros.ros.convert import ns_to_stamp, rgb_to_image
-from oxygen_ros.ros.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC, qos_profile, QosRole
-from oxygen_ros.sim import reports
+from oxygen_ros.ros.topics import qos_profile, QosRole
+from oxygen_ros.sim import endpoints, reports
 from oxygen_ros.sim.assets import panda_dir
 from oxygen_ros.sim.params import declare_sim_parameters, SimConfig
 from oxygen_ros.sim.physics import PandaPhysics
@@ -51,12 +51,11 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header
 from trajectory_msgs.msg import JointTrajectory
 
-NODE_NAME = 'oxygen_sim'
-ACTION_CHUNK_TOPIC = '/oxygen/action_chunk'
+NODE_NAME = endpoints.NODE_NAME
+ACTION_CHUNK_TOPIC = endpoints.ACTION_CHUNK.name
 COMMAND_JOINTS = (*ARM_JOINTS, GRIPPER)
 """Joints the executor commands (the chunks' joint names)."""
-CAMERAS = ((BASE_CAMERA, CAMERA_TOPICS['base_0_rgb']),
-           (WRIST_CAMERA, CAMERA_TOPICS['left_wrist_0_rgb']))
+CAMERAS = tuple(zip((BASE_CAMERA, WRIST_CAMERA), (ep.name for ep in endpoints.CAMERAS)))
 _MAX_LAG_S = 0.05
 """Behind the paced schedule by more than this, the loop stops trying to catch up."""
 
@@ -100,15 +99,18 @@ class SimNode(Node):
         self._inbox: deque[JointTrajectory] = deque()
         self._inbox_lock = threading.Lock()
         reliable = qos_profile(QosRole.RELIABLE)
-        self._clock_pub = self.create_publisher(Clock, '/clock', QoSProfile(depth=10))
+        self._clock_pub = self.create_publisher(Clock, endpoints.CLOCK.name,
+                                                QoSProfile(depth=10))
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._image_pubs = [(camera, self.create_publisher(Image, topic, sensor))
                             for camera, topic in CAMERAS]
-        self._joint_pub = self.create_publisher(JointState, JOINT_STATES_TOPIC, reliable)
-        self._command_pub = self.create_publisher(JointState, '~/joint_command', reliable)
-        self._event_pub = self.create_publisher(DiagnosticArray, '~/chunk_events',
+        self._joint_pub = self.create_publisher(JointState, endpoints.JOINT_STATES.name,
+                                                reliable)
+        self._command_pub = self.create_publisher(JointState, endpoints.JOINT_COMMAND.name,
+                                                  reliable)
+        self._event_pub = self.create_publisher(DiagnosticArray, endpoints.CHUNK_EVENTS.name,
                                                 QoSProfile(depth=100))
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, endpoints.DIAGNOSTICS.name, 10)
         self.create_subscription(JointTrajectory, ACTION_CHUNK_TOPIC, self._on_chunk, reliable)
         self._frames, self._render_s, self._lag_resets = 0, 0.0, 0
         self._wall_start = time.monotonic()

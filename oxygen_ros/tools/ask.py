@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-import os
 import sys
 import threading
 import time
@@ -35,15 +34,14 @@ from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
-from oxygen_ros.ros.security import OPERATOR_ENCLAVE, SecuritySettings
+from oxygen_ros.ros.security import OPERATOR_ENCLAVE
 from oxygen_ros.signals import stop_event_on_signals
+from oxygen_ros.tools.common.secure_node import start_node
 from oxygen_ros_interfaces.action import Ask
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 from rclpy.utilities import remove_ros_args
 
@@ -170,20 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oxygen_ask``; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(remove_ros_args([NODE_NAME, *argv])[1:])
-    security = SecuritySettings.from_environment(argv, os.environ)
-    problem = security.problem(OPERATOR_ENCLAVE)
-    if problem is not None:
-        print(f'oxygen_ask: {problem}', file=sys.stderr)
-        return 1
     stop = stop_event_on_signals()
-    try:
-        rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
-        node = Node(NODE_NAME)
-    except _rclpy.RCLError as exc:
-        if not security.enabled:
-            raise
-        print(f'oxygen_ask: {security.middleware_failure(exc)}', file=sys.stderr)
-        rclpy.try_shutdown()
+    node = start_node('oxygen_ask', NODE_NAME, argv, OPERATOR_ENCLAVE)
+    if node is None:
         return 1
     executor = SingleThreadedExecutor()
     executor.add_node(node)

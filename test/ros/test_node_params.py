@@ -5,11 +5,16 @@ import math
 from oxygen_ros.config import CAMERA_SLOTS, PromptFormat
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.ros import param_docs
+from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
+from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.params import (
     build_configs, check_update, declare_parameters, ParameterError, PARAMETERS, SPECS)
+from oxygen_ros.ros.security import SecuritySettings
 import pytest
 import rclpy
 from rclpy.context import Context
+from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 import yaml
@@ -77,6 +82,8 @@ def test_test_yaml_values():
     ({'quantile_eps': -0.5}, r"quantile_eps must be -1 \(the stats' own\) or in \[0, 1\], "
                              r'got -0.5'),
     ({'state_prompt_pad': 300}, r'state_prompt_pad must be in 0..256, got 300'),
+    ({'instruction': 'é' * 2049}, r'instruction of 4098 bytes is longer than the 4096-byte '
+                                  r'limit'),
 ])
 def test_bad_values_are_rejected_with_the_value(values, match):
     with pytest.raises(ParameterError, match=match):
@@ -145,6 +152,33 @@ def test_declared_defaults_follow_preset_override(context):
         assert len(node.get_parameter('joint_names').value) == 14
         assert node.get_parameter('action_joint_names').value == \
             node.get_parameter('joint_names').value
+    finally:
+        node.destroy_node()
+
+
+def test_an_over_long_instruction_fails_configure_and_a_set_with_its_reason(context):
+    # seen before: an over-long initial instruction was replaced by '' without a word
+    too_long = 'pick up the red cup. ' * 200                        # 4200 bytes
+    assert len(too_long.encode()) > MAX_INSTRUCTION_BYTES
+    node = OxygenNode(context=context, security=SecuritySettings(),
+                      cli_args=['--ros-args', '--params-file', str(config_file('test')),
+                                '-p', 'autostart:=false'],
+                      parameter_overrides=[Parameter('instruction', value=too_long)])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        status = node._diag.status(0.0, 10.0, 0.5)
+        assert status.message == ('engine failed: configure failed: bad parameter: instruction '
+                                  'of 4200 bytes is longer than the 4096-byte limit')
+        assert status_values(status)['state'] == 'unconfigured'
+        assert node._engine is None                                  # nothing was built
+        # set_parameters (the ~/set_parameters service's callback) refuses one too, and keeps
+        # the value it had
+        [result] = node.set_parameters([Parameter('instruction', value=too_long + '!')])
+        assert (result.successful, result.reason) == (
+            False, 'instruction of 4201 bytes is longer than the 4096-byte limit')
+        assert node.get_parameter('instruction').value == too_long
+        [result] = node.set_parameters([Parameter('instruction', value='pick up the red cup')])
+        assert result.successful
     finally:
         node.destroy_node()
 

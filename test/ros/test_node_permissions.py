@@ -1,15 +1,18 @@
 """
 The permissions oxygen_keystore writes against the live graph over real DDS.
 
-The node runs with remappings, a compressed camera and ``use_sim_time``; ``oxygen_keystore
-permissions`` is given the same ROS arguments. Every topic and service the live node has
-(publishers, subscriptions, servers; its action's hidden ones too) must be granted to the node
-enclave, and nothing else may be. The demo's clients (its operator node, the recorder, the bag
-replay) must find everything they create granted to their role.
+The node runs with remappings, a compressed camera and ``use_sim_time``, in the root namespace
+and in ``/arm``; ``oxygen_keystore permissions`` is given the same ROS arguments. Every DDS
+topic the live node reads or writes, named by the middleware itself (rmw_fastrtps' graph,
+``no_demangle=True``: ``rt/...``, ``rq/...Request``, ``rr/...Reply``, its action's too), must be
+granted to the node enclave, and nothing else may be. The demo's clients (its operator node,
+the recorder, the bag replay), an rclcpp-style lifecycle controller and the simulator must find
+everything they create granted to their role.
 """
 
 from fnmatch import fnmatchcase
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,8 +26,12 @@ from oxygen_ros.tools.common.observer import Observer, OUTPUTS, STREAMS
 from oxygen_ros.tools.keystore.policy import DISCOVERY_TOPIC
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
+from rcl_interfaces.msg import ParameterEvent
 import rclpy
 from rclpy.action import get_action_server_names_and_types_by_node
+from rclpy.context import Context
+from rclpy.lifecycle import LifecycleNode
+from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -35,6 +42,7 @@ NODE_ARGS = ['--ros-args', '--params-file', str(config_file('test')),
              '-r', '/joint_states:=/arm/joints', '-r', '~/memory:=/notes',
              '-r', '/camera/left_wrist/image_raw:=/wrist/image',
              '-p', 'image_transport.left_wrist_0_rgb:=compressed', '-p', 'use_sim_time:=true']
+CLIENT_ENCLAVES = (OPERATOR_ENCLAVE, OBSERVER_ENCLAVE, ROBOT_ENCLAVE)
 
 
 def keystore_permissions(ros_args):
@@ -45,21 +53,18 @@ def keystore_permissions(ros_args):
 
 
 def graph_topics(node, name, namespace='/'):
-    """Return the DDS topics a node writes and reads, from the ROS graph (none yet: empty)."""
-    write, read = set(), set()
+    """
+    Return the DDS topics a node writes and reads as the middleware names them (none: empty).
+
+    ``no_demangle=True`` lists every DDS writer and reader of the node under its DDS topic,
+    services and actions included (a server reads ``rq/<name>Request``, writes
+    ``rr/<name>Reply``), without this project's name formulas.
+    """
     if (name, namespace) not in node.get_node_names_and_namespaces():
-        return write, read
-    for topic, _ in node.get_publisher_names_and_types_by_node(name, namespace):
-        write.add(f'rt{topic}')
-    for topic, _ in node.get_subscriber_names_and_types_by_node(name, namespace):
-        read.add(f'rt{topic}')
-    for service, _ in node.get_service_names_and_types_by_node(name, namespace):
-        read.add(f'rq{service}Request')
-        write.add(f'rr{service}Reply')
-    for service, _ in node.get_client_names_and_types_by_node(name, namespace):
-        write.add(f'rq{service}Request')
-        read.add(f'rr{service}Reply')
-    return write, read
+        return set(), set()
+    write = node.get_publisher_names_and_types_by_node(name, namespace, no_demangle=True)
+    read = node.get_subscriber_names_and_types_by_node(name, namespace, no_demangle=True)
+    return {topic for topic, _ in write}, {topic for topic, _ in read}
 
 
 def graph_endpoints(node, name, namespace='/'):
@@ -93,8 +98,10 @@ def wait_until(ros_node, predicate, timeout_s=60.0, proc=None):
     return False
 
 
-def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes):
-    expected = keystore_permissions(NODE_ARGS)
+@pytest.mark.parametrize('namespace', ['/', '/arm'])
+def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes, namespace):
+    args = [*NODE_ARGS, *(['-r', f'__ns:={namespace}'] if namespace != '/' else [])]
+    expected = keystore_permissions(args)
     grant = expected['grants'][NODE_ENCLAVE]
     want = ({t for t in grant['publish'] if t != DISCOVERY_TOPIC},
             {t for t in grant['subscribe'] if t != DISCOVERY_TOPIC})
@@ -102,12 +109,12 @@ def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes):
     clock = ros_node.node.create_publisher(Clock, '/clock', 10)   # for use_sim_time
     ros_node.node.create_timer(0.05, lambda: clock.publish(
         Clock(clock=ros_node.node.get_clock().now().to_msg())))
-    proc = ros_processes.start('oxygen_ros.ros.node', *NODE_ARGS)
+    proc = ros_processes.start('oxygen_ros.ros.node', *args)
     node = ros_node.node
     got = [set(), set()]
 
     def same():
-        got[:] = graph_topics(node, 'oxygen')
+        got[:] = graph_topics(node, 'oxygen', namespace)
         return tuple(got) == want
     assert wait_until(ros_node, same, proc=proc), (
         f'granted, not in the graph: {sorted((want[0] - got[0]) | (want[1] - got[1]))}; '
@@ -115,10 +122,13 @@ def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes):
         f'{proc.output()}')
     # the same endpoints with their types, as the tool lists them
     listed = {(e['kind'], e['name'], e['type']) for e in expected['endpoints']}
-    assert graph_endpoints(node, 'oxygen') == listed
+    assert graph_endpoints(node, 'oxygen', namespace) == listed
     assert ('subscription', '/wrist/image/compressed', 'sensor_msgs/msg/CompressedImage') \
         in listed and ('publisher', '/notes', 'std_msgs/msg/String') in listed
     assert ('subscription', '/clock', 'rosgraph_msgs/msg/Clock') in listed
+    private = f'{namespace.rstrip("/")}/oxygen'
+    assert ('publisher', f'{private}/action_chunk', 'trajectory_msgs/msg/JointTrajectory') \
+        in listed and ('service', f'{private}/get_state', 'lifecycle_msgs/srv/GetState') in listed
     assert proc.stop() == 0, proc.output()
 
 
@@ -163,3 +173,77 @@ def test_the_demo_clients_are_granted_everything_they_create(ros_domain_id, ros_
         rclpy.try_shutdown()
     assert record.stop() == 0, record.output()
     assert replay.stop() == 0, replay.output()
+
+
+def violations(grant, write, read):
+    """Return the DDS topics a node writes or reads that ``grant`` does not allow."""
+    return ([f'publish {t}' for t in sorted(write) if not allowed(grant, 'publish', t)]
+            + [f'subscribe {t}' for t in sorted(read) if not allowed(grant, 'subscribe', t)])
+
+
+def test_an_rclcpp_lifecycle_controller_may_start_in_every_client_enclave(ros_domain_id,
+                                                                          ros_node):
+    """
+    What an rclcpp lifecycle node creates at start, as ros2_control's controllers are.
+
+    rcl_lifecycle's services and ``~/transition_event`` (rclpy's LifecycleNode takes them from
+    rcl_lifecycle too), the logger services (controllers turn them on), ``/clock`` under
+    ``use_sim_time``, and the ``/parameter_events`` subscription of rclcpp's time source
+    (rclcpp ``time_source.cpp``; rclpy makes none, so it is made here).
+    """
+    grants = keystore_permissions(['--ros-args', '--params-file',
+                                   str(config_file('test'))])['grants']
+    context = Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        controller = LifecycleNode(
+            'joint_trajectory_controller', namespace='/arm', context=context,
+            enable_logger_service=True,
+            parameter_overrides=[Parameter('use_sim_time', value=True)])
+        controller.create_subscription(ParameterEvent, '/parameter_events', lambda _: None, 10)
+        topics = [set(), set()]
+
+        def seen():
+            topics[:] = graph_topics(ros_node.node, 'joint_trajectory_controller', '/arm')
+            return {'rt/parameter_events', 'rt/clock',
+                    'rq/arm/joint_trajectory_controller/set_logger_levelsRequest',
+                    'rq/arm/joint_trajectory_controller/change_stateRequest'} <= topics[1]
+        assert wait_until(ros_node, seen), topics
+        assert 'rt/arm/joint_trajectory_controller/transition_event' in topics[0]
+        for enclave in CLIENT_ENCLAVES:
+            assert violations(grants[enclave], *topics) == [], enclave
+        controller.destroy_node()
+    finally:
+        context.try_shutdown()
+
+
+def test_the_simulator_may_start_in_the_robot_enclave(ros_domain_id, ros_node):
+    """The sim's live graph against the robot's grant for the node of ``config/sim.yaml``."""
+    os.environ.setdefault('MUJOCO_GL', 'egl')  # before mujoco's first import (sim/render.py)
+    from oxygen_ros.sim.endpoints import SIM_ENDPOINTS
+    from oxygen_ros.sim.node import NODE_NAME, SimNode
+    from oxygen_ros.tools.keystore.names import NodeNames
+    grant = keystore_permissions(['--ros-args', '--params-file',
+                                  str(config_file('sim'))])['grants'][ROBOT_ENCLAVE]
+    context = Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        sim = SimNode(context=context, parameter_overrides=[Parameter('image_size', value=32)])
+        topics = [set(), set()]
+
+        def seen():
+            topics[:] = graph_topics(ros_node.node, NODE_NAME)
+            return 'rt/oxygen/action_chunk' in topics[1] and \
+                f'rt/{NODE_NAME}/chunk_events' in topics[0]
+        assert wait_until(ros_node, seen), topics
+        assert violations(grant, *topics) == []
+        # what the sim declares (and the keystore reads) is what it creates
+        names = NodeNames(NODE_NAME)
+        declared = {(ep.kind.value, names.resolve(ep.name), ep.type_name) for ep in SIM_ENDPOINTS}
+        own = {e for e in graph_endpoints(ros_node.node, NODE_NAME)
+               if e[0] != 'service' and e[1] not in ('/rosout', '/parameter_events')}
+        assert own == declared
+        sim.close()
+        sim.destroy_node()
+    finally:
+        context.try_shutdown()

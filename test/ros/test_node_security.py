@@ -19,7 +19,7 @@ from oxygen_ros.ros.security import (
     NO_PLUGINS_MARKER, NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE, ROBOT_ENCLAVE,
     SecuritySettings)
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
-from oxygen_ros.tools.common.children import keystore_domain_id
+from oxygen_ros.tools.keystore.keystore import keystore_domain_id
 import pytest
 import rclpy
 from rclpy.context import Context
@@ -145,6 +145,56 @@ def test_clients_refuse_as_the_node_does(ros_env, tmp_path):
         f'{tmp_path}. Make it with oxygen_keystore create {tmp_path}, or start with --ros-args '
         '--enclave /oxygen_ros/operator\n'))
     assert not (tmp_path / 'out').exists()
+
+
+def test_the_bag_tools_and_the_sim_refuse_as_the_node_does(ros_env, demo_bag, tmp_path):
+    # seen before: replay and record started unsecured under a Permissive strategy
+    permissive = {**ros_env, 'ROS_SECURITY_ENABLE': 'true', 'ROS_SECURITY_KEYSTORE': str(tmp_path)}
+    reason = PERMISSIVE_MESSAGE.removeprefix('not starting: ')
+    replay = run([sys.executable, '-m', 'oxygen_ros.tools.bag.replay', str(demo_bag.path),
+                  '--ros-args', '--enclave', ROBOT_ENCLAVE], permissive)
+    assert (replay.returncode, replay.stdout, replay.stderr) == (
+        1, '', f'oxygen_bag replay: {reason}\n')
+    record = run([sys.executable, '-m', 'oxygen_ros.tools.bag.record', str(tmp_path / 'bag'),
+                  '/oxygen/action_chunk', '--ros-args', '--enclave', OBSERVER_ENCLAVE],
+                 permissive)
+    assert (record.returncode, record.stdout, record.stderr) == (
+        1, '', f'oxygen_bag record: {reason}\n')
+    assert not (tmp_path / 'bag').exists()
+    enforce = {**permissive, 'ROS_SECURITY_STRATEGY': 'Enforce'}
+    record = run([sys.executable, '-m', 'oxygen_ros.tools.bag.record', str(tmp_path / 'bag'),
+                  '/oxygen/action_chunk'], enforce)
+    assert (record.returncode, record.stderr) == (1, (
+        'oxygen_bag record: ROS_SECURITY_ENABLE=true but no enclave was given: start with '
+        '--ros-args --enclave /oxygen_ros/observer\n'))
+    sim = run([sys.executable, '-m', 'oxygen_ros.sim.app'], enforce)
+    assert sim.returncode == 1
+    assert [re.sub(r'^\[FATAL\] \[[\d.]+\] \[oxygen_sim\]: ', '', line)
+            for line in (sim.stdout + sim.stderr).splitlines()] == [
+        'not starting: ROS_SECURITY_ENABLE=true but no enclave was given: start with '
+        '--ros-args --enclave /oxygen_ros/robot']
+
+
+def test_the_demo_refuses_a_keystore_made_for_another_configuration(ros_env, tmp_path):
+    # what docs/security.md once showed: a keystore for pi05_droid's remapped cameras
+    keystore = tmp_path / 'keystore'
+    zed = '/zed/left/image_rect_color'
+    made = run([sys.executable, '-m', 'oxygen_ros.tools.keystore', 'create', str(keystore),
+                '--domain-id', '7', '--preset', 'pi05_droid', '--ros-args', '-r',
+                f'{CAMERA_TOPICS["base_0_rgb"]}:={zed}'], ros_env)
+    assert made.returncode == 0, made.stderr
+    demo = run([sys.executable, '-m', 'oxygen_ros.tools.demo', 'bag', '--keystore',
+                str(keystore), '--out', str(tmp_path / 'out')], ros_env)
+    assert demo.returncode == 1, demo.stdout + demo.stderr
+    [line] = demo.stderr.splitlines()
+    assert line.startswith(f'oxygen_demo: the keystore {keystore} was made for another '
+                           'configuration of the node: enclave /oxygen_ros/oxygen lacks ')
+    for grant in ('enclave /oxygen_ros/oxygen lacks subscribe rt/camera/base/image_raw',
+                  'enclave /oxygen_ros/robot lacks publish rt/camera/base/image_raw'):
+        assert grant in line
+    assert line.endswith(f'. Make it for this one: oxygen_keystore create {keystore} '
+                         '--domain-id 7 --preset demo')
+    assert not (tmp_path / 'out').exists()                    # nothing was started
 
 
 def test_the_demo_runs_on_its_keystores_domain(ros_env, keystore, tmp_path):

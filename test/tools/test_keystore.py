@@ -17,6 +17,7 @@ from xml.etree import ElementTree as ET
 from oxygen_ros.ros.security import (
     NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE, ROBOT_ENCLAVE, SecuritySettings)
 from oxygen_ros.tools.keystore import pki
+from oxygen_ros.tools.keystore.coverage import keystore_problem
 from oxygen_ros.tools.keystore.documents import granted_topics
 from oxygen_ros.tools.keystore.policy import DEFAULT_ENCLAVE_ROOT, Role
 import pytest
@@ -179,10 +180,39 @@ def test_each_role_may_do_what_it_is_for_and_nothing_more(keystore):
     # nobody else may speak for the node
     for client in (operator, observer, robot):
         assert not allowed(client, 'publish', 'rt/oxygen/action_chunk')
+        assert not allowed(client, 'publish', 'rt/oxygen/transition_event')
     # the node: no wildcard, nothing it does not create
     topics = granted_topics(node.read_bytes())
     assert set(topics) == {'allow_rule'}
     assert not [t for side in topics['allow_rule'].values() for t in side if '*' in t]
+
+
+def test_every_client_may_run_an_rclcpp_node_or_a_lifecycle_controller(keystore):
+    # what rclcpp's Node (its time source subscribes to /parameter_events) and a lifecycle
+    # node (ros2_control's controllers, with logger services) create at start, under its name
+    controller = 'rq/arm/joint_trajectory_controller'
+    for enclave in (OPERATOR_ENCLAVE, OBSERVER_ENCLAVE, ROBOT_ENCLAVE):
+        client = enclave_dir(keystore, enclave) / 'permissions.xml'
+        for topic in ('rt/parameter_events', 'rt/clock', f'{controller}/change_stateRequest',
+                      f'{controller}/get_stateRequest', f'{controller}/get_logger_levelsRequest',
+                      'rq/robot_state_publisher/get_type_descriptionRequest'):
+            assert allowed(client, 'subscribe', topic), (enclave, topic)
+        for topic in ('rt/rosout', 'rt/parameter_events',
+                      'rt/arm/joint_trajectory_controller/transition_event',
+                      'rr/arm/joint_trajectory_controller/get_transition_graphReply',
+                      'rr/arm/joint_trajectory_controller/set_logger_levelsReply'):
+            assert allowed(client, 'publish', topic), (enclave, topic)
+        # never the node's own lifecycle, whatever the wildcards match
+        assert not allowed(client, 'subscribe', 'rq/oxygen/change_stateRequest')
+        assert not allowed(client, 'publish', 'rr/oxygen/get_available_statesReply')
+    # a simulator or a robot driver: the clock, diagnostics and its own outputs, as oxygen_sim
+    robot = enclave_dir(keystore, ROBOT_ENCLAVE) / 'permissions.xml'
+    for topic in ('rt/clock', 'rt/diagnostics', 'rt/oxygen_sim/joint_command',
+                  'rt/oxygen_sim/chunk_events'):
+        assert allowed(robot, 'publish', topic), topic
+    observer = enclave_dir(keystore, OBSERVER_ENCLAVE) / 'permissions.xml'
+    assert not allowed(observer, 'publish', 'rt/diagnostics')
+    assert not allowed(observer, 'publish', 'rt/oxygen_sim/joint_command')
 
 
 def test_a_second_run_keeps_identities_and_rewrites_grants(keystore, tmp_path):
@@ -213,6 +243,39 @@ def test_a_second_run_keeps_identities_and_rewrites_grants(keystore, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (node_dir / 'cert.pem').read_bytes() != cert
     assert f' renewed  {node_dir / "cert.pem"}' in proc.stdout.splitlines()
+
+
+def test_a_keystore_made_for_another_configuration_is_named_with_what_it_lacks(
+        keystore, tmp_path):
+    roles = {role: role.enclave() for role in Role}
+    made_for = ['--ros-args', '-r', '/camera/base/image_raw:=/zed/left']
+    assert keystore_problem(keystore, 'demo', made_for, roles) is None
+    # the demo's own configuration: its base camera keeps the default name
+    assert keystore_problem(keystore, 'demo', [], roles) == (
+        f'the keystore {keystore} was made for another configuration of the node: enclave '
+        '/oxygen_ros/oxygen lacks subscribe rt/camera/base/image_raw; enclave /oxygen_ros/robot '
+        'lacks publish rt/camera/base/image_raw. Make it for this one: oxygen_keystore create '
+        f'{keystore} --domain-id 7 --preset demo')
+    # the command it names makes one that fits (on a copy; identities kept)
+    copy = tmp_path / 'keystore'
+    shutil.copytree(keystore, copy, symlinks=True)
+    assert keystore_cli('create', str(copy), '--domain-id', '7', '--preset', 'demo',
+                        '--ros-args', '-r', '__ns:=/arm').returncode == 0
+    problem = keystore_problem(copy, 'demo', ['--ros-args', '-r', '__ns:=/arm'],
+                               {Role.NODE: NODE_ENCLAVE})
+    assert problem is None
+    assert keystore_problem(copy, 'demo', [], {Role.NODE: NODE_ENCLAVE}).startswith(
+        f'the keystore {copy} was made for another configuration of the node: enclave '
+        '/oxygen_ros/oxygen lacks publish rr/oxygen/ask/_action/cancel_goalReply, ')
+    # what the middleware reads is the signed document: without it, nothing is granted
+    signed = enclave_dir(copy, NODE_ENCLAVE) / 'permissions.p7s'
+    signed.write_bytes(b'not S/MIME')
+    assert keystore_problem(copy, 'demo', ['--ros-args', '-r', '__ns:=/arm'],
+                            {Role.NODE: NODE_ENCLAVE}) == (
+        f'the keystore {copy} was made for another configuration of the node: enclave '
+        f'/oxygen_ros/oxygen has no readable permissions ({signed} is not an S/MIME signed '
+        'text (openssl smime -sign -text)). Make it for this one: oxygen_keystore create '
+        f'{copy} --domain-id 7 --preset demo --ros-args -r __ns:=/arm')
 
 
 def test_deploy_copies_enclaves_but_never_the_ca_keys(keystore, tmp_path):

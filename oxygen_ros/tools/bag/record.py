@@ -16,6 +16,10 @@ bag time; the publishers' QoS goes into ``offered_qos_profiles``.
 Stops on SIGINT or SIGTERM, or after ``--duration`` seconds from start, then writes what was
 received before the stop and is still queued, and closes the bag, so the bag is complete and
 readable. Exits 0 then; 1 on errors.
+
+With DDS security (docs/security.md) it runs in the observer's enclave (``--ros-args --enclave
+/oxygen_ros/observer``) and refuses to start, with the reason, where the security settings
+would not hold (``common.secure_node``), as the node does.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import threading
 import time
 from typing import Sequence
 
+from oxygen_ros.ros.security import OBSERVER_ENCLAVE
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.topics import (
     bag_qos, check_known_type, message_class, Storage, typestore)
+from oxygen_ros.tools.common.secure_node import start_node
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 from rclpy.utilities import remove_ros_args
 from rosbags.interfaces import Connection
@@ -196,8 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f'{args.out_bag} exists; rosbag2 bags are never overwritten')
     topics = list(dict.fromkeys(t if t.startswith('/') else f'/{t}' for t in args.topics))
     stop = stop_event_on_signals()
-    rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
-    node = Node(NODE_NAME)
+    node = start_node('oxygen_bag record', NODE_NAME, argv, OBSERVER_ENCLAVE)
+    if node is None:
+        return 1
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     writer = Writer(args.out_bag, version=Writer.VERSION_LATEST,

@@ -30,6 +30,10 @@ Unless the user set a Fast DDS profile (``FASTRTPS_DEFAULT_PROFILES_FILE`` or
 ``FASTDDS_DEFAULT_PROFILES_FILE``), replay therefore gives its own participant a segment sized
 for the bag's largest messages (then 45 of 45 arrived); subscribers need no change.
 
+With DDS security (docs/security.md) it runs in the robot's enclave (``--ros-args --enclave
+/oxygen_ros/robot``) and refuses to start, with the reason, where the security settings would
+not hold (``common.secure_node``), as the node does.
+
 Exits 0 at the end of the bag (never with ``--loop``) and on SIGINT/SIGTERM; 1 on errors.
 """
 
@@ -47,14 +51,15 @@ import time
 from typing import Sequence
 
 from oxygen_ros.ros.convert import ns_to_stamp, stamp_to_ns
+from oxygen_ros.ros.security import ROBOT_ENCLAVE
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.topics import has_header, message_class, qos_profile, qos_role
+from oxygen_ros.tools.common.secure_node import start_node
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
-from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
@@ -347,8 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'oxygen_bag replay: error: cannot open bag {options.bag}: {exc}', file=sys.stderr)
         return 1
     profile = _install_shm_profile(largest_message_bytes(reader, options.topics))
-    rclpy.init(args=[NODE_NAME, *argv], signal_handler_options=SignalHandlerOptions.NO)
-    node = Node(NODE_NAME)
+    node = start_node('oxygen_bag replay', NODE_NAME, argv, ROBOT_ENCLAVE)
+    if node is None:
+        reader.close()
+        if profile is not None:
+            profile.unlink(missing_ok=True)
+        return 1
     log = node.get_logger()
     if profile is not None:
         log.info(f'large messages: Fast DDS shared-memory profile {profile}')

@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 from typing import Sequence
-from xml.etree import ElementTree
 
 from oxygen_ros.ros.security import (
-    ENABLE_VAR, ENFORCE, KEYSTORE_VAR, NODE_ENCLAVE, OBSERVER_ENCLAVE, OPERATOR_ENCLAVE,
-    ROBOT_ENCLAVE, SecuritySettings, STRATEGY_VAR)
+    ENABLE_VAR, ENFORCE, KEYSTORE_VAR, SecuritySettings, STRATEGY_VAR)
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
+from oxygen_ros.tools.keystore.coverage import keystore_problem
+from oxygen_ros.tools.keystore.keystore import keystore_domain_id
+from oxygen_ros.tools.keystore.node_policy import PolicyError
+from oxygen_ros.tools.keystore.policy import Role
 
 _DOMAIN_IDS = tuple(range(1, 102))  # clear of the ephemeral port range (ROS 2 docs)
 
@@ -93,28 +95,24 @@ def replay_args(bag: Path, cameras: Sequence[str] = ('base_0_rgb', 'left_wrist_0
             *([INSTRUCTION_TOPIC] if instruction else [])]
 
 
-DEMO_ENCLAVES = {'demo': OPERATOR_ENCLAVE, 'node': NODE_ENCLAVE, 'record': OBSERVER_ENCLAVE,
-                 'replay': ROBOT_ENCLAVE}
-"""The enclave of each process of ``oxygen_demo --keystore``."""
+DEMO_ROLES = {'demo': Role.OPERATOR, 'node': Role.NODE, 'record': Role.OBSERVER,
+              'replay': Role.ROBOT}
+"""The role of each process of ``oxygen_demo --keystore``."""
+DEMO_ENCLAVES = {process: role.enclave() for process, role in DEMO_ROLES.items()}
+"""The enclave of each process of ``oxygen_demo --keystore`` (``/oxygen_ros/<role>``)."""
 
 
-def keystore_domain_id(keystore: Path) -> int | None:
-    """Return the ROS domain a keystore's governance is for (None: no readable governance)."""
-    try:
-        root = ElementTree.parse(keystore / 'enclaves' / 'governance.xml').getroot()
-        return int(root.findtext('domain_access_rules/domain_rule/domains/id'))
-    except (OSError, ElementTree.ParseError, TypeError, ValueError):
-        return None
-
-
-def secure_environment(keystore: Path, domain_id: int | None) -> tuple[int | None, str | None]:
+def secure_environment(keystore: Path, domain_id: int | None, preset: str
+                       ) -> tuple[int | None, str | None]:
     """
     Turn DDS security on (Enforce) for this process and its children.
 
     :param domain_id: the domain asked for (None: the keystore's).
+    :param preset: the node's params file, ``config/<preset>.yaml`` (no remappings).
     :returns: ``(the domain to run on, None)``, or ``(None, why security would not hold)``: a
-        keystore without governance or without one of ``DEMO_ENCLAVES``, or made for another
-        domain (its permissions hold on that domain only).
+        keystore without governance or without one of ``DEMO_ENCLAVES``, made for another
+        domain (its permissions hold on that domain only) or for another configuration of
+        the node (``coverage.keystore_problem``: the missing grants named).
     """
     os.environ.update({ENABLE_VAR: 'true', STRATEGY_VAR: ENFORCE,
                        KEYSTORE_VAR: str(keystore.resolve())})
@@ -131,7 +129,12 @@ def secure_environment(keystore: Path, domain_id: int | None) -> tuple[int | Non
         return None, (f'--domain-id {domain_id}, but the keystore {keystore} is for domain '
                       f'{own} (its permissions hold there only): leave --domain-id out or run '
                       f'oxygen_keystore create {keystore} --domain-id {domain_id}')
-    return own, None
+    try:
+        problem = keystore_problem(keystore, preset, [],
+                                   {role: role.enclave() for role in DEMO_ROLES.values()})
+    except PolicyError as exc:
+        problem = f'the node cannot start with --preset {preset}: {exc}'
+    return (own, None) if problem is None else (None, problem)
 
 
 def enclave_args(enclave: str | None) -> list[str]:

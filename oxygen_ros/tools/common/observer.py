@@ -11,12 +11,16 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from lifecycle_msgs.srv import GetState
 import numpy as np
+from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.convert import stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.endpoints import (
+    ACTION_CHUNK, ASK_ACTION, ASK_TOPIC, DIAGNOSTICS, GET_STATE, NODE_NAME, text_endpoints)
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.common.children import Child
 from oxygen_ros.tools.common.text_timing import AskTiming, TextTiming
+from oxygen_ros.tools.keystore.names import NodeNames
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import rclpy
@@ -25,9 +29,17 @@ from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-OUTPUTS = ('/oxygen/action_chunk', '/oxygen/subtask', '/oxygen/answer', '/oxygen/memory',
-           '/diagnostics')
-STREAMS = ('/oxygen/subtask/stream', '/oxygen/answer/stream', '/oxygen/memory/stream')
+_NAMES = NodeNames(NODE_NAME)
+"""The node with its default name, in the root namespace."""
+_TEXTS = {task: text_endpoints(task) for task in (TextTask.SUBTASK, TextTask.ANSWER,
+                                                  TextTask.MEMORY)}
+OUTPUTS = tuple(_NAMES.resolve(ep.name) for ep in (
+    ACTION_CHUNK, *(whole for whole, _ in _TEXTS.values()), DIAGNOSTICS))
+"""The node's action chunks, whole texts (subtask, answer, memory) and ``/diagnostics``."""
+STREAMS = tuple(_NAMES.resolve(stream.name) for _, stream in _TEXTS.values())
+"""The node's streamed texts (subtask, answer, memory)."""
+GET_STATE_SERVICE = _NAMES.resolve(GET_STATE.name)
+ASK_ACTION_NAME = _NAMES.resolve(ASK_ACTION.name)
 _START_TIMEOUT_S = 120.0
 
 
@@ -56,7 +68,7 @@ class Observer:
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self.got = Received()
-        self._get_state = self.node.create_client(GetState, '/oxygen/get_state')
+        self._get_state = self.node.create_client(GetState, GET_STATE_SERVICE)
         self.node.create_subscription(JointTrajectory, OUTPUTS[0], self._on_chunk, 100)
         for topic in OUTPUTS[1:4] if ask_topic else (OUTPUTS[1], OUTPUTS[3]):
             task = topic.rsplit('/', 1)[1]
@@ -70,9 +82,10 @@ class Observer:
             self.node.create_subscription(
                 DecodedText, topic, lambda msg, task=task: self.got.timing.on_piece(task, msg),
                 TEXT_QOS)
-        self.ask_client = ActionClient(self.node, Ask, '/oxygen/ask')
+        self.ask_client = ActionClient(self.node, Ask, ASK_ACTION_NAME)
         if ask_topic:
-            self.ask_pub = self.node.create_publisher(String, '/oxygen/ask', TEXT_QOS)
+            self.ask_pub = self.node.create_publisher(
+                String, _NAMES.resolve(ASK_TOPIC.name), TEXT_QOS)
 
     def ask(self, question: str) -> None:
         """Send ``question`` to the ``~/ask`` action; its timing goes to ``got.timing``."""

@@ -11,10 +11,12 @@ stop everything with SIGINT and print a summary, with the streamed pieces' timin
 It runs on its own ROS domain (random unless ``--domain-id``) with
 ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``. ``--keystore DIR`` runs it with DDS security
 (Enforce), every process in the enclave of its role (``children.DEMO_ENCLAVES``; a keystore
-from ``oxygen_keystore create``): the replay as the robot's drivers publishes the cameras and
-joint states but not the instruction, which the node then takes from its ``instruction``
-parameter (the bag's). Exits 1 if no action chunk arrived, a process failed, or security
-would not hold (the reason is printed; the ROS 2 wheels from PyPI have no security plugins).
+from ``oxygen_keystore create DIR --preset demo``, made for this node's configuration: one
+made for another is refused before anything starts, its missing grants named): the replay as
+the robot's drivers publishes the cameras and joint states but not the instruction, which the
+node then takes from its ``instruction`` parameter (the bag's). Exits 1 if no action chunk
+arrived, a process failed, or security would not hold (the reason is printed; the ROS 2
+wheels from PyPI have no security plugins).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.signals import SignalHandlerOptions
 import yaml
 
+PRESET = 'demo'
+"""The node's params file, ``config/demo.yaml`` (its keystore: ``oxygen_keystore create DIR
+--preset demo``)."""
 QUESTIONS = ('What is on the table?', 'Which object should the robot pick up first?')
 
 
@@ -55,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                         help='replay this bag (default: the cached demo bag, made once)')
     parser.add_argument('--keystore', type=Path, default=None,
                         help='run with DDS security, each process in its enclave of this '
-                             'keystore (oxygen_keystore create; needs ROS 2 with security '
-                             'plugins, docs/security.md)')
+                             'keystore (oxygen_keystore create DIR --preset demo; needs ROS 2 '
+                             'with security plugins, docs/security.md)')
     return parser
 
 
@@ -128,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     secure = args.keystore is not None
     domain_id = args.domain_id
     if secure:
-        domain_id, problem = secure_environment(args.keystore, args.domain_id)
+        domain_id, problem = secure_environment(args.keystore, args.domain_id, PRESET)
         if problem is not None:
             print(f'oxygen_demo: {problem}', file=sys.stderr)
             return 1
@@ -141,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = args.out / f'demo_{datetime.datetime.now():%Y%m%d-%H%M%S}'
     out_dir.mkdir(parents=True)
     bag = args.bag or demo_bag()
-    params = config_file('demo')
+    params = config_file(PRESET)
     print(f'ROS_DOMAIN_ID={domain_id} (localhost only); params {params}; output {out_dir}'
           + (f'; DDS security, keystore {args.keystore}' if secure else ''))
     node_args = ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(params)]

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 import shutil
 from typing import Sequence
+from xml.etree import ElementTree
 
 from oxygen_ros.ros.security import ENCLAVE_FILES as RMW_ENCLAVE_FILES
 from oxygen_ros.tools.keystore import pki
@@ -204,6 +205,15 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def keystore_domain_id(keystore: Path) -> int | None:
+    """Return the ROS domain a keystore's governance is for (None: no readable governance)."""
+    try:
+        root = ElementTree.parse(keystore / ENCLAVES / 'governance.xml').getroot()
+        return int(root.findtext('domain_access_rules/domain_rule/domains/id'))
+    except (OSError, ElementTree.ParseError, TypeError, ValueError):
+        return None
+
+
 def git_work_tree(path: Path) -> Path | None:
     """Return the git work tree that holds ``path`` (or would), None if there is none."""
     for parent in [path.resolve(), *path.resolve().parents]:
@@ -214,4 +224,4 @@ def git_work_tree(path: Path) -> Path | None:
 
 __all__ = ['CAS', 'ENCLAVE_FILES', 'KeystoreError', 'RENEW_DAYS', 'Step', 'ca_paths',
            'check_enclave', 'create_keystore', 'deploy', 'enclave_dir', 'git_work_tree',
-           'validity_left']
+           'keystore_domain_id', 'validity_left']

@@ -66,29 +66,44 @@ def node_policy(args: argparse.Namespace, ros_args: Sequence[str]) -> NodePolicy
     """
     Return the endpoints and grants of the node ``args`` and ``ros_args`` describe.
 
+    :param args: ``preset``, ``node_name`` and ``enclave_root`` (``add_node_arguments``).
+    :raises PolicyError: see ``policy_for``.
+    """
+    return policy_for(args.preset, ros_args, args.node_name, args.enclave_root)
+
+
+def policy_for(preset: str | None, ros_args: Sequence[str], node_name: str = NODE_NAME,
+               enclave_root: str = DEFAULT_ENCLAVE_ROOT) -> NodePolicy:
+    """
+    Return the endpoints and grants of the node started with ``preset`` and ``ros_args``.
+
+    :param preset: the params file ``config/<preset>.yaml`` given before ``ros_args`` (None:
+        none).
+    :param ros_args: the node's ``--ros-args ...`` (remappings, params files, ``-p``).
     :raises PolicyError: unreadable arguments or params files, a parameter value the node
-        would refuse, a name or remapping rcl would refuse, an unknown preset.
+        would refuse, a name or remapping rcl would refuse, an unknown preset, a bad
+        ``enclave_root``.
     """
     try:
         preset_args: list[str] = []
-        if args.preset:
-            preset_args = [ROS_ARGS, '--params-file', str(config_file(args.preset)), '--']
-        node_args = parse_ros_args([*preset_args, *ros_args], args.node_name)
+        if preset:
+            preset_args = [ROS_ARGS, '--params-file', str(config_file(preset)), '--']
+        node_args = parse_ros_args([*preset_args, *ros_args], node_name)
         values = node_args.parameters()
         _, config = build_configs({k: v for k, v in values.items() if k in SPECS})
         use_sim_time = bool(values.get('use_sim_time', False))
         endpoints = resolve_endpoints(node_endpoints(config, use_sim_time=use_sim_time),
                                       node_args.names)
-        root = args.enclave_root
         try:
-            validate_namespace(root)  # enclave names are namespaces (rcl, sros2)
+            validate_namespace(enclave_root)  # enclave names are namespaces (rcl, sros2)
         except RosNameError:
-            raise PolicyError(f'--enclave-root {root!r} must be an absolute path of ROS name '
-                              f'tokens like {DEFAULT_ENCLAVE_ROOT}') from None
-        return NodePolicy(node_args, config, use_sim_time, endpoints, grants(endpoints, root))
+            raise PolicyError(f'--enclave-root {enclave_root!r} must be an absolute path of '
+                              f'ROS name tokens like {DEFAULT_ENCLAVE_ROOT}') from None
+        return NodePolicy(node_args, config, use_sim_time, endpoints,
+                          grants(endpoints, enclave_root))
     except (FileNotFoundError, NodeArgsError, ParameterError, RosNameError) as exc:
         raise PolicyError(str(exc)) from None
 
 
 __all__ = ['NODE_ARGS_HELP', 'NodePolicy', 'PolicyError', 'add_node_arguments', 'node_policy',
-           'split_ros_args']
+           'policy_for', 'split_ros_args']

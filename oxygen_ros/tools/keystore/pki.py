@@ -11,6 +11,7 @@ with SHA-256 (a CA with ``basicConstraints=CA:TRUE``, an enclave's with the subj
 from __future__ import annotations
 
 import datetime
+import email
 import os
 from pathlib import Path
 import secrets
@@ -126,6 +127,23 @@ def verify(ca_cert: Path, signed: Path) -> bytes:
     return out.replace(b'\r\n', b'\n')
 
 
+def signed_content(signed: Path) -> bytes:
+    """
+    Return the document an S/MIME file carries, without checking its signature.
+
+    What the middleware reads (and verifies itself) from ``permissions.p7s``; LF line ends.
+
+    :raises PkiError: not an S/MIME ``multipart/signed`` file with a ``text/plain`` part.
+    :raises OSError: the file cannot be read.
+    """
+    message = email.message_from_bytes(signed.read_bytes())
+    parts = message.get_payload() if message.is_multipart() and \
+        message.get_content_type() == 'multipart/signed' else []
+    if not parts or parts[0].get_content_type() != 'text/plain':
+        raise PkiError(f'{signed} is not an S/MIME signed text (openssl smime -sign -text)')
+    return parts[0].get_payload(decode=True).replace(b'\r\n', b'\n')
+
+
 def verify_certificate(ca_cert: Path, cert: Path) -> bool:
     """Return whether ``cert`` is signed by ``ca_cert`` and valid now."""
     try:
@@ -150,4 +168,4 @@ def subject(cert: Path) -> str:
 
 
 __all__ = ['CURVE', 'PkiError', 'issue_certificate', 'new_key', 'openssl', 'self_signed_ca',
-           'sign', 'subject', 'validity', 'verify', 'verify_certificate']
+           'sign', 'signed_content', 'subject', 'validity', 'verify', 'verify_certificate']

@@ -9,14 +9,19 @@ One enclave per role (docs/security.md):
   services, reads every output;
 - **observer**: reads the action chunks, the texts, ``/diagnostics`` and
   ``~/transition_event``, nothing else;
-- **robot**: publishes the cameras, the joint states (and ``/clock``), reads the action chunks.
+- **robot**: publishes the cameras, the joint states, reads the action chunks; and what a
+  simulator or robot driver publishes besides (``sim.endpoints.DRIVER_OUTPUTS``: ``/clock``,
+  ``/diagnostics``, the sim's ``~/joint_command`` and ``~/chunk_events``).
 
-A client role's participants are ROS nodes too: each is also granted what rclpy creates for
-any node, ``/rosout`` and ``/parameter_events`` (publish) and the server side of its own
-parameter and type-description services, for any node name (``rq/*/get_parametersRequest``:
-DDS Security matches ``*`` with fnmatch, across ``/``), so ``oxygen_ask``, the demo's clients or
-``ros2 topic echo`` run in them. A deny rule before that keeps the node's own services out of
-those wildcards: no client can read the node's requests or answer in its place.
+A client role's participants are ROS nodes too: each is also granted what any node creates for
+itself at start, rclpy's or rclcpp's, lifecycle or not (``endpoints.CLIENT_NODE_INFRASTRUCTURE``:
+``/rosout`` and ``/parameter_events``, the server side of its own parameter, type-description,
+lifecycle and logger services, its ``~/transition_event``), for any node name: a private name
+``~/x`` becomes ``/*/x`` (``rq/*/get_parametersRequest``: DDS Security matches ``*`` with
+fnmatch, across ``/``), so ``oxygen_ask``, the demo's clients, ``ros2 topic echo`` or a
+ros2_control controller run in them. A deny rule before that keeps every DDS topic of the node
+that such a wildcard would match out of the client's reach: no client can read the node's
+requests, answer in its place or publish its ``~/transition_event``.
 
 Grants are sets of DDS topic names (``names.topic_dds``...); ``ros_discovery_info`` (rmw_fastrtps'
 graph topic) is granted to every enclave as sros2 does.
@@ -26,22 +31,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import enum
+from fnmatch import fnmatchcase
 from typing import Iterable, Sequence
 
-from oxygen_ros.ros.endpoints import Endpoint, EndpointKind, Peer
+from oxygen_ros.ros.endpoints import CLIENT_NODE_INFRASTRUCTURE, Endpoint, EndpointKind, Peer
 from oxygen_ros.ros.security import ENCLAVE_ROOT
+from oxygen_ros.sim.endpoints import DRIVER_OUTPUTS
 from oxygen_ros.tools.keystore.names import (
     action_services, action_topics, NodeNames, reply_dds, request_dds, topic_dds)
 
 DEFAULT_ENCLAVE_ROOT = ENCLAVE_ROOT
 DISCOVERY_TOPIC = 'ros_discovery_info'
 """rmw_fastrtps' ROS graph topic (a plain DDS name)."""
-_CLIENT_NODE_SERVICES = ('describe_parameters', 'get_parameter_types', 'get_parameters',
-                         'list_parameters', 'set_parameters', 'set_parameters_atomically',
-                         'get_type_description')
-"""Services rclpy and rcl create on every node (``<node>/<service>``)."""
-_CLIENT_NODE_TOPICS = ('/rosout', '/parameter_events')
-"""Topics every rclpy node publishes."""
 
 
 class Role(enum.Enum):
@@ -142,11 +143,22 @@ def dds_topics(ep: ResolvedEndpoint, *, owner: bool) -> _Topics:
     return _Topics({topic_dds(ep.name)}) if writes else _Topics(set(), {topic_dds(ep.name)})
 
 
-def _client_node_topics() -> _Topics:
-    out = _Topics({topic_dds(t) for t in _CLIENT_NODE_TOPICS})
-    for service in _CLIENT_NODE_SERVICES:
-        out.add(_service(f'/*/{service}', server=True))
-    return out
+def _any_node(endpoints: Iterable[Endpoint]) -> tuple[ResolvedEndpoint, ...]:
+    """Return endpoints of a node of any name: ``~/x`` is ``/*/x`` (DDS Security's fnmatch)."""
+    return tuple(ResolvedEndpoint(ep.kind, f'/*{ep.name[1:]}' if ep.name.startswith('~/')
+                                  else ep.name, ep.type_name, ep.peers) for ep in endpoints)
+
+
+_ROLE_OWN = {role: _any_node((*CLIENT_NODE_INFRASTRUCTURE,
+                              *(DRIVER_OUTPUTS if role is Role.ROBOT else ())))
+             for role in (Role.OPERATOR, Role.OBSERVER, Role.ROBOT)}
+"""What each client role's nodes create for themselves, under any node name."""
+
+
+def _deny(node: set[str], granted: set[str]) -> tuple[str, ...]:
+    """Return the node's topics a client's wildcard matches though it is not granted them."""
+    wildcards = [p for p in granted if '*' in p]
+    return tuple(sorted(t for t in node - granted if any(fnmatchcase(t, p) for p in wildcards)))
 
 
 def grants(endpoints: Sequence[ResolvedEndpoint], enclave_root: str = DEFAULT_ENCLAVE_ROOT
@@ -161,22 +173,17 @@ def grants(endpoints: Sequence[ResolvedEndpoint], enclave_root: str = DEFAULT_EN
         node.add(dds_topics(ep, owner=True))
     out = {Role.NODE: Grant(Role.NODE.enclave(enclave_root), tuple(sorted(node.publish)),
                             tuple(sorted(node.subscribe)))}
-    # the node's service topics as a server sees them: no client may take that side
-    served = _Topics()
-    for ep in endpoints:
-        if ep.kind in (EndpointKind.SERVICE, EndpointKind.ACTION_SERVER):
-            topics = dds_topics(ep, owner=True)
-            served.publish |= {t for t in topics.publish if t.startswith('rr/')}
-            served.subscribe |= {t for t in topics.subscribe if t.startswith('rq/')}
-    for role in (Role.OPERATOR, Role.OBSERVER, Role.ROBOT):
+    for role, own in _ROLE_OWN.items():
         topics = _Topics({DISCOVERY_TOPIC}, {DISCOVERY_TOPIC})
-        topics.add(_client_node_topics())
         for ep in endpoints:
             if role.peer in ep.peers:
                 topics.add(dds_topics(ep, owner=False))
+        for ep in own:
+            topics.add(dds_topics(ep, owner=True))
         out[role] = Grant(role.enclave(enclave_root), tuple(sorted(topics.publish)),
-                          tuple(sorted(topics.subscribe)), tuple(sorted(served.publish)),
-                          tuple(sorted(served.subscribe)))
+                          tuple(sorted(topics.subscribe)),
+                          _deny(node.publish, topics.publish),
+                          _deny(node.subscribe, topics.subscribe))
     return out
 
 
