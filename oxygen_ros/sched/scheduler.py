@@ -57,7 +57,17 @@ from oxygen_ros.sched.request import Request, RequestKind, RequestStatus, TextCo
 
 
 class QueueFullError(RuntimeError):
-    """The waiting queue holds ``max_waiting_requests`` requests: one more is refused."""
+    """
+    The waiting queue holds ``max_waiting_requests`` requests: one more is refused.
+
+    :ivar num_waiting: the requests waiting when it was refused.
+    :ivar limit: ``max_waiting_requests`` then.
+    """
+
+    def __init__(self, num_waiting: int, limit: int) -> None:
+        super().__init__(f'queue full ({num_waiting} requests waiting, max_waiting_requests '
+                         f'{limit})')
+        self.num_waiting, self.limit = num_waiting, limit
 
 
 class Policy(enum.Enum):
@@ -217,10 +227,8 @@ class Scheduler:
         :raises QueueFullError: ``max_waiting_requests`` requests wait already; the message
             is the refusal the node sends back (``queue full (16 requests waiting, ...)``).
         """
-        limit = self.config.max_waiting_requests
-        if len(self.waiting) >= limit:
-            raise QueueFullError(f'queue full ({len(self.waiting)} requests waiting, '
-                                 f'max_waiting_requests {limit})')
+        if len(self.waiting) >= self.config.max_waiting_requests:
+            raise QueueFullError(len(self.waiting), self.config.max_waiting_requests)
 
     def max_blocks_needed(self, request: Request) -> int:
         """

@@ -104,8 +104,8 @@ def summary(tally: FloodTally, rates: ChunkRates, target_hz: float,
     return '\n'.join(lines)
 
 
-PEAK_KEYS = ('questions waiting peak', 'text requests open', 'text requests pending',
-             'text requests running', 'cycle time p99 (ms)')
+PEAK_KEYS = ('text requests waiting peak', 'text requests open', 'text requests running',
+             'cycle time p99 (ms)')
 """``/diagnostics`` keys whose largest value during a flood is reported."""
 
 
