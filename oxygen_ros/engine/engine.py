@@ -8,7 +8,7 @@ nothing of ROS; the node calls ``step`` from its control timer.
 
 Threads: ``step``, ``warmup`` and ``shutdown`` run in one thread (the node's control cycle);
 ``submit_text``, ``abort`` and the counts may be called from any other. The scheduler and the
-per-request text state (``OutputProcessor``) are touched only under ``_lock``, which a cycle
+per-request text state (``TextStates``) are touched only under ``_lock``, which a cycle
 holds while it plans and while it books the results, never while the model runs: a request is
 queued or refused at once, never after a control cycle.
 """
@@ -33,17 +33,17 @@ from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
 from oxygen_ros.engine.loading import build_model, load_tokenizer
-from oxygen_ros.engine.output_processor import OutputProcessor
+from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
+from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
-from oxygen_ros.sched.request import FinishReason, Request, RequestKind, TextContext
-from oxygen_ros.sched.scheduler import FrameSpec, Scheduler, SchedulerConfig
+from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
+from oxygen_ros.sched.scheduler import Scheduler, SchedulerConfig
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class Engine:
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
         self._lock = threading.Lock()
-        self._texts = OutputProcessor(self.tokenizer)
+        self._texts = TextStates(self.tokenizer, self.model_cfg.max_token_len)
         self._req_ids = itertools.count()
         self._frame_index = 0
         self.chunk_history = ChunkHistory(self.normalizer)
@@ -175,28 +175,16 @@ class Engine:
             could never hold (``Scheduler.max_blocks_needed``).
         """
         self._check_open()
-        task = TextTask(task)
-        if task is TextTask.ANSWER and not (question and question.strip()):
-            raise ValueError('an ANSWER request needs a non-empty question')
-        if task is not TextTask.ANSWER and question is not None:
-            raise ValueError(f'a question is only used by ANSWER requests, not {task.name}')
-        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
-        if budget < 1:
-            raise ValueError(f'max_tokens must be >= 1, got {budget}')
         self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
+        task = TextTask(task)
+        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
         context = self.config.text_context(task)
-        # the suffix checks the question; an own prompt is built on the admitting frame's
-        # instruction (_build_prompts), the suffix holds its place until then
-        suffix = tokenize_text_suffix(self.tokenizer, task, question=question,
-                                      max_len=self.model_cfg.max_token_len)
-        kind = RequestKind.MEMORY if task is TextTask.MEMORY else RequestKind.TEXT
+        req_id = req_id or f'{task.value}-{next(self._req_ids)}'
+        request = self._texts.new_request(req_id, task, context, question, budget,
+                                          use_adapter=self.adapter is not None)
         with self._lock:
             self._check_open()
-            req_id = req_id or f'{task.value}-{next(self._req_ids)}'
-            self.scheduler.add_request(Request(
-                req_id, kind, tuple(suffix.ids), max_tokens=budget, context=context,
-                arrival_time=time.monotonic(),
-                use_adapter=kind is RequestKind.MEMORY and self.adapter is not None))
+            self.scheduler.add_request(request)
             self._texts.add(req_id, task, context, question)
         return req_id
 
@@ -332,7 +320,11 @@ class Engine:
             frame, inputs = self._new_frame(prepared, now, rtc, deadline)
         with self._lock:
             if prepared is not None:
-                rejected = self._build_prompts(prepared.instruction)
+                rejected = self._texts.build_prompts(list(self.scheduler.waiting),
+                                                     prepared.instruction)
+                for text in rejected:
+                    self.scheduler.abort_request(text.req_id)
+                    _LOG.warning('text request %s rejected: %s', text.req_id, text.error)
             self.scheduler.kv.pool.reset_peak()
             plan = self.scheduler.schedule(frame, now)
             for data in plan.new_requests:
@@ -383,35 +375,6 @@ class Engine:
     def reset_chunk_history(self) -> None:
         """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
         self.chunk_history.reset()
-
-    def _build_prompts(self, instruction: str) -> list[TextOutput]:
-        """
-        Build the own prompt of each waiting ``OWN_PROMPT`` request on ``instruction``.
-
-        Before ``schedule``, under the lock: an own prompt reads the instruction of the frame
-        that admits it (``Task: {instr}. Subtask: ``); it is rebuilt only when the instruction
-        changed. A prompt that cannot be built ends its request (``error``).
-
-        :returns: the outputs of the requests that ended so.
-        """
-        rejected = []
-        for req in list(self.scheduler.waiting):
-            state = self._texts.states[req.req_id]
-            if state.context is not TextContext.OWN_PROMPT or state.instruction == instruction:
-                continue
-            try:
-                prompt = tokenize_text_prompt(self.tokenizer, instruction, state.task,
-                                              question=state.question,
-                                              max_len=self.model_cfg.max_token_len)
-            except ValueError as exc:
-                self.scheduler.abort_request(req.req_id)
-                _LOG.warning('text request %s rejected: bad text prompt: %s', req.req_id, exc)
-                rejected.append(self._texts.ended(req.req_id, (), None,
-                                                  f'bad text prompt: {exc}'))
-                continue
-            req.prompt_token_ids = tuple(prompt.ids)
-            state.instruction = instruction
-        return rejected
 
     def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
                       frame_id: int, guided: bool) -> ActionChunk | None:

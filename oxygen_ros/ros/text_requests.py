@@ -49,7 +49,7 @@ from oxygen_ros.ros.input_limits import question_refusal
 from oxygen_ros.ros.text_events import (  # re-exported: the events are part of this API
     NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
 from oxygen_ros.sched.request import FinishReason
-from oxygen_ros.sched.scheduler import QueueFullError
+from oxygen_ros.sched.request_queue import QueueFullError
 from rclpy.impl.rcutils_logger import RcutilsLogger
 
 INFO = LogLevel.INFO

@@ -5,17 +5,12 @@ Contract (vLLM v1 ``sched/interface.py``): ``add_request`` → ``schedule`` → 
 plan → ``update_from_output``. One call of ``schedule`` plans one control cycle. Not
 thread-safe: the engine makes every call under its lock (engine/engine.py).
 
-**Admission** (vLLM v1 ``Scheduler``: one ``waiting`` queue, first come first served). The
-waiting queue is the only place a text request waits; ``add_request`` refuses one more than
-``max_waiting_requests`` (``QueueFullError``, the one refusal), and one the KV pool could never
-hold (``ValueError``). ``schedule`` admits from the head of the queue and stops at the first
-request that does not fit now (KV pool, decode batch, or the time before the action deadline),
-as vLLM's ``schedule`` breaks where ``allocate_slots`` fails: a request is never overtaken, so
-none waits forever. The head fits an otherwise empty pool (``add_request`` checked), the
-running requests end within their budgets (k >= ``min_tokens_per_cycle`` tokens each cycle),
-and the first admission of a cycle always meets the deadline check: the head is admitted on a
-frame at most as many cycles after the running requests' last token. Only a request on the
-action prefix of a frame that has none is passed over (it keeps its place).
+**Admission** (vLLM v1 ``Scheduler``): text requests wait in one bounded queue
+(``request_queue.py``); ``schedule`` admits from its head and stops at the first request that
+does not fit now (KV pool, decode batch, or the time before the action deadline), as vLLM's
+``schedule`` stops where ``allocate_slots`` fails: first come first served, nobody overtakes.
+``add_request`` refuses a request the KV pool could never hold. Only a request on the action
+prefix of a frame without one is passed over (it keeps its place).
 
 ``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
@@ -42,7 +37,6 @@ to completion in its frame.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 import enum
 import itertools
@@ -53,21 +47,9 @@ from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
     SeedJob, SegmentKind, SuffixJob, SuffixRow, VisionJob)
-from oxygen_ros.sched.request import Request, RequestKind, RequestStatus, TextContext
-
-
-class QueueFullError(RuntimeError):
-    """
-    The waiting queue holds ``max_waiting_requests`` requests: one more is refused.
-
-    :ivar num_waiting: the requests waiting when it was refused.
-    :ivar limit: ``max_waiting_requests`` then.
-    """
-
-    def __init__(self, num_waiting: int, limit: int) -> None:
-        super().__init__(f'queue full ({num_waiting} requests waiting, max_waiting_requests '
-                         f'{limit})')
-        self.num_waiting, self.limit = num_waiting, limit
+from oxygen_ros.sched.request import (
+    FrameSpec, Request, RequestKind, RequestStatus, TextContext)
+from oxygen_ros.sched.request_queue import RequestQueue
 
 
 class Policy(enum.Enum):
@@ -118,32 +100,6 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class FrameSpec:
-    """
-    The newest valid observation, as far as the scheduler needs to know it.
-
-    :ivar num_image_tokens: image tokens of its valid cameras.
-    :ivar num_images: valid cameras (for the vision cost estimate).
-    :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
-    :ivar prompt_token_ids: the frame's action prompt, the prompt of its root (the prefix
-        that ACTION_PREFIX requests read); default (empty): the action's.
-    """
-
-    frame_id: int
-    num_image_tokens: int
-    num_images: int = 1
-    action: Request | None = None
-    prompt_token_ids: tuple[int, ...] = ()
-
-    @property
-    def root_prompt(self) -> tuple[int, ...]:
-        """Return the prompt of the frame's root (empty: none known, no ACTION_PREFIX text)."""
-        if self.prompt_token_ids or self.action is None:
-            return self.prompt_token_ids
-        return self.action.prompt_token_ids
-
-
-@dataclass(frozen=True, slots=True)
 class SegmentKey:
     """Identity of a prefix segment; ``owner`` is set only where sharing is forbidden."""
 
@@ -187,7 +143,7 @@ class Scheduler:
                 f'cannot hold two action prefixes of {config.max_prefix_tokens} tokens '
                 f'({self.action_reserve_blocks} blocks each); give it more memory')
         self.requests: dict[str, Request] = {}
-        self.waiting: deque[Request] = deque()
+        self.waiting = RequestQueue()
         self.running: list[Request] = []
         self._cycle = itertools.count(1)
         self._emb_ids = itertools.count()
@@ -215,20 +171,13 @@ class Scheduler:
                 f'{request.req_id}: needs up to {need} KV blocks (its prefix and a budget of '
                 f'{request.max_tokens} tokens), the pool has {room} beside the action path: it '
                 f'could never be admitted (lower max_tokens or give the KV pool more memory)')
-        self.check_room()
+        self.waiting.add(request, self.config.max_waiting_requests)
         request.status = RequestStatus.WAITING
         self.requests[request.req_id] = request
-        self.waiting.append(request)
 
     def check_room(self) -> None:
-        """
-        Raise ``QueueFullError`` if the waiting queue is full (what ``add_request`` checks).
-
-        :raises QueueFullError: ``max_waiting_requests`` requests wait already; the message
-            is the refusal the node sends back (``queue full (16 requests waiting, ...)``).
-        """
-        if len(self.waiting) >= self.config.max_waiting_requests:
-            raise QueueFullError(len(self.waiting), self.config.max_waiting_requests)
+        """Raise ``QueueFullError`` if the waiting queue is full (``add_request`` would)."""
+        self.waiting.check_room(self.config.max_waiting_requests)
 
     def max_blocks_needed(self, request: Request) -> int:
         """
@@ -257,8 +206,7 @@ class Scheduler:
         req = self.requests.pop(req_id, None)
         if req is None:
             return None
-        if req in self.waiting:
-            self.waiting.remove(req)
+        self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
             self._free(req.req_id)
@@ -294,16 +242,16 @@ class Scheduler:
         isolated = self.config.policy is Policy.ISOLATED
         passed_over: list[Request] = []
         while frame is not None and self.waiting:
-            req = self.waiting[0]
+            req = self.waiting.peek()
             if req.context is TextContext.ACTION_PREFIX and not frame.root_prompt:
-                passed_over.append(self.waiting.popleft())  # no root: keeps its place
+                passed_over.append(self.waiting.pop())  # no root: keeps its place
                 continue
             if not self._fits(req, frame, plan, len(new_requests), now):
                 break
             data = self._admit(req, frame, plan, cycle_id)
             if data is None:
                 break  # first come first served: nobody overtakes the head
-            self.waiting.popleft()
+            self.waiting.pop()
             new_requests.append(data)
             if isolated:
                 plan.flush_suffixes()
@@ -311,7 +259,7 @@ class Scheduler:
                 if req.max_tokens > 1:
                     plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
                                                self.config.eos_token_id))
-        self.waiting.extendleft(reversed(passed_over))
+        self.waiting.prepend(passed_over)
         k = self.config.tokens_per_cycle
         if not isolated:
             plan.flush_suffixes()

@@ -11,7 +11,7 @@ from oxygen_ros.engine.inputs import InputFault, ObservationError
 from oxygen_ros.model.norm_stats import identity_norm_stats
 from oxygen_ros.model.prompt import action_prompt_ids, TextTask
 from oxygen_ros.sched.request import FinishReason
-from oxygen_ros.sched.scheduler import QueueFullError
+from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
 

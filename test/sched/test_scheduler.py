@@ -13,7 +13,8 @@ from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, PrefillJob, RunnerOutput, SeedJob, SegmentKind,
     VisionJob)
 from oxygen_ros.sched.request import FinishReason, Request, RequestKind, RequestStatus
-from oxygen_ros.sched.scheduler import Policy, QueueFullError, Scheduler, SchedulerConfig
+from oxygen_ros.sched.request_queue import QueueFullError
+from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
 import pytest
 from sched_plans import ACTION_PROMPT, EOS, frame, IMG, make, run, SUBTASK_PROMPT, text
 

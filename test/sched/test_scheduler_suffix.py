@@ -3,8 +3,8 @@
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import JobKind, JobTiming, SegmentKind, SuffixJob
-from oxygen_ros.sched.request import Request, RequestKind, TextContext
-from oxygen_ros.sched.scheduler import FrameSpec, Policy, Scheduler, SchedulerConfig
+from oxygen_ros.sched.request import FrameSpec, Request, RequestKind, TextContext
+from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
 import pytest
 from sched_plans import ACTION_PROMPT, frame, IMG, make, run
 
