@@ -426,10 +426,12 @@ class Engine:
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
         limit = self.config.max_waiting_requests
         self.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
-        req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
-                                    if task is TextTask.ANSWER else None)
-                   for task in tasks.values()}
-        self.set_max_waiting_requests(limit)
+        try:
+            req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
+                                        if task is TextTask.ANSWER else None)
+                       for task in tasks.values()}
+        finally:
+            self.set_max_waiting_requests(limit)
         for _ in range(3):
             out = self.step(observation)
             req_ids -= {t.req_id for t in out.texts}
