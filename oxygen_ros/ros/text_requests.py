@@ -125,7 +125,8 @@ class TextRequests:
         Hand ``job`` to the engine; return why it was refused, or None (queued).
 
         The job is open before the engine has it, so that no event of it can come first; a
-        refused job is forgotten again.
+        refused job is forgotten again, unless ``drop_all`` ended it meanwhile (the engine
+        shut down): that was its one reply, and None is returned.
         """
         with self._lock:
             engine = self._engine
@@ -137,9 +138,9 @@ class TextRequests:
                                req_id=job.req_id)
         except (QueueFullError, EngineClosedError, ValueError) as exc:
             with self._lock:
-                self._jobs.pop(job.req_id, None)
+                mine = self._jobs.pop(job.req_id, None) is not None
             self._record_waiting(exc.num_waiting if isinstance(exc, QueueFullError) else None)
-            return exc
+            return exc if mine else None
         self._record_waiting()
         return None
 

@@ -244,6 +244,23 @@ def test_drop_all_ends_every_open_request(make_engine):
     assert texts.live == {}
 
 
+def test_a_question_racing_the_cleanup_gets_one_reply(make_engine):
+    """Cleanup ends the request between its registration and the engine's refusal."""
+    engine = make_engine()
+    texts, _, _ = make_texts(engine)
+    submit = engine.submit_text
+
+    def cleanup_first(*args, **kwargs):  # the node's cleanup runs in between
+        texts.connect(None)
+        texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
+        return submit(*args, **kwargs)     # EngineClosedError
+    engine.submit_text = cleanup_first
+    job = texts.ask_topic('just in time?', 0.0)
+    assert [(d.job, d.status, d.reason) for d in texts.take()] == [
+        (job, TextStatus.DROPPED, 'engine shut down (node cleanup)')]
+    assert texts.live == {}
+
+
 # ------------------------------------------------------------------------- text outputs
 
 
