@@ -76,13 +76,21 @@ def paged_kernel(enabled: bool | None = True) -> Iterator[None]:
         _enabled = before
 
 
+def _chosen(on_cuda: bool, compiled: bool) -> bool:
+    if _kernel is None:
+        return False
+    return on_cuda and compiled if _enabled is None else _enabled
+
+
 def use_paged_kernel(x: torch.Tensor, num_queries: int) -> bool:
     """Return whether a call with ``num_queries`` new tokens per row on ``x``'s device uses it."""
-    if num_queries > PAGED_MAX_QUERIES or _kernel is None:
-        return False
-    if _enabled is None:
-        return x.is_cuda and torch.compiler.is_compiling()
-    return _enabled
+    return num_queries <= PAGED_MAX_QUERIES and _chosen(x.is_cuda,
+                                                        torch.compiler.is_compiling())
+
+
+def decode_attention(device: torch.device | str, compiled: bool) -> str:
+    """Return how a decode step on ``device`` attends here: ``'paged'`` or ``'gathered'``."""
+    return 'paged' if _chosen(torch.device(device).type == 'cuda', compiled) else 'gathered'
 
 
 def paged_attention(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor,
@@ -99,5 +107,5 @@ def paged_attention(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor
     return out.flatten(2)
 
 
-__all__ = ['PAGED_MAX_QUERIES', 'load_kernel', 'paged_attention', 'paged_kernel',
-           'use_paged_kernel']
+__all__ = ['PAGED_MAX_QUERIES', 'decode_attention', 'load_kernel', 'paged_attention',
+           'paged_kernel', 'use_paged_kernel']

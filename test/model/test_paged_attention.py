@@ -16,50 +16,12 @@ import subprocess
 import sys
 import textwrap
 
-from interpreted_kernel import interpreted_kernel
-from oxygen_ros.model.layers import attention, AttentionMask
-from oxygen_ros.model.masks import make_attn_mask
+from paged_cases import gathered_attention, interpreted_kernel, make_inputs
 import pytest
 import torch
 
 kernel = interpreted_kernel()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _inputs(b, t, hq, hkv, d, c, dtype, *, slots=512, layers=2, seed=0, valid=None):
-    gen = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen).to(dtype)
-    k_pool, v_pool = randn(layers, slots, hkv, d), randn(layers, slots, hkv, d)
-    wide = torch.randint(0, slots, (b, c + 7), generator=gen)
-    mask = torch.rand(b, c, generator=gen) < 0.75
-    if b > 1:
-        mask[1] = False                                   # a row with no context at all
-    new_valid = torch.ones(b, t, dtype=torch.bool) if valid is None else valid
-    return {'q': randn(b, t, hq, d), 'k_pool': k_pool[1], 'v_pool': v_pool[1],
-            'ctx_slots': wide[:, 3:3 + c],                # a strided view, as a slice is
-            'ctx_mask': mask, 'k_new': randn(b, t, hkv, d), 'v_new': randn(b, t, hkv, d),
-            'new_valid': new_valid}
-
-
-def _reference(x, q_index, dtype=None):
-    """``ExtendCall``'s gathered attention of the queries ``q_index`` (float32 by default)."""
-    dtype = dtype or torch.float32
-    b, t = x['new_valid'].shape
-    c = x['ctx_slots'].shape[1]
-    hq, hkv, d = x['q'].shape[2], x['k_pool'].shape[1], x['q'].shape[3]
-    flat = x['ctx_slots'].reshape(-1)
-    kk = torch.cat([x['k_pool'].index_select(0, flat).view(b, c, hkv, d), x['k_new']], 1)
-    vv = torch.cat([x['v_pool'].index_select(0, flat).view(b, c, hkv, d), x['v_new']], 1)
-    own = make_attn_mask(x['new_valid'], torch.ones(b, t, dtype=torch.int64)) | \
-        torch.eye(t, dtype=torch.bool)
-    mask = torch.cat([x['ctx_mask'][:, None, :].expand(b, t, c), own], 2)
-    rows = q_index[:, :, None]
-    mask = torch.gather(mask, 1, rows.expand(-1, -1, mask.shape[2]))
-    q = torch.gather(x['q'], 1, rows[..., None].expand(-1, -1, hq, x['q'].shape[3]))
-    return attention(q.to(dtype), kk.to(dtype).transpose(1, 2), vv.to(dtype).transpose(1, 2),
-                     AttentionMask.build(mask, hq, hkv, dtype))
 
 
 def _run(x, q_index):
@@ -83,15 +45,15 @@ CASES = {
 def test_kernel_equals_eager_attention_over_the_gathered_context(case, dtype):
     b, t, hq, hkv, d, c = CASES[case]
     valid = torch.arange(t)[None] < torch.tensor([t, max(t - 2, 1), 0, t])[:b, None]
-    x = _inputs(b, t, hq, hkv, d, c, dtype, valid=valid)
+    x = make_inputs(b, t, hq, hkv, d, c, dtype, valid=valid)
     every = torch.arange(t).expand(b, t)
     got = _run(x, every)
     assert got.shape == (b, t, hq, d) and got.dtype == dtype
-    want = _reference(x, every).view(b, t, hq, d)
+    want = gathered_attention(x, every).view(b, t, hq, d)
     if dtype is torch.float32:
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     else:     # float16 probabilities and output: no further from float32 than eager float16
-        eager = _reference(x, every, torch.float16).view(b, t, hq, d).float()
+        eager = gathered_attention(x, every, torch.float16).view(b, t, hq, d).float()
         bound = 2 * (eager - want).abs().max().item() + 1e-3
         assert (got.float() - want).abs().max().item() <= bound
 
@@ -100,22 +62,22 @@ def test_the_last_query_alone_equals_its_row_of_all_queries():
     """What ``ExtendCall`` asks after its last layer: each row's last valid token only."""
     b, t = 3, 6
     valid = torch.arange(t)[None] < torch.tensor([6, 2, 0])[:, None]
-    x = _inputs(b, t, 8, 1, 16, 90, torch.float32, valid=valid)
+    x = make_inputs(b, t, 8, 1, 16, 90, torch.float32, valid=valid)
     last = (valid.sum(1) - 1).clamp(min=0)[:, None]
     alone = dict(x, q=torch.gather(x['q'], 1, last[..., None, None].expand(-1, -1, 8, 16)))
     got = _run(alone, last)
     every = _run(x, torch.arange(t).expand(b, t))
     torch.testing.assert_close(got, torch.gather(every, 1, last[..., None, None].expand(
         -1, -1, 8, 16)), atol=1e-6, rtol=0)
-    torch.testing.assert_close(got.flatten(2), _reference(x, last), atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.flatten(2), gathered_attention(x, last), atol=1e-5, rtol=0)
 
 
 def test_without_any_context_a_token_attends_itself_and_its_valid_predecessors():
     b, t = 2, 4
-    x = _inputs(b, t, 4, 1, 16, 0, torch.float32,
-                valid=torch.tensor([[True] * 4, [True, False, True, True]]))
+    x = make_inputs(b, t, 4, 1, 16, 0, torch.float32,
+                    valid=torch.tensor([[True] * 4, [True, False, True, True]]))
     every = torch.arange(t).expand(b, t)
-    torch.testing.assert_close(_run(x, every).flatten(2), _reference(x, every), atol=1e-5,
+    torch.testing.assert_close(_run(x, every).flatten(2), gathered_attention(x, every), atol=1e-5,
                                rtol=0)
     alone = dict(x, q=x['q'][:, :1], k_new=x['k_new'][:, :1], v_new=x['v_new'][:, :1],
                  new_valid=x['new_valid'][:, :1])
@@ -125,7 +87,7 @@ def test_without_any_context_a_token_attends_itself_and_its_valid_predecessors()
 
 
 def test_wrong_inputs_raise_naming_the_argument():
-    x = _inputs(2, 1, 8, 1, 16, 20, torch.float32)
+    x = make_inputs(2, 1, 8, 1, 16, 20, torch.float32)
     every = torch.zeros(2, 1, dtype=torch.int64)
     with pytest.raises(ValueError, match=r'ctx_mask must be \[2, 20\], got \[2, 19\]'):
         _run(dict(x, ctx_mask=x['ctx_mask'][:, :19]), every)
