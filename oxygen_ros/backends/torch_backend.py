@@ -7,9 +7,9 @@ block_id * block_size + offset). Nothing is stacked, split or reallocated per re
 step: a decode batch of requests from different frames and lengths is one ``decode_step``
 call per token whose K/V goes straight into each request's own blocks.
 
-Attention reads of a decode step gather the rows' context slots (one ``index_select`` per
-layer inside the model); a fused paged-attention kernel (TensorRT, FlashInfer) reads the
-blocks in place instead.
+Attention reads of a decode step: the eager model gathers the rows' context slots (one
+``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
+kernel (``model/paged_attention.py``).
 
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the

@@ -20,6 +20,7 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.model.paged_attention import decode_attention
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
@@ -92,6 +93,8 @@ def test_fast_path_in_bfloat16_passes_the_gate_without_fallback(tokenizer):
     assert set(parity) == {'vision', 'prefill', 'suffix', 'denoise', 'decode', 'seed'}
     assert all(r.passed and r.reference_error > 0 for r in parity.values())
     assert all(np.all(np.isfinite(a)) for a in actions) and texts
+    # decode and suffixes read the KV pool in place (the paged Triton kernel) by default
+    assert decode_attention(engine.backend.device, compiled=True) == 'paged'
 
 
 def test_fast_path_calls_never_wait_for_the_host(tokenizer):
