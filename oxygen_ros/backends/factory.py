@@ -48,8 +48,8 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                          f'backend {config.backend.value!r} has no LoRA in its graphs: use '
                          f'backend torch, or no memory_adapter')
     if config.backend is BackendKind.TENSORRT:
-        from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
-        from oxygen_ros.backends.trt_profiles import TrtPrecision
+        from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
+        from oxygen_ros.backends.experimental.trt_profiles import TrtPrecision
         return TensorRTBackend.create(config, model, num_blocks,
                                       precision=TrtPrecision(config.trt_precision),
                                       cache_dir=config.engine_cache_dir)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Callable, Collection
 
 from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import BackendConfig, Step
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 

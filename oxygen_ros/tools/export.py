@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from oxygen_ros.config import get_preset
-    from oxygen_ros.backends.onnx_export import export_graphs, WeightStorage
-    from oxygen_ros.backends.onnx_graphs import GraphName
+    from oxygen_ros.backends.experimental.onnx_export import export_graphs, WeightStorage
+    from oxygen_ros.backends.experimental.onnx_graphs import GraphName
     from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.model.weights import CheckpointError, load_checkpoint
 

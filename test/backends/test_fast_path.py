@@ -15,14 +15,14 @@ import numpy as np
 from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.buckets import (
-    batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes, suffix_buckets)
+    batch_buckets, bucket_for, ctx_buckets, EngineLimits, prompt_buckets, StaticShapes,
+    suffix_buckets)
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.fast_backend import CompiledTorchBackend
 from oxygen_ros.backends.graph_builder import Step
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.smoothing import rtc_prefix_weights
 from oxygen_ros.engine.config import EngineConfig, RtcRequest

@@ -26,13 +26,15 @@ import time
 from typing import Any, Callable
 import weakref
 
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.config import BackendConfig
 from oxygen_ros.backends.errors import BackendUnavailableError
-from oxygen_ros.backends.graph_runner import GraphRunner
-from oxygen_ros.backends.onnx_export import export_graphs
-from oxygen_ros.backends.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.experimental.graph_runner import GraphRunner
+from oxygen_ros.backends.experimental.onnx_export import export_graphs
+from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.experimental.trt_profiles import (
+    denoise_ctx_len, engine_profiles, TrtPrecision)
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits, TrtPrecision
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -162,7 +164,7 @@ class TensorRTBackend(TorchBackend):
         """
         trt = import_tensorrt()
         device = require_cuda(config.device)
-        from oxygen_ros.backends.trt_runtime import load_engines, TrtExecutor
+        from oxygen_ros.backends.experimental.trt_runtime import load_engines, TrtExecutor
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         t0 = time.perf_counter()
@@ -173,7 +175,7 @@ class TensorRTBackend(TorchBackend):
             cfg, num_slots=num_blocks * config.block_size,
             max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
-        profiles = limits.profiles(cfg)
+        profiles = engine_profiles(limits, cfg)
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)
         if executor is None:  # engines of the same export and shapes are loaded once
@@ -183,7 +185,7 @@ class TensorRTBackend(TorchBackend):
                                    runtime=runtime)
             _EXECUTORS[key] = executor
         runner = GraphRunner(cfg, model.dtype, device, executor,
-                             denoise_ctx_len=limits.denoise_ctx_len)
+                             denoise_ctx_len=denoise_ctx_len(limits))
         seconds = time.perf_counter() - t0
         _LOG.info('TensorRT %s backend ready in %.1f s (engines under %s)', trt.__version__,
                   seconds, cache / 'tensorrt')
