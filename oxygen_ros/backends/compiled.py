@@ -157,6 +157,10 @@ class CompiledModel(GuidedDenoise):
             steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
         return {step: keys for step, keys in steps.items() if step in self._only}
 
+    def graph_counts(self) -> dict[str, int]:
+        """Return the graphs built per step (``Step`` value -> shapes); eager steps absent."""
+        return {step.value: len(graphs) for step, graphs in self._graphs.items()}
+
     # ---------------------------------------------------------------- warm-up
     def warmup(self, pool: KVCache, *, progress: bool = True,
                reference: Pi05Model | None = None) -> float:

@@ -34,6 +34,7 @@ from oxygen_ros.backends.experimental.onnx_export import export_graphs
 from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
 from oxygen_ros.backends.experimental.trt_profiles import (
     denoise_ctx_len, engine_profiles, TrtPrecision)
+from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
@@ -127,15 +128,28 @@ class TensorRTBackend(TorchBackend):
     ``TorchBackend`` whose model calls run on exported graphs (TensorRT engines).
 
     :param runner: the graphs behind the five model calls.
-    :param compile_seconds: time spent exporting / building / loading engines (reported
+    :param source_model: the model the graphs were exported from.
+    :param warmup_seconds: time spent exporting / building / loading engines (reported
         apart from the control cycles).
     """
 
     def __init__(self, runner: GraphRunner, num_blocks: int, block_size: int, *,
-                 sync: Callable[[], None] | None = None, compile_seconds: float = 0.0) -> None:
+                 source_model: Pi05Model, sync: Callable[[], None] | None = None,
+                 warmup_seconds: float = 0.0) -> None:
         super().__init__(runner, num_blocks, block_size, sync=sync)  # type: ignore[arg-type]
         self.runner = runner
-        self.compile_seconds = compile_seconds
+        self._source_model = source_model
+        self.warmup_seconds = warmup_seconds
+
+    @property
+    def source_model(self) -> Pi05Model:
+        """Return the model the graphs were exported from."""
+        return self._source_model
+
+    @property
+    def warmup_report(self) -> WarmupReport:
+        """Return the export / build / load time (no fast-path graphs: engines instead)."""
+        return WarmupReport(self.warmup_seconds)
 
     @property
     def guidance_unsupported(self) -> str | None:
@@ -189,7 +203,8 @@ class TensorRTBackend(TorchBackend):
         seconds = time.perf_counter() - t0
         _LOG.info('TensorRT %s backend ready in %.1f s (engines under %s)', trt.__version__,
                   seconds, cache / 'tensorrt')
-        return cls(runner, num_blocks, config.block_size, compile_seconds=seconds)
+        return cls(runner, num_blocks, config.block_size, source_model=model,
+                   warmup_seconds=seconds)
 
 
 __all__ = ['CACHE_ENV', 'TENSORRT_MISSING', 'TensorRTBackend', 'default_cache_dir',

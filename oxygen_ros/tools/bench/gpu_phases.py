@@ -230,17 +230,17 @@ def compiled_components(ctx: PhaseContext) -> bool:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
-    fast = backend.model
-    counts = fast.cache.counts() if fast.cache is not None else None
+    fast, report = backend.compiled, backend.warmup_report
     ctx.save('warmup', {
-        'warmup_s': backend.compile_seconds, 'compile_mode': fast.mode.value,
+        'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
-        'attention_backend': attention.value, 'compiles': fast.compiles,
-        'graphs': {s.value: len(g) for s, g in fast._graphs.items()},
-        'fallbacks': fast.fallbacks, 'gate': {s: r.describe() for s, r in fast.parity.items()},
+        'attention_backend': attention.value, 'compiles': dict(report.compiles),
+        'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
+        'gate': {s: r.describe() for s, r in fast.parity.items()},
         'recompiles': recompiles.messages,
-        'compile_cache': None if counts is None else {
-            'hits': counts.hits, 'misses': counts.misses, 'loaded': fast.cache.loaded}})
+        'compile_cache': None if report.compile_cache is None else {
+            'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
+            'loaded': report.compile_cache.loaded}})
     with sdpa_context(attention):
         run = run_components(fast, backend.cache, work)
         ctx.save('ms', run['ms'])
@@ -255,7 +255,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
             ref = run_components(reference, ref_pool, work, timed=False)['outputs']
     parity = pipeline_parity(run['outputs'], eager, ref, work)
     ctx.save('pipeline_parity', parity)
-    return bool(fast.fallbacks) or not parity['passed']
+    return bool(report.fallbacks) or not parity['passed']
 
 
 def _engine_args(ctx: PhaseContext) -> list[str]:

@@ -26,6 +26,7 @@ from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
 from oxygen_ros.backends.experimental.trt_profiles import (
     denoise_ctx_len, DimRange, engine_cache_key, engine_profiles, input_shapes, profile_index,
     TrtPrecision)
+from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, EngineConfig, RtcRequest
@@ -157,12 +158,12 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
         runner = Recording(GraphRunner(model.cfg, model.dtype, 'cpu', checked['executor'],
                                        denoise_ctx_len=denoise_ctx_len(limits)))
         recorder.calls = runner.calls          # record the runner's outputs instead
-        return TensorRTBackend(runner, num_blocks, config.block_size)
+        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
 
     want = _run_engine(cfg, model, tokenizer, monkeypatch,
                        lambda c, m, n: TorchBackend(m, n, c.block_size))
     got = _run_engine(cfg, model, tokenizer, monkeypatch, graph_backend)
-    assert isinstance(got[3], TensorRTBackend)
+    assert isinstance(got[3], TensorRTBackend) and isinstance(got[3], Backend)
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
     assert got[1] == want[1] and len(want[1]) == 6
@@ -194,7 +195,7 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
                                         max_decode_tokens=model.cfg.decode_budget)
         runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
                              denoise_ctx_len=denoise_ctx_len(limits))
-        return TensorRTBackend(runner, num_blocks, config.block_size)
+        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
     monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', graph_backend)
     try:
         return Engine(cfg, model=model, tokenizer=tokenizer)
@@ -219,6 +220,29 @@ def test_rtc_on_the_tensorrt_backend_is_refused_with_the_reason(tiny_models, tok
     with pytest.raises(ValueError, match=r'real-time chunking \(chunk_smoothing rtc\) is not '
                                          r'possible here: the tensorrt backend cannot guide'):
         _engine_on_graphs(replace(cfg, rtc=True), model, tokenizer, exports, monkeypatch)
+
+
+def test_an_engine_takes_a_tensorrt_backend_built_from_its_model(tiny_models, tokenizer,
+                                                                 exports):
+    """Checked by ``source_model``: a runner of exported graphs has no eager model inside."""
+    cameras = CAMERA_SLOTS[:2]
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, cameras)
+    cfg = EngineConfig(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
+                       max_running_requests=8)
+    blocks = cfg.pool_blocks()
+    limits = EngineLimits.for_model(model.cfg, num_slots=blocks * BLOCK_SIZE, max_batch=8,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(exports(model)),
+                         denoise_ctx_len=denoise_ctx_len(limits))
+    backend = TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=model,
+                              warmup_seconds=1.5)
+    assert backend.warmup_report == WarmupReport(1.5)
+    engine = Engine(cfg, model=model, tokenizer=tokenizer, backend=backend)
+    assert engine.step(make_observation(0, cameras, 8)).action is not None
+    other = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
+    with pytest.raises(ValueError, match='the shared backend does not fit: it needs this model'):
+        Engine(cfg, model=model, tokenizer=tokenizer,
+               backend=TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=other))
 
 
 def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):
