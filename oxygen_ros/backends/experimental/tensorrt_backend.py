@@ -1,6 +1,9 @@
 """
 The TensorRT backend: the torch backend's job program on TensorRT engines, one shared KV pool.
 
+EXPERIMENTAL: no TensorRT engine has been built or run yet (see ``experimental/__init__.py``);
+everything but the TensorRT calls is checked on the CPU with onnxruntime in their place.
+
 On Jetson AGX Thor the π0.5 computation runs as TensorRT engines built from our ONNX graphs
 (``onnx_graphs.py``): vision, prefill, decode (decode step and text prefill: one engine,
 two profiles), denoise step and LM head. They all read and write THE SAME KV pool, a torch
