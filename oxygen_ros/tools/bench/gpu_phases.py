@@ -235,21 +235,21 @@ def compiled_components(ctx: PhaseContext) -> bool:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
-    fast = backend.model
-    counts = fast.cache.counts() if fast.cache is not None else None
-    compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in fast.fallbacks
+    fast, report = backend.compiled, backend.warmup_report
+    compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
         paged = decode_attention(fast.device, compiled)
     ctx.save('warmup', {
-        'warmup_s': backend.compile_seconds, 'compile_mode': fast.mode.value,
+        'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
         'attention_backend': attention.value, 'decode_attention': paged,
-        'compiles': fast.compiles,
-        'graphs': {s.value: len(g) for s, g in fast._graphs.items()},
-        'fallbacks': fast.fallbacks, 'gate': {s: r.describe() for s, r in fast.parity.items()},
+        'compiles': dict(report.compiles),
+        'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
+        'gate': {s: r.describe() for s, r in fast.parity.items()},
         'recompiles': recompiles.messages,
-        'compile_cache': None if counts is None else {
-            'hits': counts.hits, 'misses': counts.misses, 'loaded': fast.cache.loaded}})
+        'compile_cache': None if report.compile_cache is None else {
+            'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
+            'loaded': report.compile_cache.loaded}})
     with sdpa_context(attention):
         run = run_components(fast, backend.cache, work)
         ctx.save('ms', run['ms'])
@@ -268,7 +268,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
         ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
     except Exception as exc:  # noqa: B902 - a figure lost, not the phase
         ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
-    return bool(fast.fallbacks) or not parity['passed']
+    return bool(report.fallbacks) or not parity['passed']
 
 
 def _engine_args(ctx: PhaseContext) -> list[str]:
