@@ -19,7 +19,9 @@ remappings at their defaults then). Camera drivers publishing large images shoul
 from ``oxygen_keystore create``, with ``ROS_SECURITY_ENABLE=true``,
 ``ROS_SECURITY_STRATEGY=Enforce`` and ``ROS_SECURITY_KEYSTORE`` set; docs/security.md); the
 replay of ``bag:=`` then runs in the robot's enclave beside it (``<root>/robot``), which
-publishes the cameras and joint states but not the instruction. Before anything starts, the
+publishes the cameras and joint states but may not publish the instruction: the replay leaves
+``/oxygen/instruction`` out and the node takes the bag's first instruction as its
+``instruction`` parameter (as ``oxygen_demo --keystore`` does). Before anything starts, the
 enclave's permissions are compared with what the node will create for this preset and these
 remappings: a keystore made for another configuration stops the launch with one message
 naming the missing grants and the ``oxygen_keystore create`` command for this one.
@@ -35,7 +37,7 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
 from oxygen_ros.ros.security import NODE_ENCLAVE, SecuritySettings
-from oxygen_ros.ros.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.ros.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 
 PACKAGE = 'oxygen_ros'
 # Default input topics of the node (oxygen_ros.ros.topics) and their remap arguments.
@@ -85,19 +87,24 @@ def _actions(context: LaunchContext) -> list:
         if value:
             overrides[name] = value
     enclave = LaunchConfiguration('enclave').perform(context)
+    bag = LaunchConfiguration('bag').perform(context)
     if enclave:
         _check_keystore(context, enclave)
+        if bag:  # the robot's enclave may not publish the instruction: the node takes it
+            from oxygen_ros.tools.bag.topics import bag_instruction
+            instruction = bag_instruction(Path(bag))
+            if instruction:
+                overrides['instruction'] = instruction
     actions = [Node(
         package=PACKAGE, executable='oxygen_node', name='oxygen', output='screen',
         parameters=[params_file, overrides] if overrides else [params_file],
         remappings=[(topic, LaunchConfiguration(arg)) for arg, topic in REMAPS.items()],
         ros_arguments=['--enclave', enclave] if enclave else None)]
-    bag = LaunchConfiguration('bag').perform(context)
     if bag:
         oxygen_bag = PathJoinSubstitution([FindPackagePrefix(PACKAGE), 'lib', PACKAGE,
                                            'oxygen_bag'])
-        robot = ['--ros-args', '--enclave', posixpath.join(posixpath.dirname(enclave), 'robot')] \
-            if enclave else []
+        robot = ['--exclude-topics', INSTRUCTION_TOPIC, '--ros-args', '--enclave',
+                 posixpath.join(posixpath.dirname(enclave), 'robot')] if enclave else []
         actions.append(ExecuteProcess(
             cmd=[oxygen_bag, 'replay', bag, '--loop', '--wait-for-subscribers', '20', *robot],
             output='screen'))

@@ -1,10 +1,22 @@
-"""Shared fixtures: the tokenizer and random tiny models (built once per session, on demand)."""
+"""
+Shared fixtures: the tokenizer and random tiny models (built once per session, on demand).
+
+Without CUDA, Triton kernels run in Triton's CPU interpreter: ``TRITON_INTERPRET=1`` is set
+here, before anything imports Triton (Dynamo does), because Triton reads it where a kernel,
+its own ``triton.language`` helpers included, is defined.
+"""
+
+import os
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model, load_tokenizer
 from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 
 @pytest.fixture(scope='session')

@@ -35,6 +35,12 @@ LAYERS = {
 """Which other parts of oxygen_ros each part may import (any import: top level, in a function
 or under TYPE_CHECKING)."""
 
+EXPERIMENTAL = 'oxygen_ros.backends.experimental'
+"""The ONNX export and the TensorRT backend: built on the core backends, never the reverse."""
+DOORS_TO_EXPERIMENTAL = ['oxygen_ros.backends.factory', 'oxygen_ros.tools.export']
+"""The only modules outside it that import it, each inside the function that selects it
+(``make_backend`` for ``backend: tensorrt``, the ``oxygen_export`` script)."""
+
 
 def loaded_after_import(modules: list[str]) -> set[str]:
     """Return the top-level modules (and oxygen_ros submodules) loaded by importing these."""
@@ -193,6 +199,48 @@ def test_every_import_follows_the_layers():
 def test_convert_imports_neither_jax_nor_tensorstore_nor_ros():
     loaded = loaded_after_import(of('oxygen_ros.convert'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
+
+
+def _experimental(module: str) -> bool:
+    return module == EXPERIMENTAL or module.startswith(EXPERIMENTAL + '.')
+
+
+def module_level_imports(module: str) -> set[str]:
+    """Return the oxygen_ros modules ``module`` imports outside any function body."""
+    path = Path(oxygen_ros.__file__).parent.parent / (module.replace('.', '/') + '.py')
+    if not path.is_file():
+        path = path.with_suffix('') / '__init__.py'
+    targets, todo = set(), list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            targets.update(f'{node.module}.{a.name}' for a in node.names)
+            targets.add(node.module)
+        elif isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        todo.extend(ast.iter_child_nodes(node))
+    return {t for t in targets if t.split('.')[0] == 'oxygen_ros'}
+
+
+def test_the_experimental_backends_are_imported_only_where_selected():
+    graph = import_graph()
+    importers = sorted(src for src, targets in graph.items() if not _experimental(src)
+                       and any(_experimental(t) for t in targets))
+    assert importers == DOORS_TO_EXPERIMENTAL
+    for module in importers:                  # lazily: inside the selecting function
+        assert not [t for t in module_level_imports(module) if _experimental(t)], module
+    core = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine')
+            if not _experimental(m)]
+    assert not [m for m in loaded_after_import(core) if _experimental(m)]
+
+
+def test_module_level_imports_skip_function_bodies():
+    assert 'oxygen_ros.backends.fast_backend' not in module_level_imports(
+        'oxygen_ros.backends.factory')
+    assert 'oxygen_ros.backends.torch_backend' in module_level_imports(
+        'oxygen_ros.backends.factory')
 
 
 def test_backends_import_no_ros_no_engine_and_tensorrt_only_when_selected():

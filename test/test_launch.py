@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 from launch_stand_ins import install_stand_ins, load_launch_file
-from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
+from oxygen_ros.tools.bag.make_demo import DemoBagConfig, write_demo_bag
+from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def test_launch_file_structure(tree):
     assert any("'oxygen_bag'" in ast.unparse(c) for c in calls(tree, 'PathJoinSubstitution'))
 
 
-def test_launch_logic_with_stand_ins(monkeypatch):
+def test_launch_logic_with_stand_ins(monkeypatch, tmp_path):
     install_stand_ins(monkeypatch)
     module = load_launch_module('oxygen_launch_fake')
     description = module.generate_launch_description()
@@ -132,10 +133,18 @@ def test_launch_logic_with_stand_ins(monkeypatch):
     assert path.args[0][1:] == ['lib', 'oxygen_ros', 'oxygen_bag']
     assert args == ['replay', '/bags/demo', '--loop', '--wait-for-subscribers', '20']
 
-    context.update(enclave='/oxygen_ros/oxygen')  # DDS security: the node and the replay
+    # DDS security: the node and the replay in their enclaves; the robot's may not publish
+    # the instruction, so the replay leaves it out and the node takes the bag's as a parameter
+    bag = tmp_path / 'demo'
+    write_demo_bag(bag, DemoBagConfig(duration_s=0.2, instruction='stack the red blocks'))
+    context.update(enclave='/oxygen_ros/oxygen', bag=str(bag))
     node, replay = opaque.kwargs['function'](context)
     assert node.kwargs['ros_arguments'] == ['--enclave', '/oxygen_ros/oxygen']
-    assert replay.kwargs['cmd'][-3:] == ['--ros-args', '--enclave', '/oxygen_ros/robot']
+    assert node.kwargs['parameters'][1] == {'checkpoint': '/ckpt/pi05_droid',
+                                            'instruction': 'stack the red blocks'}
+    assert replay.kwargs['cmd'][1:] == [
+        'replay', str(bag), '--loop', '--wait-for-subscribers', '20', '--exclude-topics',
+        INSTRUCTION_TOPIC, '--ros-args', '--enclave', '/oxygen_ros/robot']
 
 
 @pytest.mark.skipif(shutil.which('openssl') is None, reason='oxygen_keystore needs openssl')

@@ -1,7 +1,9 @@
 """
 Backends: what executes a scheduler's plan on tensors (the OxyGen engine loop is ``engine/``).
 
-``torch_backend`` (eager PyTorch, CPU or CUDA), ``compiled`` (torch.compile), the ONNX export
-and its onnxruntime runner, and TensorRT (imported only when selected). ``factory`` picks one
-from a ``config.BackendConfig``. Nothing is imported here.
+``interface.Backend`` is the contract the engine calls; ``torch_backend`` (eager PyTorch, CPU
+or CUDA) and ``fast_backend`` (the same on the compiled fast path, ``compiled``) implement
+it. ``experimental/`` holds the ONNX export and the TensorRT backend, never run on TensorRT
+and imported only when selected. ``factory`` picks one from a ``config.BackendConfig``.
+Nothing is imported here.
 """

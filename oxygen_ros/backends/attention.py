@@ -4,9 +4,14 @@ The attention-kernel switch: ``torch.nn.attention.sdpa_kernel`` around the model
 ``AttentionBackend`` (``backends/config.py``; the engine's ``attention_backend``, else
 ``$OXYGEN_ROS_ATTENTION``) names the kernel; :func:`sdpa_context` is the context the torch
 backend runs its warm-up (compiling and capturing: the kernel is chosen while tracing) and
-every cycle in. AUTO leaves PyTorch's choice alone, except that the short-query attention of
-denoise and decode runs as two matrix products where compiled for CUDA; MATMUL runs it so
-everywhere; the kernel names run every attention call with that SDPA kernel.
+every cycle in. AUTO leaves PyTorch's choice alone, except that where compiled for CUDA the
+short-query attention of denoise runs as two matrix products and decode steps and causal
+suffixes read the KV pool in place with the paged Triton kernel (``model/paged_attention.py``;
+the graph builder loads it on CUDA); MATMUL runs the short-query attention as matrix products
+everywhere (decode gathers its context); TRITON runs decode and suffixes with the paged kernel
+everywhere the fast path runs them (eager kernels in graphs too; on the CPU only under
+``TRITON_INTERPRET=1``); the SDPA kernel names run every attention call with that kernel
+(decode gathers its context).
 """
 
 from __future__ import annotations
@@ -21,20 +26,28 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     Return the context that restricts attention to ``backend``.
 
     :returns: ``nullcontext()`` for AUTO (PyTorch's kernel choice; short-query attention as
-        matrix products where compiled for CUDA), ``matmul_short_queries()`` for MATMUL,
-        else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call.
+        matrix products and the paged kernel where compiled for CUDA),
+        ``matmul_short_queries()`` and no paged kernel for MATMUL, ``paged_kernel()`` for
+        TRITON, else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call and no
+        paged kernel.
+    :raises ImportError: TRITON without Triton.
     """
     if backend is AttentionBackend.AUTO:
         return nullcontext()
     from oxygen_ros.model.layers import matmul_short_queries
+    from oxygen_ros.model.paged_attention import paged_kernel
+    if backend is AttentionBackend.TRITON:
+        return paged_kernel(True)
+    stack = ExitStack()
+    stack.enter_context(paged_kernel(False))
     if backend is AttentionBackend.MATMUL:
-        return matmul_short_queries(True)
+        stack.enter_context(matmul_short_queries(True))
+        return stack
     from torch.nn.attention import sdpa_kernel, SDPBackend
     kernel = {AttentionBackend.MATH: SDPBackend.MATH,
               AttentionBackend.EFFICIENT: SDPBackend.EFFICIENT_ATTENTION,
               AttentionBackend.FLASH: SDPBackend.FLASH_ATTENTION,
               AttentionBackend.CUDNN: SDPBackend.CUDNN_ATTENTION}[backend]
-    stack = ExitStack()
     stack.enter_context(matmul_short_queries(False))
     stack.enter_context(sdpa_kernel([kernel]))
     return stack

@@ -15,14 +15,20 @@ weight reads: 5.03 GB at batch 1, 5.05 at 2 over 900 slots for ``pi05_droid``, r
 second row is nearly free, while a batch dim of size 1 is specialized by Dynamo: one more
 Inductor compile of the decode and the seed step, and their graphs. Contexts shorter than the
 shortest possible prefix (one camera's image tokens and one prompt token) get no bucket.
+
+``EngineLimits`` bounds them all (pool slots, longest prefix, decode context and batch); the
+experimental TensorRT backend draws its optimization profiles from the same limits
+(``experimental/trt_profiles.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oxygen_ros.config import ModelConfig
+from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 
+CTX_ALIGN = 64
+"""``EngineLimits``' context lengths (prefix, decode context) are multiples of this."""
 CTX_BUCKET = 256
 """Decode contexts are padded to a multiple of this many slots (a 3-camera prefix: ~820)."""
 MIN_PROMPT_BUCKET = 16
@@ -116,6 +122,46 @@ def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
     return next((b for b in buckets if b >= size), None)
 
 
+def _round_up(n: int, align: int = CTX_ALIGN) -> int:
+    return -(-n // align) * align
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """
+    The largest shapes a compiled backend must take (the fast path; TensorRT's profiles).
+
+    :ivar num_slots: KV pool slots (fixed).
+    :ivar max_batch: largest decode batch (``max_running_requests``).
+    :ivar max_prefix: longest prefix: all camera slots' tokens + ``max_token_len``, rounded up
+        to a multiple of ``CTX_ALIGN``.
+    :ivar max_ctx: longest decode context: ``max_prefix`` + decode budget, rounded up.
+    :ivar max_token_len: longest prompt (the preset's).
+    """
+
+    num_slots: int
+    max_batch: int
+    max_prefix: int
+    max_ctx: int
+    max_token_len: int
+
+    @classmethod
+    def for_model(cls, cfg: ModelConfig, *, num_slots: int, max_batch: int,
+                  max_decode_tokens: int) -> EngineLimits:
+        """
+        Return the limits for ``cfg`` with a pool of ``num_slots`` slots.
+
+        :raises ValueError: a count < 1.
+        """
+        for name, value in (('num_slots', num_slots), ('max_batch', max_batch),
+                            ('max_decode_tokens', max_decode_tokens)):
+            if value < 1:
+                raise ValueError(f'{name} must be >= 1, got {value}')
+        prefix = len(CAMERA_SLOTS) * cfg.image_tokens_per_camera + cfg.max_token_len
+        return cls(num_slots, max_batch, _round_up(prefix),
+                   _round_up(prefix + max_decode_tokens), cfg.max_token_len)
+
+
 @dataclass(frozen=True, slots=True)
 class StaticShapes:
     """
@@ -171,5 +217,6 @@ class StaticShapes:
                    batch_buckets(min(max_batch, MAX_SUFFIX_BATCH)), tuple(sorted(roots)))
 
 
-__all__ = ['CTX_BUCKET', 'MAX_SUFFIX_BATCH', 'MIN_BATCH_BUCKET', 'StaticShapes', 'batch_buckets',
-           'bucket_for', 'ctx_buckets', 'denoise_buckets', 'prompt_buckets', 'suffix_buckets']
+__all__ = ['CTX_ALIGN', 'CTX_BUCKET', 'EngineLimits', 'MAX_SUFFIX_BATCH', 'MIN_BATCH_BUCKET',
+           'StaticShapes', 'batch_buckets', 'bucket_for', 'ctx_buckets', 'denoise_buckets',
+           'prompt_buckets', 'suffix_buckets']

@@ -43,7 +43,7 @@ import logging
 import time
 from typing import Any, Callable, Collection, Iterator
 
-from oxygen_ros.backends.buckets import bucket_for, StaticShapes
+from oxygen_ros.backends.buckets import bucket_for, EngineLimits, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
@@ -51,7 +51,6 @@ from oxygen_ros.backends.guided_fast import GuidedDenoise
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.backends.warmup import warm_step
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
@@ -157,6 +156,10 @@ class CompiledModel(GuidedDenoise):
         if self.guided:
             steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
         return {step: keys for step, keys in steps.items() if step in self._only}
+
+    def graph_counts(self) -> dict[str, int]:
+        """Return the graphs built per step (``Step`` value -> shapes); eager steps absent."""
+        return {step.value: len(graphs) for step, graphs in self._graphs.items()}
 
     # ---------------------------------------------------------------- warm-up
     def warmup(self, pool: KVCache, *, progress: bool = True,

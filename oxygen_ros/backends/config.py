@@ -64,16 +64,21 @@ ATTENTION_ENV = 'OXYGEN_ROS_ATTENTION'
 
 class AttentionBackend(enum.Enum):
     """
-    Which fused kernel ``scaled_dot_product_attention`` may use (``backends/attention.py``).
+    Which kernels the model's attention may use (``backends/attention.py``).
 
-    AUTO is PyTorch's own choice per call (but see MATMUL below); the others restrict every
-    attention of the model (eager, compiled and captured) to one kernel through
-    ``torch.nn.attention.sdpa_kernel``, so that one run can compare them. A kernel that
-    cannot run a call raises there (on CUDA FLASH takes no mask, which every call of the
-    model has; EFFICIENT and CUDNN are CUDA only). MATMUL runs the short-query attention of
-    denoise and decode as two matrix products (``model/layers.py``, ``matmul_short_queries``)
-    and leaves the prefill's to PyTorch's choice; AUTO does so only where compiled for CUDA
-    (1.8x faster denoise on an H100, ``docs/gpu.md``).
+    AUTO is PyTorch's own choice per call (but see MATMUL and TRITON below); the SDPA kernel
+    names restrict every ``scaled_dot_product_attention`` of the model (eager, compiled and
+    captured) to one kernel through ``torch.nn.attention.sdpa_kernel``, so that one run can
+    compare them. A kernel that cannot run a call raises there (on CUDA FLASH takes no mask,
+    which every call of the model has; EFFICIENT and CUDNN are CUDA only). MATMUL runs the
+    short-query attention of denoise and decode as two matrix products
+    (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
+    choice; AUTO does so only where compiled for CUDA (1.8x faster denoise on an H100,
+    ``docs/gpu.md``). TRITON runs the decode steps and causal suffixes of the fast path with
+    the paged attention kernel (``model/paged_attention.py``: the context read in place from
+    the KV pool, no gather), in graphs of eager kernels too, and the rest as AUTO; AUTO uses
+    that kernel where compiled for CUDA with Triton importable. The eager model always
+    gathers.
     """
 
     AUTO = 'auto'
@@ -82,6 +87,7 @@ class AttentionBackend(enum.Enum):
     FLASH = 'flash'
     CUDNN = 'cudnn'
     MATMUL = 'matmul'
+    TRITON = 'triton'
 
     @classmethod
     def resolve(cls, value: AttentionBackend | str | None) -> AttentionBackend:

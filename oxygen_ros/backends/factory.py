@@ -1,10 +1,9 @@
 """
 Choosing the backend that executes plans: PyTorch (CPU/CUDA, optionally compiled) or TensorRT.
 
-Every backend has the ``TorchBackend`` interface: ``execute(plan, frame) -> BackendOutput``,
-``cache`` (the KV pool), ``device``; compiled and TensorRT backends also report
-``compile_seconds`` (warm-up: compilation, CUDA-graph capture, engine build or load).
-TensorRT and the compiler are imported only when selected.
+Every backend implements ``interface.Backend``. The fast path and the experimental TensorRT
+backend (``experimental/``, never run on TensorRT) are imported only when selected: this is
+the one module of the core backends that names the experimental package.
 """
 
 from __future__ import annotations
@@ -13,13 +12,14 @@ from typing import Any
 
 from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.backends.errors import BackendUnavailableError
+from oxygen_ros.backends.interface import Backend
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
 
 def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-                 adapter: SuffixLoRA | None = None, **fast_path: Any) -> TorchBackend:
+                 adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
     """
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
@@ -33,7 +33,8 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
     :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
         ``camera_counts``, ``backend``, ``progress``, ``reference``), used when the fast
         path is on (the benchmarks narrow it to their workload).
-    :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run.
+    :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run
+        (the message says what to install).
     :raises ValueError: an adapter with TensorRT (its graphs have no LoRA).
     """
     if config.backend is BackendKind.TORCH:
@@ -48,8 +49,8 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                          f'backend {config.backend.value!r} has no LoRA in its graphs: use '
                          f'backend torch, or no memory_adapter')
     if config.backend is BackendKind.TENSORRT:
-        from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
-        from oxygen_ros.backends.trt_profiles import TrtPrecision
+        from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
+        from oxygen_ros.backends.experimental.trt_profiles import TrtPrecision
         return TensorRTBackend.create(config, model, num_blocks,
                                       precision=TrtPrecision(config.trt_precision),
                                       cache_dir=config.engine_cache_dir)

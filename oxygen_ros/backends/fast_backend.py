@@ -3,7 +3,7 @@
 
 The job program is ``TorchBackend``'s; every model call it makes goes through the compiled
 model, which replays a CUDA graph where one fits. ``create`` warms up (compiles, captures and
-gates every graph) before the first cycle, and reports that time apart (``compile_seconds``).
+gates every graph) before the first cycle, and reports it apart (``warmup_report``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Callable, Collection
 
 from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
-from oxygen_ros.backends.config import BackendConfig, Step
+from oxygen_ros.backends.config import AttentionBackend, BackendConfig, Step
+from oxygen_ros.backends.interface import CompileCacheUse, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
@@ -23,9 +24,36 @@ DEFAULT_COMPILE_BACKEND = 'inductor'
 
 
 class CompiledTorchBackend(TorchBackend):
-    """``TorchBackend`` on a :class:`CompiledModel`; ``compile_seconds`` = its warm-up."""
+    """
+    ``TorchBackend`` on a :class:`CompiledModel` (``create`` builds and warms one up).
 
-    compile_seconds: float
+    :param compiled: the fast path's model calls (warmed up on this backend's pool).
+    :param warmup_seconds: what its warm-up took (reported apart from the cycles).
+    """
+
+    def __init__(self, compiled: CompiledModel, num_blocks: int, block_size: int, *,
+                 attention: AttentionBackend = AttentionBackend.AUTO,
+                 adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0) -> None:
+        super().__init__(compiled, num_blocks, block_size,  # type: ignore[arg-type]
+                         attention=attention, adapter=adapter)
+        self.compiled = compiled
+        self.warmup_seconds = warmup_seconds
+
+    @property
+    def source_model(self) -> Pi05Model:
+        """Return the eager model the fast path compiled (its weights)."""
+        return self.compiled.model
+
+    @property
+    def warmup_report(self) -> WarmupReport:
+        """Return the warm-up's time, graphs, compiles, fallbacks and compile cache use."""
+        fast = self.compiled
+        cache = None
+        if fast.cache is not None:
+            counts = fast.cache.counts()
+            cache = CompileCacheUse(counts.hits, counts.misses, fast.cache.loaded)
+        return WarmupReport(self.warmup_seconds, fast.graph_counts(), dict(fast.compiles),
+                            dict(fast.fallbacks), cache)
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
@@ -56,11 +84,11 @@ class CompiledTorchBackend(TorchBackend):
                                  block_size=config.block_size, only=only,
                                  camera_counts=camera_counts, adapter=adapter,
                                  guided=config.rtc)
-        out = cls(compiled, num_blocks, config.block_size,  # type: ignore[arg-type]
-                  attention=config.attention, adapter=adapter)
+        out = cls(compiled, num_blocks, config.block_size, attention=config.attention,
+                  adapter=adapter)
         with sdpa_context(config.attention):
-            out.compile_seconds = compiled.warmup(out.cache, progress=progress,
-                                                  reference=reference)
+            out.warmup_seconds = compiled.warmup(out.cache, progress=progress,
+                                                 reference=reference)
         return out
 
 

@@ -7,13 +7,15 @@ the static-shape model call (``model/static_calls.py``), compiled or not, follow
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 
 Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
-silent graph break) or PyTorch's eager ones. One compiled function serves every shape of a
-step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``), so Inductor compiles a
-step once or twice (sizes 1 are specialized), not once per bucket; the CUDA graphs are still
-one per shape. The denoise step compiles the velocity of ONE Euler step (N times less
-Inductor work than the unrolled loop); the CUDA graph of the whole loop replays all N. The
-guided denoise (real-time chunking, ``model/guided_call.py``) likewise compiles one guided
-step, the velocity and its vector-Jacobian product in one graph.
+silent graph break) or PyTorch's eager ones; decode steps and causal suffixes attend the KV
+pool in place with the paged Triton kernel where the attention backend chooses it
+(``model/paged_attention.py``; on CUDA the builder loads it for AUTO). One compiled function
+serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
+so Inductor compiles a step once or twice (sizes 1 are specialized), not once per bucket;
+the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
+step (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop
+replays all N. The guided denoise (real-time chunking, ``model/guided_call.py``) likewise
+compiles one guided step, the velocity and its vector-Jacobian product in one graph.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
+from oxygen_ros.model.paged_attention import load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
@@ -64,6 +67,8 @@ class GraphBuilder:
         self.adapter = adapter
         for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
             torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
+        if pool.device.type == 'cuda':   # AUTO's paged decode attention, where Triton imports
+            load_kernel(required=False)
         self.calls: dict[Step, nn.Module] = {
             Step.VISION: VisionCall(model), Step.PREFILL: PrefillCall(model, layers),
             Step.TEXT_PREFILL: ExtendCall(model, layers),

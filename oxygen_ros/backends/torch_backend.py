@@ -7,9 +7,9 @@ block_id * block_size + offset). Nothing is stacked, split or reallocated per re
 step: a decode batch of requests from different frames and lengths is one ``decode_step``
 call per token whose K/V goes straight into each request's own blocks.
 
-Attention reads of a decode step gather the rows' context slots (one ``index_select`` per
-layer inside the model); a fused paged-attention kernel (TensorRT, FlashInfer) reads the
-blocks in place instead.
+Attention reads of a decode step: the eager model gathers the rows' context slots (one
+``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
+kernel (``model/paged_attention.py``).
 
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
@@ -27,41 +27,20 @@ from dataclasses import dataclass
 import time
 from typing import Callable
 
-import numpy as np
 from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to_device
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend
+from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, SuffixJob, VisionJob)
 import torch
 import torch.nn.functional as F  # noqa: N812
-
-
-@dataclass(frozen=True, slots=True)
-class FrameInputs:
-    """
-    Model inputs of one frame (the engine builds them from an ``Observation``).
-
-    :ivar images: the valid cameras in ``CAMERA_SLOTS`` order, each ``float32 [3, S, S]`` in
-        [-1, 1] (resized on the host) or ``uint8 [H, W, 3]`` RGB as it came (the backend
-        uploads it and resizes it on its device with ``image_resize``).
-    :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk.
-    :ivar guidance: real-time chunking toward the previous chunk, or None.
-    :ivar image_resize: the checkpoint family's resize filter, for uint8 images.
-    """
-
-    frame_id: int
-    images: tuple[np.ndarray, ...]
-    noise: torch.Tensor
-    guidance: RtcGuidance | None = None
-    image_resize: ImageResize = ImageResize.OPENPI
 
 
 @dataclass(slots=True)
@@ -73,15 +52,6 @@ class _RowState:
     num_fed: int                   # generated tokens already fed (their K/V is cached)
     last_token: torch.Tensor       # int64 [] on device: the token to feed next
     use_adapter: bool = False      # the suffix LoRA is active on its tokens
-
-
-@dataclass(frozen=True, slots=True)
-class BackendOutput:
-    """A ``RunnerOutput`` plus the action chunk (normalized, padded) and forward time."""
-
-    runner: RunnerOutput
-    actions: torch.Tensor | None
-    forward_seconds: float
 
 
 _Greedy = Callable[..., torch.Tensor]
@@ -108,12 +78,21 @@ class TorchBackend:
     """
     Executes plans on a ``Pi05Model`` with one ``KVCache`` pool of ``num_blocks`` blocks.
 
+    Implements ``interface.Backend`` (the members' contracts are written there).
+
     :param sync: called before reading a host timer so that job times are real; None: on
         CUDA, CUDA events (no sync per job), on the CPU a plain timer.
     :param attention: the attention kernel every cycle runs with (``attention.py``).
     :param adapter: OxyGen's suffix LoRA (``model/lora.py``), active on the suffix and the
         decoded tokens of the requests that ask for it (``NewRequestData.use_adapter``).
     """
+
+    model: Pi05Model
+    cache: KVCache
+    device: torch.device
+    block_size: int
+    adapter: SuffixLoRA | None
+    attention: AttentionBackend
 
     block_offset = 0
     """Block ids of plans are offset by this many blocks in the pool (:meth:`sharing_pool`)."""
@@ -149,9 +128,14 @@ class TorchBackend:
         return len(self._rows)
 
     @property
-    def fallbacks(self) -> dict[str, str]:
-        """Return compiled steps that run eagerly instead (step -> reason); empty if none."""
-        return dict(getattr(self.model, 'fallbacks', {}))
+    def source_model(self) -> Pi05Model:
+        """Return the model this backend was built from: its model calls, eager."""
+        return self.model
+
+    @property
+    def warmup_report(self) -> WarmupReport:
+        """Return an empty report: eager PyTorch warms nothing up."""
+        return WarmupReport()
 
     @property
     def guidance_unsupported(self) -> str | None:

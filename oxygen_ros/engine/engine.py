@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
-from oxygen_ros.backends.torch_backend import FrameInputs, TorchBackend
+from oxygen_ros.backends.interface import Backend, FrameInputs
 from oxygen_ros.engine.chunk_history import ChunkHistory
 from oxygen_ros.engine.config import (
     ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextOutput)
@@ -63,7 +63,7 @@ class Engine:
     :param model: an already built model to share (the benchmark runs two policies on one
         set of weights); its config must equal ``config.model_config()``.
     :param backend: an already built backend on ``model`` to run on (the benchmark's two
-        policies share one warm-up of the fast path: ``TorchBackend.sharing_pool``); it
+        policies share one warm-up of the fast path: ``Backend.sharing_pool``); it
         must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
         config names one. Default: one made for this config.
     :raises ValueError: inconsistent configuration, checkpoint, norm stats or backend.
@@ -74,7 +74,7 @@ class Engine:
     def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
                  norm_stats: Mapping[str, NormStats] | None = None,
-                 backend: TorchBackend | None = None) -> None:
+                 backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
         if model is None:
@@ -106,8 +106,8 @@ class Engine:
             adapter = self._load_adapter(config, cfg)
             backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
                                    adapter=adapter)
-        elif (backend.model is not self.model and getattr(backend.model, 'model', None)
-              is not self.model) or backend.block_size != config.block_size or \
+        elif backend.source_model is not self.model or \
+                backend.block_size != config.block_size or \
                 backend.num_blocks < sched_cfg.num_blocks or \
                 bool(config.memory_adapter) != (backend.adapter is not None):
             raise ValueError(f'the shared backend does not fit: it needs this model, block size '
@@ -118,7 +118,7 @@ class Engine:
         if config.rtc and backend.guidance_unsupported:
             raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
                              f'{backend.guidance_unsupported}')
-        self.backend = backend
+        self.backend: Backend = backend
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
@@ -247,7 +247,7 @@ class Engine:
         Empty when nothing was compiled or everything compiled passed its parity gate. The
         node reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """
-        return self.backend.fallbacks
+        return dict(self.backend.warmup_report.fallbacks)
 
     # -- the control cycle ---------------------------------------------------------------
     @property

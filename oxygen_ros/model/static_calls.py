@@ -17,7 +17,8 @@ call              padding
 ``ExtendCall``    T new tokens per row on a cached context (decode step T = 1, a prompt on an
                   image prefix, or causal suffixes on action prefixes): new tokens padded at
                   the end, context padded with masked slots; optionally a suffix LoRA on the
-                  rows a mask selects
+                  rows a mask selects; the context gathered, or read in place by the paged
+                  Triton kernel (``paged_attention.py``)
 ``DecodeCall``    ``ExtendCall`` with T = 1 plus the LM head and greedy argmax
 ``DenoiseCall``   the prefix context padded with masked slots; all N Euler steps in one call,
                   the adaRMS modulations of the N fixed times computed once (constructor)
@@ -38,6 +39,7 @@ from oxygen_ros.model.denoise import (
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
+from oxygen_ros.model.paged_attention import paged_attention, use_paged_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 
 import torch
@@ -122,8 +124,11 @@ class ExtendCall(nn.Module):
     [B, W], k [L, B, T, Hkv, D], v [...])``: new token i of row b sits at rope position
     ``positions[b] + i``, attends the context where ``ctx_mask`` and the valid new tokens up to
     itself (causal, spec §2.2, §2.3); ``last_hidden`` is the output at the last valid new
-    token. The pool is read, not written. With an ``adapter`` (for ``layers``: folded layers
-    need ``fold_adapter``), ``adapter_rows`` selects the rows it is active on.
+    token. The pool is read, not written: per layer either the context slots are gathered
+    (``index_select``) and concatenated with the new K/V, or, where ``paged_attention.py``
+    chooses the Triton kernel (at most ``PAGED_MAX_QUERIES`` new tokens), read in place. With
+    an ``adapter`` (for ``layers``: folded layers need ``fold_adapter``), ``adapter_rows``
+    selects the rows it is active on.
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList,
@@ -140,18 +145,15 @@ class ExtendCall(nn.Module):
         m = self.model
         vlm = m.cfg.vlm
         b, t = tokens.shape
-        c = ctx_slots.shape[1]
         dev = tokens.device
         h = m.embed_text(tokens)
         cos, sin = rope_cos_sin(positions[:, None] + torch.arange(t, device=dev),
                                 vlm.head_dim, m.cfg.rope_base)
-        own = make_attn_mask(token_valid, torch.ones_like(tokens)) | torch.eye(
-            t, dtype=torch.bool, device=dev)
-        mask = torch.cat([ctx_mask[:, None, :].expand(b, t, c), own], 2)
         last = (token_valid.sum(1) - 1).clamp(min=0)
-        full = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, m.dtype)
-        tail = AttentionMask.build(_rows(mask, last), vlm.num_heads, vlm.num_kv_heads, m.dtype)
-        flat = ctx_slots.reshape(-1)
+        if use_paged_kernel(tokens, t):
+            attend = self._paged(k_pool, v_pool, token_valid, ctx_slots, ctx_mask, last)
+        else:
+            attend = self._gathered(k_pool, v_pool, token_valid, ctx_slots, ctx_mask, last)
         loras = [None] * len(self.layers)
         if self.adapter is not None and adapter_rows is not None:
             loras = AdapterRows(self.adapter, adapter_rows).layers(h.dtype)
@@ -160,16 +162,54 @@ class ExtendCall(nn.Module):
             q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
             ks.append(k)
             vs.append(v)
+            if i < len(self.layers) - 1:
+                h = layer.finish(h, attend(i, q, k, v, False), None, lora=lora)
+            else:  # only the last valid token is needed after the last layer
+                h = layer.finish(_rows(h, last), attend(i, q, k, v, True), None, lora=lora)
+        return h[:, 0], torch.stack(ks), torch.stack(vs)
+
+    def _gathered(self, k_pool: torch.Tensor, v_pool: torch.Tensor, token_valid: torch.Tensor,
+                  ctx_slots: torch.Tensor, ctx_mask: torch.Tensor, last: torch.Tensor
+                  ) -> Callable[..., torch.Tensor]:
+        """Return ``attend(layer, q, k, v, last_only)``: the context gathered per layer."""
+        m = self.model
+        vlm = m.cfg.vlm
+        (b, t), c = token_valid.shape, ctx_slots.shape[1]
+        own = make_attn_mask(token_valid, torch.ones_like(token_valid, dtype=torch.int64)) | \
+            torch.eye(t, dtype=torch.bool, device=token_valid.device)
+        mask = torch.cat([ctx_mask[:, None, :].expand(b, t, c), own], 2)
+        full = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, m.dtype)
+        tail = AttentionMask.build(_rows(mask, last), vlm.num_heads, vlm.num_kv_heads, m.dtype)
+        flat = ctx_slots.reshape(-1)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   last_only: bool) -> torch.Tensor:
             kk = torch.cat([k_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
                             .to(m.dtype), k], 1).transpose(1, 2)
             vv = torch.cat([v_pool[i].index_select(0, flat).view(b, c, vlm.num_kv_heads, -1)
                             .to(m.dtype), v], 1).transpose(1, 2)
-            if i < len(self.layers) - 1:
-                h = layer.finish(h, attention(q, kk, vv, full), None, lora=lora)
+            if last_only:
+                return attention(_rows(q, last), kk, vv, tail)
+            return attention(q, kk, vv, full)
+        return attend
+
+    @staticmethod
+    def _paged(k_pool: torch.Tensor, v_pool: torch.Tensor, token_valid: torch.Tensor,
+               ctx_slots: torch.Tensor, ctx_mask: torch.Tensor, last: torch.Tensor
+               ) -> Callable[..., torch.Tensor]:
+        """Return ``attend(layer, q, k, v, last_only)``: the pool read in place (Triton)."""
+        b, t = token_valid.shape
+        every = torch.arange(t, device=token_valid.device).expand(b, t)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   last_only: bool) -> torch.Tensor:
+            if last_only:
+                q, index = _rows(q, last), last[:, None]
             else:
-                h = layer.finish(_rows(h, last), attention(_rows(q, last), kk, vv, tail), None,
-                                 lora=lora)
-        return h[:, 0], torch.stack(ks), torch.stack(vs)
+                index = every
+            return paged_attention(q, index, k_pool[i], v_pool[i], ctx_slots, ctx_mask, k, v,
+                                   token_valid)
+        return attend
 
 
 class DecodeCall(nn.Module):

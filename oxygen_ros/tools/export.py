@@ -2,8 +2,9 @@
 ``oxygen_export``: the π0.5 graphs as ONNX (vision, prefill, decode, denoise, LM head).
 
 Writes ``<graph>.onnx``, the shared ``weights.bin`` and ``manifest.json`` (every input and
-output with shape and dtype, preset, opset, weights SHA-256) into ``--out``. The TensorRT
-backend builds its engines from such a directory (it exports one itself when it has none).
+output with shape and dtype, preset, opset, weights SHA-256) into ``--out``. The experimental
+TensorRT backend (``backends/experimental/``, never run on TensorRT) builds its engines from
+such a directory (it exports one itself when it has none).
 A checkpoint that does not fit the preset fails with the checkpoint loader's message (which
 names the disagreeing dimensions and the preset that would fit).
 """
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from oxygen_ros.config import get_preset
-    from oxygen_ros.backends.onnx_export import export_graphs, WeightStorage
-    from oxygen_ros.backends.onnx_graphs import GraphName
+    from oxygen_ros.backends.experimental.onnx_export import export_graphs, WeightStorage
+    from oxygen_ros.backends.experimental.onnx_graphs import GraphName
     from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.model.weights import CheckpointError, load_checkpoint
 

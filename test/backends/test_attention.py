@@ -3,13 +3,20 @@
 from dataclasses import replace
 
 import numpy as np
-from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend
-from oxygen_ros.config import CAMERA_SLOTS
+from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.compiled import CompiledModel
+from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend, CompileMode, Step
+from oxygen_ros.backends.trt_profiles import EngineLimits
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.paged_attention import use_paged_kernel
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.common.workload import make_observation
+from paged_cases import interpreted_kernel
 import pytest
+import torch
 
 
 def test_the_config_wins_then_the_environment_then_auto(monkeypatch):
@@ -24,6 +31,18 @@ def test_the_config_wins_then_the_environment_then_auto(monkeypatch):
         EngineConfig(preset='tiny')
     cfg = EngineConfig(preset='tiny', attention_backend=AttentionBackend.CUDNN)
     assert cfg.backend_config().attention is AttentionBackend.CUDNN
+    monkeypatch.setenv(ATTENTION_ENV, 'triton')
+    assert EngineConfig(preset='tiny').backend_config().attention is AttentionBackend.TRITON
+
+
+def test_only_triton_and_auto_compiled_for_cuda_use_the_paged_kernel():
+    interpreted_kernel()
+    x = torch.zeros(1)
+    with sdpa_context(AttentionBackend.TRITON):
+        assert use_paged_kernel(x, 1)
+    for backend in (AttentionBackend.AUTO, AttentionBackend.MATMUL, AttentionBackend.MATH):
+        with sdpa_context(backend):
+            assert not use_paged_kernel(x, 1), backend         # AUTO: CPU, not compiling
 
 
 def _run(cfg, model, tokenizer):
@@ -45,3 +64,40 @@ def test_every_cycle_runs_with_the_chosen_kernel(tiny_models, tokenizer, monkeyp
     np.testing.assert_allclose(matmul, auto, atol=1e-4, rtol=0)
     with pytest.raises(RuntimeError, match='No viable backend'):
         _run(replace(cfg, attention_backend=AttentionBackend.EFFICIENT), model, tokenizer)
+
+
+def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(tiny_models):
+    """On the CPU in Triton's interpreter: the graphs hold the kernel, gate and equal eager."""
+    interpreted_kernel()
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+                         only=[Step.DECODE, Step.SUFFIX])
+    pool = KVCache(model.cfg.vlm, 1024)
+    torch._dynamo.reset()
+    with sdpa_context(AttentionBackend.TRITON):
+        fast.warmup(pool, progress=False)
+        assert fast.fallbacks == {} and set(fast.parity) == {'decode', 'suffix'}
+        for gm in graphs:
+            calls = [str(n.target) for n in gm.graph.nodes if n.op.startswith('call')]
+            assert 'oxygen_ros.paged_attention.default' in calls
+            assert not [c for c in calls if 'index_select' in c]
+        gen = torch.Generator().manual_seed(2)
+        pool.k.normal_(generator=gen)
+        pool.v.normal_(generator=gen)
+        ctx = torch.arange(16, 16 + 140).expand(2, 140)
+        mask = torch.arange(140)[None] < torch.tensor([[140], [131]])
+        args = (torch.tensor([5, 9]), mask.sum(1), pool, torch.tensor([400, 401]), ctx, mask)
+        calls = sum(g.num_calls for g in fast._graphs[Step.DECODE].values())
+        with torch.inference_mode():
+            want = model.decode_step(*args)
+            got = fast.decode_step(*args)
+    torch._dynamo.reset()
+    assert sum(g.num_calls for g in fast._graphs[Step.DECODE].values()) == calls + 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

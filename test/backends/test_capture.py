@@ -13,11 +13,11 @@ import logging
 import os
 
 from oxygen_ros.backends import compiled
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 import pytest

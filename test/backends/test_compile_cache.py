@@ -18,10 +18,10 @@ import pytest
 
 START = """
 import json, logging, torch
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import Step
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model

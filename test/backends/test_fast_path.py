@@ -15,14 +15,15 @@ import numpy as np
 from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.buckets import (
-    batch_buckets, bucket_for, ctx_buckets, prompt_buckets, StaticShapes, suffix_buckets)
+    batch_buckets, bucket_for, ctx_buckets, EngineLimits, prompt_buckets, StaticShapes,
+    suffix_buckets)
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.fast_backend import CompiledTorchBackend
 from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.smoothing import rtc_prefix_weights
 from oxygen_ros.engine.config import EngineConfig, RtcRequest
@@ -322,7 +323,8 @@ def test_engine_on_the_fast_path_equals_eager(tiny_models, tokenizer, monkeypatc
     got = _engine_run(replace(cfg, compile_mode=CompileMode.DEFAULT), model, tokenizer)
     backend = got[2].backend
     assert type(want[2].backend) is TorchBackend and isinstance(backend, CompiledTorchBackend)
-    assert backend.compile_seconds > 0 and got[2].fallbacks == {}
+    assert isinstance(backend, Backend) and backend.source_model is model
+    assert backend.warmup_report.seconds > 0 and got[2].fallbacks == {}
     assert backend.model.shapes.batch == (2, 4)
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
@@ -334,7 +336,7 @@ def test_make_backend_compiles_only_when_asked(tiny_models):
     cfg = EngineConfig(preset='tiny', cameras=CAMS)
     for mode in (CompileMode.NONE, CompileMode.AUTO):      # AUTO on the CPU: eager
         backend = make_backend(replace(cfg, compile_mode=mode).backend_config(), model, 8)
-        assert type(backend) is TorchBackend and backend.fallbacks == {}
+        assert type(backend) is TorchBackend and backend.warmup_report == WarmupReport()
     with pytest.raises(ValueError, match='other than NONE'):
         CompiledModel(model, CompileMode.AUTO, _limits(model))
 

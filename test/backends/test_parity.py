@@ -9,12 +9,12 @@ that is genuinely wrong must fail loudly, in bf16 and in fp32.
 
 import logging
 
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import Step
 from oxygen_ros.backends.parity import check_parity, FACTOR, FLOOR
 from oxygen_ros.backends.parity_probe import float32_copy
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model

@@ -3,8 +3,8 @@
 
 Usage::
 
-    oxygen_bag replay BAG [--rate R] [--loop] [--topics T ...] [--keep-stamps] [--clock [HZ]]
-                  [--wait-for-subscribers SECONDS] [--ros-args ...]
+    oxygen_bag replay BAG [--rate R] [--loop] [--topics T ...] [--exclude-topics T ...]
+                  [--keep-stamps] [--clock [HZ]] [--wait-for-subscribers SECONDS] [--ros-args ...]
 
 A real rclpy node ``oxygen_bag replay`` publishes the recorded CDR bytes as they are, spaced by the
 recorded bag times divided by ``--rate``. Publishers have the recorded types and the QoS of the
@@ -114,6 +114,8 @@ class ReplayOptions:
     loop: bool = False
     topics: tuple[str, ...] = ()
     """Topics to replay; empty means all."""
+    exclude: tuple[str, ...] = ()
+    """Topics of the bag left out (a secured launch: those its enclave may not publish)."""
     stamps: StampMode = StampMode.REWRITE
     wait_for_subscribers_s: float = 0.0
     clock_hz: float = 0.0
@@ -163,7 +165,7 @@ class BagReplayer:
         if missing:
             raise ValueError(f'topics {missing} are not in {options.bag}; it has '
                              f'{sorted(in_bag)}')
-        wanted = set(options.topics) or in_bag
+        wanted = (set(options.topics) or in_bag) - set(options.exclude)
         self._connections: list[Connection] = [
             c for c in reader.connections if c.topic in wanted]
         if not sum(c.msgcount for c in self._connections):
@@ -319,6 +321,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--loop', action='store_true', help='replay until interrupted')
     parser.add_argument('--topics', nargs='+', default=[], metavar='T',
                         help='replay only these topics (default: all)')
+    parser.add_argument('--exclude-topics', nargs='+', default=[], metavar='T',
+                        help='leave these topics out (those not in the bag are ignored)')
     parser.add_argument('--keep-stamps', action='store_true',
                         help='publish recorded header stamps unchanged (default: shift them '
                              'to now, keeping relative timing)')
@@ -340,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = ReplayOptions(
             bag=args.bag, rate=args.rate, loop=args.loop, topics=tuple(args.topics),
+            exclude=tuple(args.exclude_topics),
             stamps=StampMode.KEEP if args.keep_stamps else StampMode.REWRITE,
             wait_for_subscribers_s=args.wait_for_subscribers, clock_hz=args.clock)
     except ValueError as exc:

@@ -118,3 +118,22 @@ def check_known_type(msgtype: str) -> None:
     if msgtype not in typestore().fielddefs:
         raise ValueError(f'message type {msgtype!r} is not in the rosbags ROS2_JAZZY '
                          f'typestore nor in {OWN_INTERFACES}; cannot write it to a bag')
+
+
+def bag_instruction(bag: Path) -> str:
+    """
+    Return the first ``/oxygen/instruction`` of a bag ('' if it has none).
+
+    A secured replay runs in the robot's enclave, which may not publish the instruction: the
+    node takes it as its ``instruction`` parameter instead (``oxygen_demo --keystore``, the
+    launch file with ``enclave:=``).
+
+    :raises Exception: what ``rosbags`` raises for a bag it cannot open.
+    """
+    from rosbags.rosbag2 import Reader
+    store = typestore()
+    with Reader(bag) as reader:
+        connections = [c for c in reader.connections if c.topic == INSTRUCTION_TOPIC]
+        for connection, _, raw in reader.messages(connections=connections):
+            return store.deserialize_cdr(raw, connection.msgtype).data
+    return ''

@@ -231,7 +231,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
 
     oxygen = engines[Policy.OXYGEN]
     model_cfg = oxygen.model_cfg
-    compile_s = getattr(oxygen.backend, 'compile_seconds', 0.0)
+    compile_s = oxygen.backend.warmup_report.seconds
     tok = engines[Policy.OXYGEN].tokenizer
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
@@ -242,7 +242,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         eng.warmup(obs[0])
     if on_warm is not None:
         on_warm({'compile_seconds': compile_s, 'fallbacks': oxygen.fallbacks,
-                 'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {}))})
+                 'compile_counts': dict(oxygen.backend.warmup_report.compiles)})
 
     arrivals = args.arrivals.counts(total_frames)
     n_text = sum(arrivals[warm:]) / args.frames + (1 / args.memory_every
@@ -339,7 +339,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s, 'compile_backend': args.compile_backend,
         'compile_only': args.only, 'compile_cameras': args.compile_cameras,
-        'compile_counts': dict(getattr(oxygen.backend.model, 'compiles', {})),
+        'compile_counts': dict(oxygen.backend.warmup_report.compiles),
         'shared_backend': True, 'attention_backend': oxygen.backend.attention.value,
         'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
         'stop_on_eos': args.stop_on_eos,
@@ -383,7 +383,7 @@ def _adapter_summary(args: argparse.Namespace, comp) -> dict | None:
 
 def _denoise_figures(comp, engine, rtc: bool) -> dict:
     """Return plain vs guided (RTC) denoise: ms each, their ratio, where the guided ran."""
-    graphs = {step.value for step in getattr(engine.backend.model, '_graphs', {})}
+    graphs = engine.backend.warmup_report.graphs
     return {'plain_ms': 1e3 * comp.denoise, 'guided_ms': 1e3 * comp.guided_denoise,
             'guided_vs_plain': comp.guided_denoise / comp.denoise, 'rtc': rtc,
             'plain_on_fast_path': 'denoise' in graphs,

@@ -152,6 +152,89 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     return {'ms': ms, 'outputs': out}
 
 
+def time_decode_attention(work: Workload) -> dict:
+    """
+    Time the attention of one decode step alone, every layer: the paged kernel vs the gather.
+
+    The paged Triton kernel (``model/kernels/paged_decode.py``, the context read in place)
+    against what decode did before it (per layer ``index_select`` of the context, ``cat`` of
+    the new K/V, matrix-product attention with its float32 K, PyTorch's eager kernels): each
+    as ``depth`` calls (one per layer) captured in one CUDA graph, as inside the decode
+    graph, median of ``repeats`` replays at each decode batch over ``decode_ctx`` slots.
+
+    :returns: per batch ``b<B>``: ``paged_us``, ``gathered_us``, ``kv_bytes`` (context K and
+        V read per step) and ``paged_gb_per_s``; ``{'skipped': why}`` off CUDA.
+    """
+    import torch
+
+    from oxygen_ros.model.layers import attention, AttentionMask, matmul_short_queries
+    from oxygen_ros.model.paged_attention import load_kernel, paged_attention
+
+    if not work.device.startswith('cuda'):
+        return {'skipped': 'timed on CUDA only (on the CPU the kernel runs interpreted)'}
+    load_kernel()
+    vlm, dtype, dev = work.model_config().vlm, getattr(torch, work.dtype), work.device
+    hq, hkv, d, depth = vlm.num_heads, vlm.num_kv_heads, vlm.head_dim, vlm.depth
+    ctx = max(work.decode_ctx, work.prefix_tokens)
+    gen = torch.Generator(device=dev).manual_seed(work.seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=dev, dtype=dtype)
+    k_pool, v_pool = randn(depth, ctx + 16, hkv, d), randn(depth, ctx + 16, hkv, d)
+    out = {}
+    for b in work.decode_batches:
+        q, k_new, v_new = randn(b, 1, hq, d), randn(b, 1, hkv, d), randn(b, 1, hkv, d)
+        slots = (16 + torch.arange(ctx, device=dev)).expand(b, ctx).contiguous()
+        mask = torch.ones(b, ctx, dtype=torch.bool, device=dev)
+        index = torch.zeros(b, 1, dtype=torch.int64, device=dev)
+        valid = torch.ones(b, 1, dtype=torch.bool, device=dev)
+        bias = AttentionMask.build(torch.ones(b, 1, ctx + 1, dtype=torch.bool, device=dev),
+                                   hq, hkv, dtype)
+
+        def paged() -> None:
+            for i in range(depth):
+                paged_attention(q, index, k_pool[i], v_pool[i], slots, mask, k_new, v_new,
+                                valid)
+
+        def gathered() -> None:
+            flat = slots.reshape(-1)
+            for i in range(depth):
+                kk = torch.cat([k_pool[i].index_select(0, flat).view(b, ctx, hkv, d), k_new], 1)
+                vv = torch.cat([v_pool[i].index_select(0, flat).view(b, ctx, hkv, d), v_new], 1)
+                attention(q, kk.transpose(1, 2), vv.transpose(1, 2), bias)
+        with matmul_short_queries(True):
+            times = {name: _graph_replay_us(fn, work.repeats)
+                     for name, fn in (('paged_us', paged), ('gathered_us', gathered))}
+        kv_bytes = 2 * depth * b * ctx * hkv * d * k_pool.element_size()
+        out[f'b{b}'] = {**times, 'kv_bytes': kv_bytes,
+                        'paged_gb_per_s': kv_bytes / times['paged_us'] / 1e3}
+    return out
+
+
+def _graph_replay_us(fn: Callable[[], None], repeats: int) -> float:
+    """Return the median time of one replay of a CUDA graph of ``fn``, in microseconds."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(repeats + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times[1:])
+
+
 def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
                     work: Workload) -> dict:
     """
@@ -194,4 +277,4 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
 
 
 __all__ = ['DECODE_BATCHES', 'Workload', 'pipeline_parity', 'roofline_entry',
-           'run_components', 'timed_ms']
+           'run_components', 'time_decode_attention', 'timed_ms']

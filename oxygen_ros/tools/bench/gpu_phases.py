@@ -13,7 +13,8 @@ environment          GPU, driver, torch, CUDA, cuDNN, Triton, Python, CPU, the t
 gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess), per test
 eager_components     each model call, eager, with every attention kernel; rooflines
 compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
-                     gate, fallbacks, compile cache), each call, the action path's parity
+                     gate, fallbacks, compile cache, the decode attention used), each call,
+                     the action path's parity, the decode attention alone (paged vs gather)
 bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
                      shared warm-up), the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
@@ -166,7 +167,9 @@ def eager_components(ctx: PhaseContext) -> bool:
     kernels: dict = {}
     ctx.save('workload', {**work.as_dict(), 'model_build_s': time.perf_counter() - t0,
                           'attention_backend': chosen.value})
-    for backend in [chosen] + [b for b in AttentionBackend if b is not chosen]:
+    # the eager model always gathers its decode context: TRITON times the same calls as AUTO
+    others = [b for b in AttentionBackend if b not in (chosen, AttentionBackend.TRITON)]
+    for backend in [chosen] + others:
         try:
             with sdpa_context(backend):
                 kernels[backend.value] = {'ms': run_components(model, cache, work)['ms']}
@@ -214,10 +217,12 @@ def compiled_components(ctx: PhaseContext) -> bool:
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+    from oxygen_ros.backends.graph_builder import Kernels
     from oxygen_ros.backends.parity_probe import float32_copy
     from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.model.paged_attention import decode_attention
     from oxygen_ros.tools.bench.gpu_components import (
-        pipeline_parity, roofline_entry, run_components)
+        pipeline_parity, roofline_entry, run_components, time_decode_attention)
 
     a, work = ctx.args, ctx.workload()
     attention = AttentionBackend.resolve(a.attention)
@@ -230,17 +235,21 @@ def compiled_components(ctx: PhaseContext) -> bool:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
-    fast = backend.model
-    counts = fast.cache.counts() if fast.cache is not None else None
+    fast, report = backend.compiled, backend.warmup_report
+    compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
+    with sdpa_context(attention):
+        paged = decode_attention(fast.device, compiled)
     ctx.save('warmup', {
-        'warmup_s': backend.compile_seconds, 'compile_mode': fast.mode.value,
+        'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
-        'attention_backend': attention.value, 'compiles': fast.compiles,
-        'graphs': {s.value: len(g) for s, g in fast._graphs.items()},
-        'fallbacks': fast.fallbacks, 'gate': {s: r.describe() for s, r in fast.parity.items()},
+        'attention_backend': attention.value, 'decode_attention': paged,
+        'compiles': dict(report.compiles),
+        'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
+        'gate': {s: r.describe() for s, r in fast.parity.items()},
         'recompiles': recompiles.messages,
-        'compile_cache': None if counts is None else {
-            'hits': counts.hits, 'misses': counts.misses, 'loaded': fast.cache.loaded}})
+        'compile_cache': None if report.compile_cache is None else {
+            'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
+            'loaded': report.compile_cache.loaded}})
     with sdpa_context(attention):
         run = run_components(fast, backend.cache, work)
         ctx.save('ms', run['ms'])
@@ -255,7 +264,11 @@ def compiled_components(ctx: PhaseContext) -> bool:
             ref = run_components(reference, ref_pool, work, timed=False)['outputs']
     parity = pipeline_parity(run['outputs'], eager, ref, work)
     ctx.save('pipeline_parity', parity)
-    return bool(fast.fallbacks) or not parity['passed']
+    try:
+        ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
+    except Exception as exc:  # noqa: B902 - a figure lost, not the phase
+        ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
+    return bool(report.fallbacks) or not parity['passed']
 
 
 def _engine_args(ctx: PhaseContext) -> list[str]:

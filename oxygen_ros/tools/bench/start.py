@@ -67,17 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         raise RuntimeError('no action chunk from the first cycle')
     first = time.time()
     t_first = time.perf_counter()
-    model = engine.backend.model
-    cache = getattr(model, 'cache', None)
-    counts = cache.counts() if cache is not None else None
+    report = engine.backend.warmup_report
+    cache = report.compile_cache
     print(json.dumps({
         'import_s': t_import - t0, 'engine_build_s': t_build - t_import,
-        'fast_path_warmup_s': getattr(engine.backend, 'compile_seconds', 0.0),
+        'fast_path_warmup_s': report.seconds,
         'engine_warmup_cycle_s': t_warm - t_build, 'first_cycle_s': t_first - t_warm,
         'main_to_first_chunk_s': t_first - t0, 'first_chunk_unix_s': first,
-        'compile_cache_hits': counts.hits if counts else None,
-        'compile_cache_misses': counts.misses if counts else None,
-        'compile_cache_loaded': cache.loaded if cache is not None else None,
+        'compile_cache_hits': cache.hits if cache else None,
+        'compile_cache_misses': cache.misses if cache else None,
+        'compile_cache_loaded': cache.loaded if cache else None,
         'fallbacks': engine.fallbacks, 'compile_mode': args.compile_mode,
         'compile_backend': args.compile_backend, 'compile_cameras': args.compile_cameras,
         'attention_backend': backend.attention.value,

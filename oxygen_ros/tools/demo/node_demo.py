@@ -34,7 +34,7 @@ from oxygen_ros.resources import config_file
 from oxygen_ros.ros.security import SecuritySettings
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
-from oxygen_ros.tools.bag.topics import INSTRUCTION_TOPIC, typestore
+from oxygen_ros.tools.bag.topics import bag_instruction
 from oxygen_ros.tools.common.children import (
     Child, DEMO_ENCLAVES, enclave_args, replay_args, ros_environment, secure_environment,
     stop_children)
@@ -100,17 +100,6 @@ def _bag_counts(bag_dir: Path) -> dict[str, int]:
             return {c.topic: c.msgcount for c in reader.connections}
     except Exception as exc:  # noqa: B902 (reported in the summary)
         return {f'unreadable: {exc}': 0}
-
-
-def bag_instruction(bag: Path) -> str:
-    """Return the first ``/oxygen/instruction`` of a bag ('' if it has none)."""
-    from rosbags.rosbag2 import Reader
-    store = typestore()
-    with Reader(bag) as reader:
-        connections = [c for c in reader.connections if c.topic == INSTRUCTION_TOPIC]
-        for connection, _, raw in reader.messages(connections=connections):
-            return store.deserialize_cdr(raw, connection.msgtype).data
-    return ''
 
 
 def _start_observer(secure: bool) -> Observer | str:

@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 
 import onnx
-from oxygen_ros.backends.onnx_graphs import dtype_name, GraphName, GraphSpec, TensorSpec
+from oxygen_ros.backends.experimental.onnx_graphs import (
+    dtype_name, GraphName, GraphSpec, TensorSpec)
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.pi05 import Pi05Model
 import torch

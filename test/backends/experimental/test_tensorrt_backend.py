@@ -14,17 +14,20 @@ import sys
 import types
 
 import numpy as np
-from oxygen_ros.backends import tensorrt_backend, trt_runtime
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.errors import BackendUnavailableError
-from oxygen_ros.backends.graph_runner import GraphRunner
-from oxygen_ros.backends.onnx_export import export_graphs
-from oxygen_ros.backends.onnx_graphs import GraphName
-from oxygen_ros.backends.onnx_manifest import load_manifest
-from oxygen_ros.backends.ort_runtime import OrtExecutor
-from oxygen_ros.backends.tensorrt_backend import TensorRTBackend
+from oxygen_ros.backends.experimental import tensorrt_backend, trt_runtime
+from oxygen_ros.backends.experimental.graph_runner import GraphRunner
+from oxygen_ros.backends.experimental.onnx_export import export_graphs
+from oxygen_ros.backends.experimental.onnx_graphs import GraphName
+from oxygen_ros.backends.experimental.onnx_manifest import load_manifest
+from oxygen_ros.backends.experimental.ort_runtime import OrtExecutor
+from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
+from oxygen_ros.backends.experimental.trt_profiles import (
+    denoise_ctx_len, DimRange, engine_cache_key, engine_profiles, input_shapes, profile_index,
+    TrtPrecision)
+from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import (
-    DimRange, engine_cache_key, EngineLimits, input_shapes, profile_index, TrtPrecision)
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, EngineConfig, RtcRequest
 from oxygen_ros.engine.engine import Engine
@@ -151,16 +154,16 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
                                         max_batch=config.max_running_requests,
                                         max_decode_tokens=model.cfg.decode_budget)
         checked['executor'] = ProfileChecked(OrtExecutor(export_dir), manifest,
-                                             limits.profiles(model.cfg))
+                                             engine_profiles(limits, model.cfg))
         runner = Recording(GraphRunner(model.cfg, model.dtype, 'cpu', checked['executor'],
-                                       denoise_ctx_len=limits.denoise_ctx_len))
+                                       denoise_ctx_len=denoise_ctx_len(limits)))
         recorder.calls = runner.calls          # record the runner's outputs instead
-        return TensorRTBackend(runner, num_blocks, config.block_size)
+        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
 
     want = _run_engine(cfg, model, tokenizer, monkeypatch,
                        lambda c, m, n: TorchBackend(m, n, c.block_size))
     got = _run_engine(cfg, model, tokenizer, monkeypatch, graph_backend)
-    assert isinstance(got[3], TensorRTBackend)
+    assert isinstance(got[3], TensorRTBackend) and isinstance(got[3], Backend)
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
     assert got[1] == want[1] and len(want[1]) == 6
@@ -191,8 +194,8 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
                                         max_batch=config.max_running_requests,
                                         max_decode_tokens=model.cfg.decode_budget)
         runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
-                             denoise_ctx_len=limits.denoise_ctx_len)
-        return TensorRTBackend(runner, num_blocks, config.block_size)
+                             denoise_ctx_len=denoise_ctx_len(limits))
+        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
     monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', graph_backend)
     try:
         return Engine(cfg, model=model, tokenizer=tokenizer)
@@ -217,6 +220,29 @@ def test_rtc_on_the_tensorrt_backend_is_refused_with_the_reason(tiny_models, tok
     with pytest.raises(ValueError, match=r'real-time chunking \(chunk_smoothing rtc\) is not '
                                          r'possible here: the tensorrt backend cannot guide'):
         _engine_on_graphs(replace(cfg, rtc=True), model, tokenizer, exports, monkeypatch)
+
+
+def test_an_engine_takes_a_tensorrt_backend_built_from_its_model(tiny_models, tokenizer,
+                                                                 exports):
+    """Checked by ``source_model``: a runner of exported graphs has no eager model inside."""
+    cameras = CAMERA_SLOTS[:2]
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, cameras)
+    cfg = EngineConfig(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
+                       max_running_requests=8)
+    blocks = cfg.pool_blocks()
+    limits = EngineLimits.for_model(model.cfg, num_slots=blocks * BLOCK_SIZE, max_batch=8,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(exports(model)),
+                         denoise_ctx_len=denoise_ctx_len(limits))
+    backend = TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=model,
+                              warmup_seconds=1.5)
+    assert backend.warmup_report == WarmupReport(1.5)
+    engine = Engine(cfg, model=model, tokenizer=tokenizer, backend=backend)
+    assert engine.step(make_observation(0, cameras, 8)).action is not None
+    other = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
+    with pytest.raises(ValueError, match='the shared backend does not fit: it needs this model'):
+        Engine(cfg, model=model, tokenizer=tokenizer,
+               backend=TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=other))
 
 
 def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):
@@ -260,8 +286,8 @@ def test_profiles_and_limits():
     cfg = get_preset('pi05_droid')
     limits = EngineLimits.for_model(cfg, num_slots=4096, max_batch=32, max_decode_tokens=30)
     assert limits.max_prefix == 1024 and limits.max_prefix >= 3 * 256 + 200
-    assert limits.max_ctx == 1024 and limits.denoise_ctx_len == 1024
-    profiles = limits.profiles(cfg)
+    assert limits.max_ctx == 1024 and denoise_ctx_len(limits) == 1024
+    profiles = engine_profiles(limits, cfg)
     assert len(profiles[GraphName.DECODE]) == 2
     spec = {t.name: t for t in load_spec(GraphName.DECODE).inputs}
     assert spec['ctx_slots'].shape == ('batch', 'ctx_len')
@@ -279,7 +305,7 @@ def test_profiles_and_limits():
 
 
 def load_spec(name):
-    from oxygen_ros.backends.onnx_graphs import graph_specs
+    from oxygen_ros.backends.experimental.onnx_graphs import graph_specs
     from oxygen_ros.model.pi05 import Pi05Model
     with torch.device('meta'):
         model = Pi05Model(get_preset('tiny'))
@@ -290,8 +316,8 @@ def test_input_shapes_of_a_profile():
     spec = load_spec(GraphName.DENOISE)
     limits = EngineLimits.for_model(get_preset('tiny'), num_slots=640, max_batch=4,
                                     max_decode_tokens=8)
-    shapes = input_shapes(spec, limits.profiles(get_preset('tiny'))[GraphName.DENOISE][0])
-    ctx = limits.denoise_ctx_len
+    shapes = input_shapes(spec, engine_profiles(limits, get_preset('tiny'))[GraphName.DENOISE][0])
+    ctx = denoise_ctx_len(limits)
     assert shapes['k_pool'] == ((2, 640, 1, 8),) * 3
     assert shapes['ctx_slots'] == ((1, ctx),) * 3
     assert shapes['x_t'] == ((1, 4, 32),) * 3
@@ -303,7 +329,7 @@ def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models)
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     manifest = load_manifest(exports(model))
     limits = EngineLimits.for_model(model.cfg, num_slots=512, max_batch=8, max_decode_tokens=8)
-    profiles = limits.profiles(model.cfg)[GraphName.DECODE]
+    profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     base = {'trt_version': '10.13.0', 'device_name': 'NVIDIA Thor',
             'compute_capability': (11, 0), 'optimization_level': 3}
     key = engine_cache_key(manifest, GraphName.DECODE, profiles, TrtPrecision.GRAPH, **base)
@@ -312,9 +338,9 @@ def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models)
     other_limits = EngineLimits.for_model(model.cfg, num_slots=528, max_batch=8,
                                           max_decode_tokens=8)
     variants = [
-        engine_cache_key(manifest, GraphName.LM_HEAD, limits.profiles(model.cfg)[
+        engine_cache_key(manifest, GraphName.LM_HEAD, engine_profiles(limits, model.cfg)[
             GraphName.LM_HEAD], TrtPrecision.GRAPH, **base),
-        engine_cache_key(manifest, GraphName.DECODE, other_limits.profiles(model.cfg)[
+        engine_cache_key(manifest, GraphName.DECODE, engine_profiles(other_limits, model.cfg)[
             GraphName.DECODE], TrtPrecision.GRAPH, **base),
         engine_cache_key(manifest, GraphName.DECODE, profiles, TrtPrecision.FP16, **base),
         engine_cache_key(manifest, GraphName.DECODE, profiles, TrtPrecision.GRAPH,
@@ -406,7 +432,7 @@ def test_build_engine_with_a_fake_tensorrt(exports, tiny_models):
     export_dir = exports(model)
     manifest = load_manifest(export_dir)
     limits = EngineLimits.for_model(model.cfg, num_slots=256, max_batch=4, max_decode_tokens=8)
-    profiles = limits.profiles(model.cfg)[GraphName.DECODE]
+    profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     trt = FakeTrt()
     plan = trt_runtime.build_engine(trt, export_dir / 'decode.onnx', manifest, GraphName.DECODE,
                                     profiles, TrtPrecision.GRAPH)

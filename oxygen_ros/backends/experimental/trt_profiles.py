@@ -19,7 +19,8 @@ graph          dims
 ``lm_head``    batch 1..max_batch
 =============  ===============================================================================
 
-``num_slots`` (the KV pool) is fixed per engine: it is part of the cache key.
+``num_slots`` (the KV pool) is fixed per engine: it is part of the cache key. The limits are
+the fast path's (``buckets.EngineLimits``), so both compile for the same largest shapes.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ import enum
 import hashlib
 import json
 
-from oxygen_ros.backends.onnx_graphs import GraphName, GraphSpec
-from oxygen_ros.backends.onnx_manifest import ExportManifest
+from oxygen_ros.backends.buckets import EngineLimits
+from oxygen_ros.backends.experimental.onnx_graphs import GraphName, GraphSpec
+from oxygen_ros.backends.experimental.onnx_manifest import ExportManifest
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
-
-CTX_ALIGN = 64
-"""Context lengths (prefix, decode context) are rounded up to a multiple of this."""
 
 
 class TrtPrecision(enum.Enum):
@@ -75,71 +74,35 @@ Profile = dict[str, DimRange]
 """Dynamic dim name -> range."""
 
 
-def _round_up(n: int, align: int = CTX_ALIGN) -> int:
-    return -(-n // align) * align
+def denoise_ctx_len(limits: EngineLimits) -> int:
+    """Return the fixed (padded) prefix length of the denoise engine: the longest prefix."""
+    return limits.max_prefix
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """
-    The largest shapes the engines must take.
-
-    :ivar num_slots: KV pool slots (fixed).
-    :ivar max_batch: largest decode batch (``max_running_requests``).
-    :ivar max_prefix: longest prefix: all camera slots' tokens + ``max_token_len``, rounded up.
-    :ivar max_ctx: longest decode context: ``max_prefix`` + decode budget, rounded up.
-    """
-
-    num_slots: int
-    max_batch: int
-    max_prefix: int
-    max_ctx: int
-    max_token_len: int
-
-    @classmethod
-    def for_model(cls, cfg: ModelConfig, *, num_slots: int, max_batch: int,
-                  max_decode_tokens: int) -> EngineLimits:
-        """
-        Return the limits for ``cfg`` with a pool of ``num_slots`` slots.
-
-        :raises ValueError: a count < 1.
-        """
-        for name, value in (('num_slots', num_slots), ('max_batch', max_batch),
-                            ('max_decode_tokens', max_decode_tokens)):
-            if value < 1:
-                raise ValueError(f'{name} must be >= 1, got {value}')
-        prefix = len(CAMERA_SLOTS) * cfg.image_tokens_per_camera + cfg.max_token_len
-        return cls(num_slots, max_batch, _round_up(prefix),
-                   _round_up(prefix + max_decode_tokens), cfg.max_token_len)
-
-    @property
-    def denoise_ctx_len(self) -> int:
-        """Return the fixed (padded) prefix length of the denoise engine."""
-        return self.max_prefix
-
-    def profiles(self, cfg: ModelConfig) -> dict[GraphName, tuple[Profile, ...]]:
-        """Return the optimization profiles of every graph (see the module doc)."""
-        cams = len(CAMERA_SLOTS)
-        opt_cams = min(len(cfg.cameras), cams)
-        opt_tokens = max(1, self.max_token_len // 4)
-        slots = {'num_slots': DimRange(self.num_slots, self.num_slots, self.num_slots)}
-        return {
-            GraphName.VISION: ({'num_images': DimRange(1, opt_cams, cams)},),
-            GraphName.PREFILL: ({'num_cameras': DimRange(1, opt_cams, cams),
-                                 'num_tokens': DimRange(1, opt_tokens, self.max_token_len)},),
-            GraphName.DECODE: (
-                {**slots, 'batch': DimRange(1, max(1, self.max_batch // 2), self.max_batch),
-                 'num_new': DimRange(1, 1, 1),
-                 'ctx_len': DimRange(1, self.max_ctx // 2, self.max_ctx)},
-                {**slots, 'batch': DimRange(1, 1, 1),
-                 'num_new': DimRange(1, opt_tokens, self.max_token_len),
-                 'ctx_len': DimRange(1, self.max_prefix // 2, self.max_prefix)}),
-            GraphName.DENOISE: (
-                {**slots, 'batch': DimRange(1, 1, 1),
-                 'ctx_len': DimRange(self.denoise_ctx_len, self.denoise_ctx_len,
-                                     self.denoise_ctx_len)},),
-            GraphName.LM_HEAD: ({'batch': DimRange(1, 1, self.max_batch)},),
-        }
+def engine_profiles(limits: EngineLimits, cfg: ModelConfig
+                    ) -> dict[GraphName, tuple[Profile, ...]]:
+    """Return the optimization profiles of every graph (see the module doc)."""
+    cams = len(CAMERA_SLOTS)
+    opt_cams = min(len(cfg.cameras), cams)
+    opt_tokens = max(1, limits.max_token_len // 4)
+    slots = {'num_slots': DimRange(limits.num_slots, limits.num_slots, limits.num_slots)}
+    denoise = denoise_ctx_len(limits)
+    return {
+        GraphName.VISION: ({'num_images': DimRange(1, opt_cams, cams)},),
+        GraphName.PREFILL: ({'num_cameras': DimRange(1, opt_cams, cams),
+                             'num_tokens': DimRange(1, opt_tokens, limits.max_token_len)},),
+        GraphName.DECODE: (
+            {**slots, 'batch': DimRange(1, max(1, limits.max_batch // 2), limits.max_batch),
+             'num_new': DimRange(1, 1, 1),
+             'ctx_len': DimRange(1, limits.max_ctx // 2, limits.max_ctx)},
+            {**slots, 'batch': DimRange(1, 1, 1),
+             'num_new': DimRange(1, opt_tokens, limits.max_token_len),
+             'ctx_len': DimRange(1, limits.max_prefix // 2, limits.max_prefix)}),
+        GraphName.DENOISE: (
+            {**slots, 'batch': DimRange(1, 1, 1),
+             'ctx_len': DimRange(denoise, denoise, denoise)},),
+        GraphName.LM_HEAD: ({'batch': DimRange(1, 1, limits.max_batch)},),
+    }
 
 
 def input_shapes(spec: GraphSpec, profile: Profile
@@ -207,7 +170,5 @@ def engine_cache_key(manifest: ExportManifest, name: GraphName, profiles: tuple[
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = [
-    'CTX_ALIGN', 'DimRange', 'EngineLimits', 'Profile', 'TrtPrecision', 'engine_cache_key',
-    'input_shapes', 'profile_index',
-]
+__all__ = ['DimRange', 'Profile', 'TrtPrecision', 'denoise_ctx_len', 'engine_cache_key',
+           'engine_profiles', 'input_shapes', 'profile_index']

@@ -1,6 +1,9 @@
 """
 The TensorRT backend: the torch backend's job program on TensorRT engines, one shared KV pool.
 
+EXPERIMENTAL: no TensorRT engine has been built or run yet (see ``experimental/__init__.py``);
+everything but the TensorRT calls is checked on the CPU with onnxruntime in their place.
+
 On Jetson AGX Thor the π0.5 computation runs as TensorRT engines built from our ONNX graphs
 (``onnx_graphs.py``): vision, prefill, decode (decode step and text prefill: one engine,
 two profiles), denoise step and LM head. They all read and write THE SAME KV pool, a torch
@@ -26,13 +29,16 @@ import time
 from typing import Any, Callable
 import weakref
 
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.config import BackendConfig
 from oxygen_ros.backends.errors import BackendUnavailableError
-from oxygen_ros.backends.graph_runner import GraphRunner
-from oxygen_ros.backends.onnx_export import export_graphs
-from oxygen_ros.backends.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.experimental.graph_runner import GraphRunner
+from oxygen_ros.backends.experimental.onnx_export import export_graphs
+from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.backends.experimental.trt_profiles import (
+    denoise_ctx_len, engine_profiles, TrtPrecision)
+from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.trt_profiles import EngineLimits, TrtPrecision
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -125,15 +131,28 @@ class TensorRTBackend(TorchBackend):
     ``TorchBackend`` whose model calls run on exported graphs (TensorRT engines).
 
     :param runner: the graphs behind the five model calls.
-    :param compile_seconds: time spent exporting / building / loading engines (reported
+    :param source_model: the model the graphs were exported from.
+    :param warmup_seconds: time spent exporting / building / loading engines (reported
         apart from the control cycles).
     """
 
     def __init__(self, runner: GraphRunner, num_blocks: int, block_size: int, *,
-                 sync: Callable[[], None] | None = None, compile_seconds: float = 0.0) -> None:
+                 source_model: Pi05Model, sync: Callable[[], None] | None = None,
+                 warmup_seconds: float = 0.0) -> None:
         super().__init__(runner, num_blocks, block_size, sync=sync)  # type: ignore[arg-type]
         self.runner = runner
-        self.compile_seconds = compile_seconds
+        self._source_model = source_model
+        self.warmup_seconds = warmup_seconds
+
+    @property
+    def source_model(self) -> Pi05Model:
+        """Return the model the graphs were exported from."""
+        return self._source_model
+
+    @property
+    def warmup_report(self) -> WarmupReport:
+        """Return the export / build / load time (no fast-path graphs: engines instead)."""
+        return WarmupReport(self.warmup_seconds)
 
     @property
     def guidance_unsupported(self) -> str | None:
@@ -162,7 +181,7 @@ class TensorRTBackend(TorchBackend):
         """
         trt = import_tensorrt()
         device = require_cuda(config.device)
-        from oxygen_ros.backends.trt_runtime import load_engines, TrtExecutor
+        from oxygen_ros.backends.experimental.trt_runtime import load_engines, TrtExecutor
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         t0 = time.perf_counter()
@@ -173,7 +192,7 @@ class TensorRTBackend(TorchBackend):
             cfg, num_slots=num_blocks * config.block_size,
             max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
-        profiles = limits.profiles(cfg)
+        profiles = engine_profiles(limits, cfg)
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)
         if executor is None:  # engines of the same export and shapes are loaded once
@@ -183,11 +202,12 @@ class TensorRTBackend(TorchBackend):
                                    runtime=runtime)
             _EXECUTORS[key] = executor
         runner = GraphRunner(cfg, model.dtype, device, executor,
-                             denoise_ctx_len=limits.denoise_ctx_len)
+                             denoise_ctx_len=denoise_ctx_len(limits))
         seconds = time.perf_counter() - t0
         _LOG.info('TensorRT %s backend ready in %.1f s (engines under %s)', trt.__version__,
                   seconds, cache / 'tensorrt')
-        return cls(runner, num_blocks, config.block_size, compile_seconds=seconds)
+        return cls(runner, num_blocks, config.block_size, source_model=model,
+                   warmup_seconds=seconds)
 
 
 __all__ = ['CACHE_ENV', 'TENSORRT_MISSING', 'TensorRTBackend', 'default_cache_dir',

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Protocol
 
-from oxygen_ros.backends.onnx_graphs import GraphName
+from oxygen_ros.backends.experimental.onnx_graphs import GraphName
 from oxygen_ros.config import ModelConfig, PrefixAttention
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV

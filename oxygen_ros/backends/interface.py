@@ -1,0 +1,219 @@
+"""
+The contract between the engine and a backend: what ``Engine`` calls, with shapes and errors.
+
+A backend runs the plan of one control cycle (``SchedulerOutput``, ``sched/output.py``: an
+ordered program of vision, prefill, suffix, denoise, seed and decode jobs naming KV blocks)
+on the model, over ONE KV pool allocated when it is built, and hands back what the
+scheduler needs to go on (``RunnerOutput``: the sampled token ids, the job times) and the
+action chunk. The engine owns the scheduler; the backend holds only tensors: the pool, the
+K/V of the live prefix segments (by segment id) and the decode state of the running text
+requests (by request id), each released when a plan names it finished or freed. As in vLLM's
+split of ``SchedulerInterface`` (``vllm/v1/core/sched/interface.py``) from the model runner,
+nothing here plans and nothing in the scheduler touches a tensor.
+
+Implementations: ``torch_backend.TorchBackend`` (eager PyTorch, CPU or CUDA),
+``fast_backend.CompiledTorchBackend`` (the same job program on the fast path: static shapes,
+CUDA graphs) and ``experimental/tensorrt_backend.TensorRTBackend`` (never run on TensorRT).
+``factory.make_backend`` builds one; ``test/backends/test_interface.py`` checks that each
+class has every member below with the same signature.
+
+Threading: a backend is not thread-safe. One thread at a time calls it: the engine's caller
+(in the node, the control cycle, under the node's engine lock). Backends made by
+:meth:`Backend.sharing_pool` share the model, its graphs and the pool with their origin, so
+they too run one at a time, interleaved on one thread (the benchmark's two engines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, runtime_checkable, TYPE_CHECKING
+
+from oxygen_ros.model.preprocess import ImageResize
+
+if TYPE_CHECKING:
+    import numpy as np
+    from oxygen_ros.backends.config import AttentionBackend
+    from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.model.lora import SuffixLoRA
+    from oxygen_ros.model.pi05 import Pi05Model
+    from oxygen_ros.model.rtc import RtcGuidance
+    from oxygen_ros.sched.output import RunnerOutput, SchedulerOutput
+    import torch
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInputs:
+    """
+    Model inputs of one frame (the engine builds them from an ``Observation``).
+
+    :ivar frame_id: the frame the plan's vision and denoise jobs name.
+    :ivar images: the valid cameras in ``CAMERA_SLOTS`` order, each ``float32 [3, S, S]`` in
+        [-1, 1] (resized on the host) or ``uint8 [H, W, 3]`` RGB as it came (the backend
+        uploads it and resizes it on its device with ``image_resize``).
+    :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk
+        (host or device).
+    :ivar guidance: real-time chunking toward the previous chunk, or None.
+    :ivar image_resize: the checkpoint family's resize filter, for uint8 images.
+    """
+
+    frame_id: int
+    images: tuple[np.ndarray, ...]
+    noise: torch.Tensor
+    guidance: RtcGuidance | None = None
+    image_resize: ImageResize = ImageResize.OPENPI
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOutput:
+    """
+    What one :meth:`Backend.execute` produced.
+
+    :ivar runner: the sampled token ids (host ints) and one ``JobTiming`` per job, in plan
+        order: what ``Scheduler.update_from_output`` takes.
+    :ivar actions: ``float32 [1, H, A]`` on the host, the action chunk in the model's
+        normalized, padded action space (``Normalizer.actions_to_robot`` maps it to the
+        robot); None when the plan had no denoise job.
+    :ivar forward_seconds: the sum of the job times.
+    """
+
+    runner: RunnerOutput
+    actions: torch.Tensor | None
+    forward_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompileCacheUse:
+    """
+    How the fast path's warm-up used the on-disk compile caches (``compile_cache.py``).
+
+    :ivar hits: Inductor FX graph cache hits since the warm-up began (torch's counters).
+    :ivar misses: misses (graphs compiled afresh).
+    :ivar loaded: the artifact file of this configuration was found and loaded.
+    """
+
+    hits: int
+    misses: int
+    loaded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupReport:
+    """
+    What a backend did before its first cycle, reported apart from the control cycles.
+
+    Eager backends report nothing (every field empty, ``seconds`` 0).
+
+    :ivar seconds: wall seconds of the warm-up: compile, capture and gate every graph (the
+        fast path), or export, build or load the engines (TensorRT).
+    :ivar graphs: fast-path CUDA graphs (or static calls, on the CPU) per step: ``Step``
+        value -> number of compiled shapes. A step not named runs eagerly.
+    :ivar compiles: Dynamo graphs compiled per step at the warm-up (recompiles included).
+    :ivar fallbacks: steps asked for on the fast path that run eagerly instead: step ->
+        reason (the node shows each on ``/diagnostics``; ``oxygen_bench gpu`` fails on any).
+    :ivar compile_cache: the on-disk compile caches' use (None: no Inductor warm-up).
+    """
+
+    seconds: float = 0.0
+    graphs: Mapping[str, int] = field(default_factory=dict)
+    compiles: Mapping[str, int] = field(default_factory=dict)
+    fallbacks: Mapping[str, str] = field(default_factory=dict)
+    compile_cache: CompileCacheUse | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """
+    What the engine, the benchmarks and the tests may use of a backend, and nothing else.
+
+    Built by ``factory.make_backend(config, model, num_blocks)`` (which warms it up): the
+    pool holds ``num_blocks`` blocks of ``block_size`` slots, block 0 being the null block
+    that padded rows write to.
+    """
+
+    model: Pi05Model
+    """
+    The model calls the jobs run on: ``Pi05Model`` itself (eager), or an object with its
+    ``encode_images``, ``prefill``, ``prefill_suffix``, ``denoise``, ``decode_step`` and
+    ``lm_logits`` and their shapes (the fast path's ``compiled.CompiledModel``, TensorRT's
+    ``GraphRunner``). The benchmarks time these calls on the backend's pool between cycles.
+    """
+    cache: KVCache
+    """The KV pool, ``[L, num_slots, Hkv, D]`` in the model's dtype; never reallocated."""
+    device: torch.device
+    """Where the pool and every job's tensors live."""
+    block_size: int
+    """Slots per KV block: a plan's ``block_size`` must equal it."""
+    adapter: SuffixLoRA | None
+    """OxyGen's memory adapter (suffix LoRA), active on the rows that ask for it; or None."""
+    attention: AttentionBackend
+    """The attention kernel every cycle runs with (``attention.sdpa_context``)."""
+
+    @property
+    def source_model(self) -> Pi05Model:
+        """
+        Return the ``Pi05Model`` this backend was built from (its weights and config).
+
+        The engine accepts a backend built elsewhere only on its own model (by identity).
+        """
+
+    @property
+    def num_blocks(self) -> int:
+        """Return the blocks of the pool that plans may name (null block included)."""
+
+    @property
+    def num_live_segments(self) -> int:
+        """Return the prefix segments whose K/V handles are held (released when freed)."""
+
+    @property
+    def num_live_rows(self) -> int:
+        """Return the text requests whose decode state is held (released when finished)."""
+
+    @property
+    def guidance_unsupported(self) -> str | None:
+        """
+        Return why this backend cannot guide denoising (real-time chunking), or None.
+
+        The engine refuses ``rtc`` up front with this reason, never mid-cycle.
+        """
+
+    @property
+    def warmup_report(self) -> WarmupReport:
+        """Return what the warm-up did (read afresh: compile cache counts move on)."""
+
+    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
+                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
+        """
+        Run every job of ``plan`` in order, then return the sampled ids and the chunk.
+
+        Called once per control cycle with the plan the scheduler just made. The state of
+        ``plan.finished_req_ids`` and ``plan.freed_seg_ids`` is dropped first. On CUDA the
+        torch backends make the host wait for the device twice at most: for the action chunk
+        and, at the end, for the token ids.
+
+        :param plan: the cycle's plan; its block ids are slots ``block_id * block_size +
+            offset`` of the pool.
+        :param frame: inputs of ``plan.frame_id``; required when the plan has a vision or
+            denoise job, else None.
+        :param on_actions: called in this thread with the chunk (as in ``BackendOutput``) as
+            soon as it is on the host, before the text jobs that follow it in the plan, so
+            that it can be published at once.
+        :returns: the sampled ids, job times and chunk (see :class:`BackendOutput`).
+        :raises ValueError: a plan this backend cannot run: another ``block_size``, a vision
+            job without its frame's inputs, or (TensorRT) a shape outside the engines'
+            optimization profiles. The jobs before the failing one have run (their K/V is
+            written); the cycle's tokens are lost.
+        """
+
+    def sharing_pool(self, block_offset: int) -> Backend:
+        """
+        Return a backend on the same model, graphs and pool for a second scheduler.
+
+        Its plans' block ids (null block included) name pool blocks ``block_offset`` on; its
+        job state is its own. The benchmark runs its isolated and OxyGen engines so, on one
+        warm-up of the fast path, whose graphs read the pool by address.
+
+        :raises ValueError: ``block_offset`` outside the pool (0 < offset < its blocks).
+        """
+
+
+__all__ = ['Backend', 'BackendOutput', 'CompileCacheUse', 'FrameInputs', 'WarmupReport']
