@@ -67,8 +67,8 @@ class EngineConfig:
         requests with unshared prefixes plus the action reserve.
     :param control_period_s: action deadline per cycle (k adapts to it); None: fixed k.
     :param stop_on_eos: False decodes every request to its budget (OxyGen's benchmarks).
-    :param max_pending_requests: text requests waiting for admission before submit refuses.
-    :param max_wait_cycles: cycles a request may wait for KV space before it is rejected.
+    :param max_waiting_requests: text requests waiting for admission (the scheduler's one
+        queue); ``Engine.submit_text`` refuses one more (``QueueFullError``).
     :param seed: random weights and the flow-matching noise of frame i (seeded by seed, i).
     :param subtask_context: what a subtask request reads (``TextContext``): its own prompt
         (``Task: {instr}. Subtask: ``, openpi_subtask_generation's, the default) or the
@@ -112,8 +112,7 @@ class EngineConfig:
     max_running_requests: int = 32
     control_period_s: float | None = None
     stop_on_eos: bool = True
-    max_pending_requests: int = 64
-    max_wait_cycles: int = 50
+    max_waiting_requests: int = 16
     seed: int = 0
     subtask_context: TextContext = TextContext.OWN_PROMPT
     answer_context: TextContext = TextContext.ACTION_PREFIX
@@ -131,7 +130,7 @@ class EngineConfig:
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',
-                     'max_pending_requests', 'max_wait_cycles'):
+                     'max_waiting_requests'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.decode_budget is not None and self.decode_budget < 1:
@@ -255,10 +254,13 @@ class TextOutput:
     """
     A finished (or rejected) text request.
 
+    :ivar text: its text: the concatenation of its ``TextDelta`` pieces (for an aborted
+        request, with the text they held back let out); equal to ``tokenizer.decode`` of
+        ``token_ids``.
     :ivar finish_reason: STOP (EOS), LENGTH (budget), ABORT; None when it was rejected
         before it ever ran (``error`` says why).
-    :ivar frame_stamp_ns: stamp of the observation whose prefix it read.
-    :ivar num_cycles: control cycles from seeding to finish.
+    :ivar frame_stamp_ns: stamp of the observation whose prefix it read (0: none).
+    :ivar num_cycles: control cycles from seeding to finish (0: it did not finish).
     """
 
     req_id: str
@@ -274,10 +276,13 @@ class TextOutput:
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """
-    The tokens one text request decoded in one cycle (for streaming its text).
+    The tokens one text request decoded in one cycle, and their text (for streaming).
 
     :ivar token_ids: the new ids in decode order, cut after EOS or the budget (as the
         request keeps them: an EOS that ended it is included).
+    :ivar text: the text these ids completed (``IncrementalDetokenizer.push``): ``''`` when
+        they complete no character yet; a request's pieces concatenate to its
+        ``TextOutput.text``.
     :ivar num_tokens: ids generated so far, these included.
     :ivar frame_stamp_ns: stamp of the observation whose prefix the request reads.
     :ivar finished: this cycle ended the request (its ``TextOutput`` is in the same step).
@@ -286,6 +291,7 @@ class TextDelta:
     req_id: str
     task: TextTask
     token_ids: tuple[int, ...]
+    text: str
     num_tokens: int
     frame_stamp_ns: int
     finished: bool
@@ -319,7 +325,7 @@ class CycleStats:
     decode_batch: int
     tokens_generated: int
     num_running: int
-    num_pending: int
+    num_waiting: int
     kv_used_blocks: int
     kv_capacity_blocks: int
     kv_used_bytes: int
@@ -340,8 +346,8 @@ class StepOutput:
     What one ``Engine.step`` produced.
 
     :ivar texts: requests that finished (or were dropped) this cycle.
-    :ivar text_deltas: per text request that decoded this cycle, its new tokens (a finished
-        request's last delta comes in the same step as its ``TextOutput``).
+    :ivar text_deltas: per text request that decoded this cycle, its new tokens and their
+        text (a finished request's last delta comes in the same step as its ``TextOutput``).
     """
 
     action: ActionChunk | None

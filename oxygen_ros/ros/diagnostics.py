@@ -100,8 +100,8 @@ class EngineDiagnostics:
             self._texts_rejected = 0
             self._period_texts_rejected = 0
             self._last_text_rejection = ''
-            self._questions_waiting = 0
-            self._period_questions_peak = 0
+            self._texts_waiting = 0
+            self._period_waiting_peak = 0
             self._texts_open = 0
             self._failure = ''
             self._fallbacks: dict[str, str] = {}
@@ -152,17 +152,18 @@ class EngineDiagnostics:
             if reason:
                 self._last_text_rejection = reason
 
-    def record_questions(self, waiting: int, open_requests: int) -> None:
+    def record_texts(self, waiting: int, open_requests: int) -> None:
         """
-        Record the question queue (``TextRequests``, on every change).
+        Record the text requests (``TextRequests``, on every change).
 
-        :param waiting: questions not decoding yet (bounded by ``max_queued_questions``).
+        :param waiting: requests in the engine's waiting queue (bounded by
+            ``max_waiting_requests``), or the number a refusal found there.
         :param open_requests: text requests whose reply is still owed (waiting or decoding,
-            periodic ones and goal slots included).
+            periodic ones included).
         """
         with self._lock:
-            self._questions_waiting = waiting
-            self._period_questions_peak = max(self._period_questions_peak, waiting)
+            self._texts_waiting = waiting
+            self._period_waiting_peak = max(self._period_waiting_peak, waiting)
             self._texts_open = open_requests
 
     def record_clips(self, clips: ClipCount) -> None:
@@ -219,7 +220,7 @@ class EngineDiagnostics:
             self._period_rejections.clear()
             self._period_texts_rejected = 0
             self._period_clips = 0
-            self._period_questions_peak = self._questions_waiting
+            self._period_waiting_peak = self._texts_waiting
         return DiagnosticStatus(level=level.octet, name=STATUS_NAME, message=summary,
                                 hardware_id=self.preset,
                                 values=[KeyValue(key=k, value=v) for k, v in values])
@@ -287,10 +288,9 @@ class EngineDiagnostics:
             ('limit clips: chunks', str(self._clips['chunks'])),
             ('tokens/s', f'{tokens_s:.1f}'),
             ('text requests running', str(s.num_running if s else 0)),
-            ('text requests pending', str(s.num_pending if s else 0)),
             ('text requests rejected', str(self._texts_rejected)),
-            ('questions waiting', str(self._questions_waiting)),
-            ('questions waiting peak', str(self._period_questions_peak)),
+            ('text requests waiting', str(self._texts_waiting)),
+            ('text requests waiting peak', str(self._period_waiting_peak)),
             ('text requests open', str(self._texts_open)),
             ('last text rejection', self._last_text_rejection),
             ('decode batch', str(s.decode_batch if s else 0)),

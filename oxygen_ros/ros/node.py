@@ -9,9 +9,11 @@ texts go through a queue to a guard condition in the text group, which publishes
 autostart timer use the default group. The executor is ``executor.NodeExecutor``.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
-(``ask_action``) shares the question queue and its goals always get a result. Texts are also
-streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``): the
-control cycle hands over token ids only, the text group detokenizes (``text_stream``). Text
+(``ask_action``) shares the engine's one waiting queue and its goals always get a result; a
+question is queued or refused in its own callback (``Engine.submit_text`` is thread-safe),
+never after a control cycle. Texts are also streamed as they decode (``~/<task>/stream``,
+``oxygen_ros_interfaces/DecodedText``): the engine detokenizes each cycle's tokens once, the
+text group publishes the pieces (``text_stream``). Text
 messages for a publisher that is not active (deactivated, or destroyed at cleanup) are held
 and go out at the next activation (``output_publishers``): questions still open at cleanup
 are refused (``no answer: engine shut down``) and that reply is sent then; at shutdown they
@@ -122,8 +124,7 @@ class OxygenNode(LifecycleNode):
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
         self._text_out = TextOutputs(self._pubs.publish_text, AskAction(
-            self, self._texts, ReentrantCallbackGroup(), self._abort_now),
-            on_error=self._texts.record_error)
+            self, self._texts, ReentrantCallbackGroup()), on_error=self._texts.record_error)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._autostart = None
@@ -184,9 +185,8 @@ class OxygenNode(LifecycleNode):
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction,
                                        prepare_image=engine.prepare_image)
         self._pubs.create(output.publisher_keys)
-        self._text_out.configure(engine.tokenizer, cfg.frame_id)
-        self._texts.max_queued_questions = cfg.max_queued_questions
-        self._texts.max_tokens = engine.model_cfg.decode_budget
+        self._text_out.frame_id = cfg.frame_id
+        self._texts.connect(engine)
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._subs = []
         for slot in cfg.cameras:
@@ -247,8 +247,8 @@ class OxygenNode(LifecycleNode):
         """
         Stop the control timer (after a running cycle); publishers go silent.
 
-        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox,
-            finished texts wait until the next activation).
+        :returns: SUCCESS → inactive (running texts pause, questions wait in the engine's
+            queue, finished texts wait until the next activation).
         """
         self._stop_timer()
         self._diag.set_state('inactive', self._now_s())
@@ -300,7 +300,7 @@ class OxygenNode(LifecycleNode):
             for sub in self._subs:
                 self.destroy_subscription(sub)
             self._subs, self._cache = [], None
-            self._texts.max_tokens = 0  # refuse questions until configured again
+            self._texts.connect(None)  # refuse questions until configured again
             if engine is not None:
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
                 device = engine.config.device
@@ -347,18 +347,6 @@ class OxygenNode(LifecycleNode):
     def _on_ask(self, msg: String) -> None:
         self._texts.ask_topic(msg.data, time.monotonic())
 
-    def _abort_now(self, req_id: str) -> None:
-        """Abort a cancelled request in the engine now, unless a control cycle runs."""
-        # a running cycle holds the lock: the next one applies the cancel before planning
-        locked = self._engine_lock.acquire(blocking=False) if self._timer is not None \
-            else self._engine_lock.acquire(timeout=1.0)
-        if locked:
-            try:
-                if self._engine is not None:
-                    self._texts.apply_cancels(self._engine)
-            finally:
-                self._engine_lock.release()
-
     # -- parameters ---------------------------------------------------------------------------
     def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
         cfg = self._cfg
@@ -374,8 +362,10 @@ class OxygenNode(LifecycleNode):
         for p in params:
             if p.name == 'instruction' and self._cache is not None:
                 self._cache.set_instruction(p.value)
-            elif p.name == 'max_queued_questions':
-                self._texts.max_queued_questions = p.value
+            elif p.name == 'max_waiting_requests':
+                engine = self._engine
+                if engine is not None:
+                    engine.set_max_waiting_requests(p.value)
             elif p.name == 'frame_id':
                 self._text_out.frame_id = p.value
             elif p.name == 'diagnostics_period':
@@ -398,12 +388,11 @@ class OxygenNode(LifecycleNode):
             if engine is None or cfg is None or output is None or smoother is None:
                 return
             try:
-                self._texts.apply_cancels(engine)  # frees their KV before planning
                 if engine.config.control_period_s != cfg.control_period_s:
                     engine.set_control_period(cfg.control_period_s)  # k adapts to it
                 prepared = self._prepare(engine, cfg)
-                self._texts.submit(engine, now, cfg.subtask_period, cfg.memory_period,
-                                   prepared is not None)
+                self._texts.ask_periodic(now, cfg.subtask_period, cfg.memory_period,
+                                         prepared is not None)
                 published = []
 
                 def publish(chunk: ActionChunk) -> None:

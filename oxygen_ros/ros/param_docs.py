@@ -42,8 +42,8 @@ loads under any node name or namespace) or with `-p name:=value`; doubles need a
 - **dynamic** parameters change at run time (`ros2 param set /oxygen control_rate_hz 5.0`);
   values out of range or of the wrong type are refused with a reason. `control_rate_hz` retimes
   the control timer and the engine's action deadline (k adapts), `instruction` replaces the
-  prompt, `diagnostics_period` retimes `/diagnostics`, `max_queued_questions` bounds the
-  question queue from the next question on ([topics and interfaces](topics.md)).
+  prompt, `diagnostics_period` retimes `/diagnostics`, `max_waiting_requests` bounds the
+  scheduler's waiting queue from the next request on ([robustness](robustness.md)).
 
 | name | type | default | range | when | description |
 |---|---|---|---|---|---|

@@ -183,9 +183,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               (0.0, 1_000_000.0), read_only=True),
     ParamSpec('max_running_requests', 32, 'text requests decoding at once', (1, 4096),
               read_only=True),
-    ParamSpec('max_queued_questions', 16, 'questions (~/ask topic and action) waiting to reach '
-              'the decoder; more are refused at once (no answer: queue full; goals rejected)',
-              (1, 100_000)),
+    ParamSpec('max_waiting_requests', 16, 'text requests (~/ask topic and action, periodic '
+              'subtask and memory) waiting for admission in the scheduler; one more is refused '
+              'at once (no answer: queue full; goals rejected)', (1, 100_000)),
     ParamSpec('stop_on_eos', True, 'stop a text at EOS (False decodes every text to its '
               'budget)', read_only=True),
     ParamSpec('seed', 0, 'random weights and flow-matching noise seed', (0, 2**31 - 1),
@@ -298,13 +298,13 @@ class NodeConfig:
     autostart: bool = True
     torch_threads: int = 0
     diagnostics_period: float = 1.0
-    max_queued_questions: int = 16
+    max_waiting_requests: int = 16
     compressed_cameras: tuple[str, ...] = ()
     """Camera slots subscribed on ``<topic>/compressed`` (``image_transport.<slot>``)."""
 
     def __post_init__(self) -> None:
         for name in ('control_rate_hz', 'action_dt', 'max_observation_age', 'subtask_period',
-                     'memory_period', 'diagnostics_period', 'max_queued_questions'):
+                     'memory_period', 'diagnostics_period', 'max_waiting_requests'):
             _check_range(name, getattr(self, name))
         if not self.cameras or set(self.cameras) - set(CAMERA_SLOTS) or \
                 len(set(self.cameras)) != len(self.cameras):
@@ -450,7 +450,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
                                       'max_observation_age', 'subtask_period',
                                       'memory_period', 'instruction', 'autostart',
                                       'diagnostics_period', 'torch_threads',
-                                      'max_queued_questions')})
+                                      'max_waiting_requests')})
     if len(node.joint_names) != model.state_dim:
         raise ParameterError(f'joint_names: preset {model.name} has a {model.state_dim}-dim '
                              f'state, got {len(node.joint_names)} names {list(node.joint_names)}')
@@ -488,6 +488,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             decode_budget=int(v['decode_budget']) or None,
             kv_cache_mb=float(v['kv_cache_mb']) or None,
             max_running_requests=int(v['max_running_requests']),
+            max_waiting_requests=node.max_waiting_requests,
             control_period_s=node.control_period_s, stop_on_eos=bool(v['stop_on_eos']),
             seed=int(v['seed']), rtc=node.chunk_smoothing is ChunkSmoothing.RTC,
             **{f'{task}_context': _enum(f'{task}_context', v[f'{task}_context'])

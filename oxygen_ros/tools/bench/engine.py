@@ -189,8 +189,8 @@ def _config(args: argparse.Namespace, context: TextContext):
         prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
         else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
         decode_budget=args.decode_budget, max_running_requests=args.max_running,
-        stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
-        max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention),
+        stop_on_eos=args.stop_on_eos, seed=args.seed, max_waiting_requests=10**6,
+        attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
         memory_adapter=args.memory_adapter, rtc=args.rtc, resize_on_device=args.resize_on_device)
 
@@ -305,7 +305,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         if f % args.probe_every == 0:
             probe_round()
     for pol, eng in engines.items():       # let the last text requests finish (not timed)
-        while eng.num_running or eng.num_pending:
+        while eng.num_running or eng.num_waiting:
             _collect(records[pol], eng.step(None), measured=False)
     for _ in range(3):
         probe_round()
