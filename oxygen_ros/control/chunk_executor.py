@@ -45,8 +45,8 @@ import numpy as np
 
 from oxygen_ros.control.action_chunk import Chunk, ChunkRefused
 from oxygen_ros.control.limits import JointLimits
+from oxygen_ros.units import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 LATENCY_WINDOW = 10_000
 _REL_TOL = 1e-6
 """Relative slack on limit checks: float32 round-off of values clipped exactly to a limit."""
@@ -373,4 +373,4 @@ def _hermite(p0: np.ndarray, m0: np.ndarray, p1: np.ndarray, m1: np.ndarray,
 
 
 __all__ = ['Chunk', 'ChunkExecutor', 'ChunkRefused', 'Command', 'ExecutorStats',
-           'JointLimits', 'LATENCY_WINDOW', 'NS_PER_S', 'Switch']
+           'JointLimits', 'LATENCY_WINDOW', 'Switch']

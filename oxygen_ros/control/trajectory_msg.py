@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from oxygen_ros.control.chunk_executor import Chunk, ChunkRefused, NS_PER_S
+from oxygen_ros.control.chunk_executor import Chunk, ChunkRefused
+from oxygen_ros.units import NS_PER_S
 
 
 def chunk_from_trajectory(msg: object) -> Chunk:

@@ -39,13 +39,12 @@ from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
-from oxygen_ros.ros.compressed import camera_input, ImageTransport
-from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.endpoints import (
     ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
 from oxygen_ros.ros.executor import NodeExecutor, spin
 from oxygen_ros.ros.heap import release_freed_memory
+from oxygen_ros.ros.images.transport import camera_input, ImageTransport
 from oxygen_ros.ros.input_limits import instruction_refusal
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
@@ -59,6 +58,7 @@ from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
+from oxygen_ros.units import NS_PER_S
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup

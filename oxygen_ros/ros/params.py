@@ -26,7 +26,7 @@ from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import (
     BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
 from oxygen_ros.model.preprocess import ImageResize
-from oxygen_ros.ros.compressed import ImageTransport, transport
+from oxygen_ros.ros.images.transport import ImageTransport, transport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 from oxygen_ros.sched.request import TextContext

@@ -3,8 +3,8 @@
 import math
 
 import numpy as np
-from oxygen_ros.control.chunk_executor import (
-    Chunk, ChunkExecutor, ChunkRefused, JointLimits, NS_PER_S)
+from oxygen_ros.control.chunk_executor import Chunk, ChunkExecutor, ChunkRefused, JointLimits
+from oxygen_ros.units import NS_PER_S
 import pytest
 
 MS = 1_000_000

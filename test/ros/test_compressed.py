@@ -5,14 +5,16 @@ import struct
 import zlib
 
 import numpy as np
-from oxygen_ros.ros.compressed import (
-    camera_image_to_rgb, camera_input, Codec, codec_of_format, compressed_to_rgb,
-    CompressedImageError, encode_rgb, ImageTransport, rgb_to_compressed)
-from oxygen_ros.ros.convert import ImageConversionError, NS_PER_S, stamp_to_ns
+from oxygen_ros.ros.images.compressed import (
+    Codec, codec_of_format, compressed_to_rgb, CompressedImageError, encode_rgb, rgb_to_compressed)
+from oxygen_ros.ros.images.raw import ImageConversionError
+from oxygen_ros.ros.images.transport import camera_image_to_rgb, camera_input, ImageTransport
 from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
 from oxygen_ros.ros.params import build_configs, ParameterError
+from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.tools.bag import make_demo
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, Storage
+from oxygen_ros.units import NS_PER_S
 from PIL import Image as PilImage
 import pytest
 import rclpy

@@ -12,10 +12,10 @@ import time
 import numpy as np
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import trajectory_to_actions
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import CYCLE_SLACK, OxygenNode
+from oxygen_ros.ros.trajectories import trajectory_to_actions
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
