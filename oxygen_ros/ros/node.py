@@ -33,9 +33,9 @@ from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
+from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother

@@ -5,7 +5,7 @@ import math
 import numpy as np
 from oxygen_ros.config import ActionSpace
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import ActionChunk
+from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
 from oxygen_ros.ros.params import build_configs, ParameterError
