@@ -34,7 +34,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor, ChunkRefused, JointLimits
-from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.ros.images.raw import rgb_to_image
 from oxygen_ros.ros.stamps import ns_to_stamp
 from oxygen_ros.ros.topics import qos_profile, QosRole
@@ -138,7 +138,7 @@ class SimNode(Node):
         for msg in items:
             stamp = msg.header.stamp.sec * NS_PER_S + msg.header.stamp.nanosec
             try:
-                chunk = chunk_from_trajectory(msg)
+                chunk = trajectory_from_msg(msg)
             except ChunkRefused as exc:
                 self.chunk_executor.reject(str(exc))
                 events.append(reports.refused_event(stamp, arrival, str(exc)))

@@ -12,7 +12,7 @@ times reproduces the simulator's ``~/joint_command``.
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor
-from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.ros.topics import INSTRUCTION_TOPIC, qos_profile, QosRole
 from oxygen_ros.tools.demo.sim import node_args
 from oxygen_ros.units import NS_PER_S
@@ -101,7 +101,7 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     for t_ns, recorded in zip(cmd_t, cmd_q):
         while k < len(arrivals) and arrivals[k][0] <= t_ns:
             arrival, msg = arrivals[k]
-            assert replay.submit(chunk_from_trajectory(msg), arrival)
+            assert replay.submit(trajectory_from_msg(msg), arrival)
             k += 1
         expected = replay.command(int(t_ns)).positions
         # Up to end_ns only: the sim ran on after it, so every event of that span had arrived
