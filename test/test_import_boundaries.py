@@ -23,10 +23,10 @@ LAYERS = {
     'ros': {'engine', 'model', 'kv', 'sched', 'control', 'config', 'observation', 'resources',
             'signals', 'units'},
     'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
-    'tools': {'sim', 'ros', 'engine', 'backends', 'convert', 'model', 'kv', 'sched', 'control',
+    'tools': {'sim', 'ros', 'engine', 'backends', 'checkpoint', 'model', 'kv', 'sched', 'control',
               'config', 'observation', 'resources', 'signals', 'units'},
     'control': {'config', 'units'},
-    'convert': {'model', 'config'},
+    'checkpoint': {'model', 'config'},
     'config': set(),
     'observation': set(),
     'resources': set(),
@@ -198,8 +198,8 @@ def test_every_import_follows_the_layers():
     assert wrong == []
 
 
-def test_convert_imports_neither_jax_nor_tensorstore_nor_ros():
-    loaded = loaded_after_import(of('oxygen_ros.convert'))
+def test_checkpoint_conversion_imports_neither_jax_nor_tensorstore_nor_ros():
+    loaded = loaded_after_import(of('oxygen_ros.checkpoint'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 
