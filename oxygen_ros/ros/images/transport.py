@@ -35,18 +35,6 @@ def compressed_topic(image_topic: str) -> str:
     return image_topic.rstrip('/') + COMPRESSED_SUFFIX
 
 
-def transport(value: str, what: str = 'image_transport') -> ImageTransport:
-    """
-    Return the transport named ``value``.
-
-    :raises ValueError: not ``'raw'`` or ``'compressed'`` (the message names ``what``).
-    """
-    try:
-        return ImageTransport(value)
-    except ValueError:
-        raise ValueError(f"{what} must be 'raw' or 'compressed', got {value!r}") from None
-
-
 def camera_image_to_rgb(msg: Image | CompressedImage) -> np.ndarray:
     """
     Return a raw or compressed camera message as ``uint8 [h, w, 3]`` RGB.
@@ -79,4 +67,4 @@ def camera_input(node: object, image_topic: str,
 
 
 __all__ = ['COMPRESSED_SUFFIX', 'ImageTransport', 'camera_image_to_rgb', 'camera_input',
-           'compressed_topic', 'transport']
+           'compressed_topic']
