@@ -48,7 +48,8 @@ def trajectory_from_msg(msg: object) -> Trajectory:
                            f'every point or none')
     positions = np.stack(rows) if rows else np.zeros((0, width))
     velocities = np.stack(vels) if rows and all(given) else None
-    return Trajectory(names, stamp.sec * NS_PER_S + stamp.nanosec, tuple(tfs), positions, velocities)
+    return Trajectory(names, stamp.sec * NS_PER_S + stamp.nanosec, tuple(tfs), positions,
+                      velocities)
 
 
 __all__ = ['trajectory_from_msg']

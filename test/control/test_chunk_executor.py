@@ -18,7 +18,7 @@ def chunk(positions, stamp_ns=T0, dt_ms=100, names=('a', 'b'), velocities=None, 
     if tfs is None:
         tfs = tuple(i * dt_ms * MS for i in range(positions.shape[0]))
     return Trajectory(tuple(names), stamp_ns, tuple(tfs), positions,
-                 None if velocities is None else np.asarray(velocities, dtype=np.float64))
+                      None if velocities is None else np.asarray(velocities, dtype=np.float64))
 
 
 def ramp(start, num_points=5, step=(0.1, -0.2)):

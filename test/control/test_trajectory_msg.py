@@ -24,7 +24,7 @@ def trajectory(rows, velocities=None, stamp=(12, 500_000_000), dt_ns=100_000_000
 
 def test_positions_times_and_stamp():
     c = trajectory_from_msg(trajectory([[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]],
-                                         dt_ns=700_000_000))
+                                       dt_ns=700_000_000))
     assert c.joint_names == ('a', 'b') and c.stamp_ns == 12_500_000_000
     assert c.times_from_start_ns == (0, 700_000_000, 1_400_000_000)
     assert c.positions.tolist() == [[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]]
@@ -34,7 +34,7 @@ def test_positions_times_and_stamp():
 
 def test_velocities_on_every_point_are_used():
     c = trajectory_from_msg(trajectory([[0.0, 0.0], [0.1, 0.0]],
-                                         velocities=[[1.0, 0.0], [1.0, 0.0]]))
+                                       velocities=[[1.0, 0.0], [1.0, 0.0]]))
     assert c.velocities.tolist() == [[1.0, 0.0], [1.0, 0.0]]
 
 
