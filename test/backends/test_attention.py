@@ -10,13 +10,15 @@ from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.paged_attention import use_paged_kernel
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
 from paged_cases import interpreted_kernel
 import pytest
 import torch
+from torch._dynamo.backends.registry import lookup_backend
 
 
 def test_the_config_wins_then_the_environment_then_auto(monkeypatch):
@@ -110,11 +112,6 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
     The guided denoise (RTC) beside them keeps the gathered velocity and its reference.
     """
     interpreted_kernel()
-    from oxygen_ros.model.kv_cache import PrefixKV
-    from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
-
-    from torch._dynamo.backends.registry import lookup_backend
-
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
     graphs, aot_eager = [], lookup_backend('aot_eager')
 
