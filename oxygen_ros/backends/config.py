@@ -74,11 +74,12 @@ class AttentionBackend(enum.Enum):
     short-query attention of denoise and decode as two matrix products
     (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
     choice; AUTO does so only where compiled for CUDA (1.8x faster denoise on an H100,
-    ``docs/gpu.md``). TRITON runs the decode steps and causal suffixes of the fast path with
-    the paged attention kernel (``model/paged_attention.py``: the context read in place from
-    the KV pool, no gather), in graphs of eager kernels too, and the rest as AUTO; AUTO uses
-    that kernel where compiled for CUDA with Triton importable. The eager model always
-    gathers.
+    ``docs/gpu.md``). TRITON runs the decode steps, causal suffixes and denoise of the fast
+    path with the paged attention kernel (``model/paged_attention.py``: the context read in
+    place from the KV pool, no gather; the denoise with the fused norms of
+    ``model/denoise_fused.py``), in graphs of eager kernels too, and the rest as AUTO; AUTO
+    uses those kernels where compiled for CUDA with Triton importable. The eager model and
+    RTC's guided denoise always gather.
     """
 
     AUTO = 'auto'

@@ -235,6 +235,23 @@ def _graph_replay_us(fn: Callable[[], None], repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def denoise_entry(ms: dict[str, float], cfg: Any, used: str) -> dict:
+    """
+    Return how the timed denoise ran and its time per layer-step.
+
+    :param ms: ``run_components``' medians (``denoise_10_steps``).
+    :param cfg: the model's ``ModelConfig``.
+    :param used: ``paged_attention.denoise_attention``: ``'fused'`` (the Triton kernels of
+        ``model/denoise_fused.py``) or ``'gathered'``.
+    :returns: ``used``, ``layer_steps`` (expert depth x Euler steps) and
+        ``us_per_layer_step`` (None where the denoise was not timed).
+    """
+    steps = cfg.expert.depth * cfg.num_denoise_steps
+    total = ms.get('denoise_10_steps')
+    return {'used': used, 'layer_steps': steps,
+            'us_per_layer_step': None if total is None else 1e3 * total / steps}
+
+
 def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
                     work: Workload) -> dict:
     """
@@ -276,5 +293,5 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
                                        batch_name=f'decode_step_b{batch}')}
 
 
-__all__ = ['DECODE_BATCHES', 'Workload', 'pipeline_parity', 'roofline_entry',
+__all__ = ['DECODE_BATCHES', 'Workload', 'denoise_entry', 'pipeline_parity', 'roofline_entry',
            'run_components', 'time_decode_attention', 'timed_ms']

@@ -220,9 +220,9 @@ def compiled_components(ctx: PhaseContext) -> bool:
     from oxygen_ros.backends.graph_builder import Kernels
     from oxygen_ros.backends.parity_probe import float32_copy
     from oxygen_ros.model.kv_cache import KVCache
-    from oxygen_ros.model.paged_attention import decode_attention
+    from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
-        pipeline_parity, roofline_entry, run_components, time_decode_attention)
+        denoise_entry, pipeline_parity, roofline_entry, run_components, time_decode_attention)
 
     a, work = ctx.args, ctx.workload()
     attention = AttentionBackend.resolve(a.attention)
@@ -239,10 +239,13 @@ def compiled_components(ctx: PhaseContext) -> bool:
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
         paged = decode_attention(fast.device, compiled)
+        fused = denoise_attention(fast.device, fast.kernels is Kernels.INDUCTOR
+                                  and 'denoise' not in report.fallbacks, model.cfg.action_horizon)
     ctx.save('warmup', {
         'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
         'attention_backend': attention.value, 'decode_attention': paged,
+        'denoise_attention': fused,
         'compiles': dict(report.compiles),
         'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
         'gate': {s: r.describe() for s, r in fast.parity.items()},
@@ -253,6 +256,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
     with sdpa_context(attention):
         run = run_components(fast, backend.cache, work)
         ctx.save('ms', run['ms'])
+        ctx.save('denoise', denoise_entry(run['ms'], model.cfg, fused))
         for key, value in roofline_entry(run['ms'], work, _device_name(ctx)).items():
             ctx.save(key, value)
         pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, dtype=model.dtype,

@@ -76,6 +76,7 @@ FILLED_KEYS = {
                          'paper_cycle', 'workload.model_build_s'),
     'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
                             'warmup.decode_attention', 'decode_attention.used',
+                            'warmup.denoise_attention', 'denoise.us_per_layer_step',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
                             'warmup.compile_cache', *_MS,
                             'roofline.decode_step_b1.pct_of_bound', 'paper_cycle',
