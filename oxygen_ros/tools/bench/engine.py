@@ -260,7 +260,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     # the probe times the model calls alone: images resized on the host, as the vision graph
     # takes them (where the engine resizes on its device, its cameras are still uint8)
     host_images = np.stack([prepare_camera(c, model_cfg, oxygen.conventions.image_resize).pixels
-                            for c in prepared.cameras])
+                            if c.dtype == np.uint8 else c for c in prepared.cameras])
     probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
                            torch.from_numpy(host_images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch,
