@@ -51,13 +51,14 @@ SESSIONS = {
     3: ('OxyGen vs isolated on the fast path, a warm second start',
         ('environment', 'bench', 'second_start')),
 }
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 240, 'eager_components': 90,
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 300, 'eager_components': 90,
               'compiled_components': 420, 'bench': 330, 'second_start': 90}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
 a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
 kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
 ~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
-gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests ~4 min. The compiled
+gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
+before ``test_gpu_rtc.py`` (two more Inductor compiles of the tiny guided step). The compiled
 components took 277 s on 2026-11-25 without the guided denoise, whose compile (forward and
 backward of one step) and gate add ~60 s."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
