@@ -136,27 +136,17 @@ def _denoise_io(cfg: ModelConfig, dtype_bytes: int) -> CallCost:
 
 
 def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None = None,
-                 dtype_bytes: int = 2) -> CallCost:
-    """Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix."""
-    n = cfg.num_denoise_steps if num_steps is None else num_steps
-    layer = denoise_layer_step_costs(cfg, prefix_tokens, dtype_bytes=dtype_bytes)
-    step = _denoise_io(cfg, dtype_bytes)
-    for part in layer.values():
-        step = step + _scaled(part, cfg.expert.depth)
-    return _scaled(step, n)
-
-
-def guided_denoise_cost(cfg: ModelConfig, prefix_tokens: int, *,
-                        num_steps: int | None = None, dtype_bytes: int = 2) -> CallCost:
+                 guided: bool = False, dtype_bytes: int = 2) -> CallCost:
     """
-    Return the cost of RTC's guided denoise (N Euler steps, the split attention).
+    Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix.
 
-    Per step :func:`denoise_layer_step_costs` with ``guided`` over every layer, and the
-    action projections forward and backward (their weights read twice).
+    :param guided: RTC's guided denoise (the split attention): per step
+        :func:`denoise_layer_step_costs` with ``guided`` over every layer, and the action
+        projections forward and backward (their weights read twice).
     """
     n = cfg.num_denoise_steps if num_steps is None else num_steps
-    layer = denoise_layer_step_costs(cfg, prefix_tokens, guided=True, dtype_bytes=dtype_bytes)
-    step = _scaled(_denoise_io(cfg, dtype_bytes), 2)
+    layer = denoise_layer_step_costs(cfg, prefix_tokens, guided=guided, dtype_bytes=dtype_bytes)
+    step = _scaled(_denoise_io(cfg, dtype_bytes), 2 if guided else 1)
     for part in layer.values():
         step = step + _scaled(part, cfg.expert.depth)
     return _scaled(step, n)
@@ -184,5 +174,5 @@ def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
 
 
 __all__ = ['CallCost', 'decode_cost', 'denoise_cost',
-           'denoise_layer_step_costs', 'gemma_layer_linear_params', 'guided_denoise_cost',
-           'prefill_cost', 'seed_cost', 'vision_cost']
+           'denoise_layer_step_costs', 'gemma_layer_linear_params', 'prefill_cost',
+           'seed_cost', 'vision_cost']

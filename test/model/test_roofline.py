@@ -4,7 +4,7 @@ from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.roofline import (
     decode_cost, denoise_cost, denoise_layer_step_costs, gemma_layer_linear_params,
-    guided_denoise_cost, prefill_cost, seed_cost, vision_cost)
+    prefill_cost, seed_cost, vision_cost)
 import pytest
 
 PI05 = get_preset('pi05_droid')
@@ -75,7 +75,7 @@ def test_a_guided_step_costs_twice_a_plain_one_at_pi05_droid_sizes():
     assert old['prefix_kv_grad'].flops == pytest.approx(102.2e6, rel=1e-3)
     ratio = (sum(c.flops for c in guided.values()) / sum(c.flops for c in plain.values()))
     assert 2.0 <= ratio < 2.01
-    total = guided_denoise_cost(PI05, 818)
+    total = denoise_cost(PI05, 818, guided=True)
     assert total.num_bytes / denoise_cost(PI05, 818).num_bytes == pytest.approx(2.0, abs=1e-9)
     assert 1.99 < total.flops / denoise_cost(PI05, 818).flops < 2.01
     # what the fast path's denoise (10 steps) is bound by on an H100: weight reads

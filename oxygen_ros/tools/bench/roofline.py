@@ -13,8 +13,8 @@ from __future__ import annotations
 from oxygen_ros.backends.gpu_specs import GpuSpec, JETSON_AGX_THOR
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.roofline import (
-    CallCost, decode_cost, denoise_cost, gemma_layer_linear_params, guided_denoise_cost,
-    prefill_cost, seed_cost, vision_cost)
+    CallCost, decode_cost, denoise_cost, gemma_layer_linear_params, prefill_cost, seed_cost,
+    vision_cost)
 
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
               'decode_step_b8': 3.5}
@@ -33,8 +33,8 @@ def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
              'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
              'suffix': _suffix_cost(cfg, prefix, dtype_bytes),
              'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes),
-             'guided_denoise_10_steps': guided_denoise_cost(cfg, prefix,
-                                                            dtype_bytes=dtype_bytes)}
+             'guided_denoise_10_steps': denoise_cost(cfg, prefix, guided=True,
+                                                     dtype_bytes=dtype_bytes)}
     for b in decode_batches:
         costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix),
                                                  dtype_bytes=dtype_bytes)
