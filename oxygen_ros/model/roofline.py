@@ -14,6 +14,13 @@ follow spec §5 ([C], computed from the shapes of §1):
   expert's matrices (0.31 G params: 0.62 GB in bf16) and the prefix K/V are read; the
   adaRMS ``Dense`` is not (the fast path computes the modulations of the fixed times once
   per load).
+- guided denoise (real-time chunking): per step the velocity and its vector-Jacobian
+  product in x_t: each linear's input gradient ``W^T dy`` costs its forward's FLOPs and reads
+  its weights once more (no weight gradient is formed), the attention's backward is dq and
+  dP over the P + H keys plus the suffix's own dK, dV (the prefix K/V are constants: no
+  gradient for their rows), the prefix K/V are read again: about twice a plain step in FLOPs
+  and in bytes (:func:`denoise_layer_step_costs` per part; docs/gpu.md, "RTC on the fast
+  path").
 - decode step of B rows over C context tokens: every VLM layer weight (3.96 GB in bf16) and
   the tied LM head (1.05 GB) once per step whatever B, plus B * C * 18 KiB of K/V.
 - seed: the LM head over B hidden states.
@@ -85,18 +92,68 @@ def prefill_cost(cfg: ModelConfig, num_tokens: int, *, context: int = 0,
     return CallCost(flops, float(weights + (n + context) * kv))
 
 
+def denoise_layer_step_costs(cfg: ModelConfig, prefix_tokens: int, *, guided: bool = False,
+                             concatenated: bool = False,
+                             dtype_bytes: int = 2) -> dict[str, CallCost]:
+    """
+    Return the work of one action-expert layer in one Euler step, by part.
+
+    H = ``cfg.action_horizon`` query rows, P = ``prefix_tokens`` prefix keys.
+
+    - ``linears``: Q/K/V, output and MLP products, ``2 H params`` FLOPs; weights read once.
+    - ``attention``: ``QK^T`` and ``PV`` over P + H keys; the prefix K/V read.
+    - guided, ``linears_input_grad``: ``W^T dy`` per linear, the forward's FLOPs and weights.
+    - guided, ``attention_backward``: dq and dP over the P + H keys, dK and dV of the H suffix
+      rows; the prefix K/V read again.
+    - guided and ``concatenated`` (the form before the split, for comparison):
+      ``prefix_kv_grad``, the dK and dV of the P prefix rows that attending
+      ``cat(prefix, suffix)`` forms and discards, and that concatenation's copy (P rows read,
+      P + H written, keys and values) plus the P gradient rows written.
+
+    :returns: ``{part: CallCost}`` in the order above.
+    """
+    e, h, p = cfg.expert, cfg.action_horizon, prefix_tokens
+    params = gemma_layer_linear_params(e)
+    kv_row = 2 * e.num_kv_heads * e.head_dim * dtype_bytes         # one key and one value
+    linears = CallCost(2.0 * h * params, float(params * dtype_bytes))
+    attention = CallCost(_attention_flops(e, h * (p + h)) / e.depth, float(p * kv_row))
+    parts = {'linears': linears, 'attention': attention}
+    if guided:
+        suffix_kv_grad = 4.0 * e.num_heads * e.head_dim * h * h
+        parts['linears_input_grad'] = linears
+        parts['attention_backward'] = CallCost(attention.flops + suffix_kv_grad,
+                                               attention.num_bytes)
+        if concatenated:
+            parts['prefix_kv_grad'] = CallCost(4.0 * e.num_heads * e.head_dim * h * p,
+                                               float((2 * p + h) * kv_row + p * kv_row))
+    return parts
+
+
+def _denoise_io(cfg: ModelConfig, dtype_bytes: int) -> CallCost:
+    """Return ``action_in_proj`` and ``action_out_proj`` of one step (H rows)."""
+    io = 2 * cfg.action_dim * cfg.expert.width
+    return CallCost(2.0 * cfg.action_horizon * io, float(io * dtype_bytes))
+
+
 def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None = None,
-                 dtype_bytes: int = 2) -> CallCost:
-    """Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix."""
-    e = cfg.expert
+                 guided: bool = False, dtype_bytes: int = 2) -> CallCost:
+    """
+    Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix.
+
+    :param guided: RTC's guided denoise (the split attention): per step
+        :func:`denoise_layer_step_costs` with ``guided`` over every layer, and the action
+        projections forward and backward (their weights read twice).
+    """
     n = cfg.num_denoise_steps if num_steps is None else num_steps
-    h = cfg.action_horizon
-    matrices = e.depth * gemma_layer_linear_params(e)
-    io = 2 * cfg.action_dim * e.width
-    per_step = 2.0 * h * (matrices + io) + _attention_flops(e, h * (prefix_tokens + h))
-    per_step_bytes = (matrices + io) * dtype_bytes + \
-        prefix_tokens * cfg.kv_bytes_per_token(dtype_bytes)
-    return CallCost(n * per_step, float(n * per_step_bytes))
+    layer = denoise_layer_step_costs(cfg, prefix_tokens, guided=guided, dtype_bytes=dtype_bytes)
+    step = _scaled(_denoise_io(cfg, dtype_bytes), 2 if guided else 1)
+    for part in layer.values():
+        step = step + _scaled(part, cfg.expert.depth)
+    return _scaled(step, n)
+
+
+def _scaled(cost: CallCost, times: int) -> CallCost:
+    return CallCost(times * cost.flops, times * cost.num_bytes)
 
 
 def decode_cost(cfg: ModelConfig, batch: int, context_tokens: int, *,
@@ -116,5 +173,6 @@ def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
     return CallCost(2.0 * batch * head, float(head * dtype_bytes))
 
 
-__all__ = ['CallCost', 'decode_cost', 'denoise_cost', 'gemma_layer_linear_params',
-           'prefill_cost', 'seed_cost', 'vision_cost']
+__all__ = ['CallCost', 'decode_cost', 'denoise_cost',
+           'denoise_layer_step_costs', 'gemma_layer_linear_params', 'prefill_cost',
+           'seed_cost', 'vision_cost']

@@ -3,8 +3,8 @@
 from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.roofline import (
-    decode_cost, denoise_cost, gemma_layer_linear_params, prefill_cost,
-    seed_cost, vision_cost)
+    decode_cost, denoise_cost, denoise_layer_step_costs, gemma_layer_linear_params,
+    prefill_cost, seed_cost, vision_cost)
 import pytest
 
 PI05 = get_preset('pi05_droid')
@@ -59,3 +59,25 @@ def test_gpu_lookup_by_device_name():
     assert lookup_gpu('NVIDIA L40S').name == 'L40S' and lookup_gpu('NVIDIA L4').name == 'L4'
     assert lookup_gpu('NVIDIA Thor') is JETSON_AGX_THOR and JETSON_AGX_THOR.bandwidth == 273e9
     assert lookup_gpu('Some Future GPU') is None
+
+
+def test_a_guided_step_costs_twice_a_plain_one_at_pi05_droid_sizes():
+    """Per layer-step at P = 832 slots, H = 15 (docs/gpu.md's table); the floor near 2x."""
+    plain = denoise_layer_step_costs(PI05, 832)
+    guided = denoise_layer_step_costs(PI05, 832, guided=True)
+    old = denoise_layer_step_costs(PI05, 832, guided=True, concatenated=True)
+    assert list(plain) == ['linears', 'attention']
+    assert list(old) == ['linears', 'attention', 'linears_input_grad', 'attention_backward',
+                         'prefix_kv_grad']
+    assert plain['linears'].flops == pytest.approx(519.0e6, rel=1e-3)     # 2 * 15 * 17.3 M
+    assert plain['attention'].flops == pytest.approx(104.1e6, rel=1e-3)
+    assert guided['linears_input_grad'] == plain['linears']            # W^T dy, weights again
+    assert old['prefix_kv_grad'].flops == pytest.approx(102.2e6, rel=1e-3)
+    ratio = (sum(c.flops for c in guided.values()) / sum(c.flops for c in plain.values()))
+    assert 2.0 <= ratio < 2.01
+    total = denoise_cost(PI05, 818, guided=True)
+    assert total.num_bytes / denoise_cost(PI05, 818).num_bytes == pytest.approx(2.0, abs=1e-9)
+    assert 1.99 < total.flops / denoise_cost(PI05, 818).flops < 2.01
+    # what the fast path's denoise (10 steps) is bound by on an H100: weight reads
+    assert 1e3 * total.bound_seconds(H100.bandwidth, H100.bf16_flops) == pytest.approx(3.8,
+                                                                                       rel=0.02)

@@ -3,10 +3,10 @@ The model calls of a control cycle, timed one by one, and the action path's pari
 
 What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
 (``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
-the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, a decode
-step at several batch sizes over a long context, the LM head), the outputs of one untimed
-pass, and the parity of the fast path's outputs against eager with eager float32 as the
-reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
+the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
+10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
+head), the outputs of one untimed pass, and the parity of the fast path's outputs against
+eager with eager float32 as the reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
 bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
 """
 
@@ -87,12 +87,16 @@ def timed_ms(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -
     return statistics.median(times)
 
 
-def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True) -> dict:
+def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True,
+                   guided: bool = False) -> dict:
     """
     Run (and time) the calls the engine makes on ``model`` over ``cache``.
 
     :param model: ``Pi05Model`` or ``CompiledModel`` (calls with token masks None, as the
         backend makes them; decode through ``greedy_calls``, as the engine decodes).
+    :param guided: also RTC's guided denoise (``guided_denoise_10_steps``, output
+        ``guided_actions``) on the same prefix and noise, guided as the bench's probe guides
+        (``probe.probe_guidance``): the fast path's graph, or the eager reference.
     :returns: ``{'ms': {component: median ms}, 'outputs': {name: tensor}}`` (``ms`` empty
         when not ``timed``).
     """
@@ -100,6 +104,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
 
     from oxygen_ros.backends.torch_backend import greedy_calls
     from oxygen_ros.model.kv_cache import PrefixKV
+    from oxygen_ros.tools.bench.probe import guided_call, probe_guidance
 
     greedy, seed = greedy_calls(model)
     cfg, dev, sync = model.cfg, cache.k.device, work.sync()
@@ -134,6 +139,11 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
         time_it('suffix', lambda: model.prefill_suffix(suffix, None, rows, slots=suffix_slots))
         out['actions'] = model.denoise(prefix, noise)
         time_it('denoise_10_steps', lambda: model.denoise(prefix, noise))
+        if guided:
+            call = guided_call(model)
+            guidance = probe_guidance(cfg.action_horizon, cfg.action_dim, dev)
+            out['guided_actions'] = call(prefix, noise, guidance)
+            time_it('guided_denoise_10_steps', lambda: call(prefix, noise, guidance))
         ctx_len = max(work.decode_ctx, p)
         for b in work.decode_batches:
             ctx = torch.cat([slots[0], 16 + p + torch.arange(ctx_len - p, device=dev)])
@@ -266,7 +276,8 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
 
     result = {}
     decode = tuple(f'decode_logits_b{b}' for b in work.decode_batches)
-    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + decode:
+    guided = ('guided_actions',) if 'guided_actions' in fast else ()
+    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + guided + decode:
         r = check_parity(key, [fast[key]], [eager[key]],
                          None if reference is None else [reference[key]])
         result[key] = {'error': r.error, 'tolerance': r.tolerance,

@@ -13,8 +13,9 @@ environment          GPU, driver, torch, CUDA, cuDNN, Triton, Python, CPU, the t
 gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess), per test
 eager_components     each model call, eager, with every attention kernel; rooflines
 compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
-                     gate, fallbacks, compile cache, the decode attention used), each call,
-                     the action path's parity, the decode attention alone (paged vs gather)
+                     gate, fallbacks, compile cache, the decode attention used; RTC's
+                     guided denoise included), each call (the guided denoise too), the
+                     action path's parity, the decode attention alone (paged vs gather)
 bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
                      shared warm-up), the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
@@ -213,7 +214,12 @@ class _Recompiles(logging.Handler):
 
 
 def compiled_components(ctx: PhaseContext) -> bool:
-    """Warm the fast path up cold (timed, compiles logged), time each call, check parity."""
+    """
+    Warm the fast path up cold (timed, compiles logged), time each call, check parity.
+
+    With real-time chunking on (``rtc``): the guided denoise is compiled, captured and gated
+    with the rest, timed beside the plain one and held against eager's guided denoise.
+    """
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
@@ -230,7 +236,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
     reference = float32_copy(model)     # ONE float32 copy: the gate's and the parity's
     config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
                            max_running_requests=max(work.decode_batches), decode_budget=30,
-                           attention=attention)
+                           attention=attention, rtc=True)
     with _Recompiles() as recompiles:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
@@ -254,18 +260,19 @@ def compiled_components(ctx: PhaseContext) -> bool:
             'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
             'loaded': report.compile_cache.loaded}})
     with sdpa_context(attention):
-        run = run_components(fast, backend.cache, work)
+        run = run_components(fast, backend.cache, work, guided=True)
         ctx.save('ms', run['ms'])
         ctx.save('denoise', denoise_entry(run['ms'], model.cfg, fused))
         for key, value in roofline_entry(run['ms'], work, _device_name(ctx)).items():
             ctx.save(key, value)
         pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, dtype=model.dtype,
                        device=model.device)
-        eager = run_components(model, pool, work, timed=False)['outputs']
+        eager = run_components(model, pool, work, timed=False, guided=True)['outputs']
         ref = None
         if reference is not None:
             ref_pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, device=model.device)
-            ref = run_components(reference, ref_pool, work, timed=False)['outputs']
+            ref = run_components(reference, ref_pool, work, timed=False,
+                                 guided=True)['outputs']
     parity = pipeline_parity(run['outputs'], eager, ref, work)
     ctx.save('pipeline_parity', parity)
     try:

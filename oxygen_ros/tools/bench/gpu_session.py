@@ -9,7 +9,8 @@ the later phases need at least, and is killed at its deadline):
 - ``--session 1``: environment; ``pytest -m gpu test/gpu`` (tiny model); eager components
   with every attention kernel;
 - ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
-  recompiles per step, gate, fallbacks), its components and the action path's parity;
+  recompiles per step, gate, fallbacks; RTC's guided denoise included), its components (the
+  guided denoise beside the plain one) and the action path's parity;
 - ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
   both engines); a second start in a fresh process (the compile caches).
 
@@ -50,13 +51,16 @@ SESSIONS = {
     3: ('OxyGen vs isolated on the fast path, a warm second start',
         ('environment', 'bench', 'second_start')),
 }
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 240, 'eager_components': 90,
-              'compiled_components': 360, 'bench': 330, 'second_start': 90}
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 300, 'eager_components': 90,
+              'compiled_components': 420, 'bench': 330, 'second_start': 90}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
 a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
 kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
 ~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
-gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests ~4 min."""
+gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
+before ``test_gpu_rtc.py`` (two more Inductor compiles of the tiny guided step). The compiled
+components took 277 s on 2026-11-25 without the guided denoise, whose compile (forward and
+backward of one step) and gate add ~60 s."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45}
 """The least time a phase needs to yield anything: kept free for the later phases."""
@@ -78,9 +82,12 @@ FILLED_KEYS = {
                             'warmup.decode_attention', 'decode_attention.used',
                             'warmup.denoise_attention', 'denoise.us_per_layer_step',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
-                            'warmup.compile_cache', *_MS,
-                            'roofline.decode_step_b1.pct_of_bound', 'paper_cycle',
-                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions'),
+                            'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
+                            'ms.guided_denoise_10_steps',
+                            'roofline.decode_step_b1.pct_of_bound',
+                            'roofline.guided_denoise_10_steps.pct_of_bound', 'paper_cycle',
+                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions',
+                            'pipeline_parity.outputs.guided_actions'),
     'bench': ('warmup.compile_seconds', 'result.speedup', 'result.ideal_speedup',
               'result.oxygen.action_latency_ms_p50', 'result.oxygen.action_hz',
               'result.oxygen.tokens_per_s', 'result.isolated.frame_ms_p50',

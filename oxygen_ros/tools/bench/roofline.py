@@ -19,6 +19,9 @@ from oxygen_ros.model.roofline import (
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
               'decode_step_b8': 3.5}
 """Component targets on an H100 (docs/gpu.md)."""
+GUIDED_VS_PLAIN = 1.6
+"""RTC's guided denoise against the plain one on the same backend, the ratio aimed at
+(an exact guided step costs about 2x: docs/gpu.md, "RTC on the fast path")."""
 
 
 def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
@@ -29,7 +32,9 @@ def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
     costs = {'vision': vision_cost(cfg, cameras, dtype_bytes),
              'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
              'suffix': _suffix_cost(cfg, prefix, dtype_bytes),
-             'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes)}
+             'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes),
+             'guided_denoise_10_steps': denoise_cost(cfg, prefix, guided=True,
+                                                     dtype_bytes=dtype_bytes)}
     for b in decode_batches:
         costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix),
                                                  dtype_bytes=dtype_bytes)
@@ -108,7 +113,8 @@ def show(report: dict) -> dict[str, dict]:
     Return issue 10's "Show" targets with the measured figures of ``report`` (None: not run).
 
     Keys: no fallback, actions within the gate of eager, OxyGen text equal to isolated on the
-    fast path, action latency, frames/s, tokens/s, speedup / ideal, components, second start.
+    fast path, action latency, frames/s, tokens/s, speedup / ideal, components, guided vs
+    plain denoise, second start.
     """
     backends = report.get('backends', {})
     compiled = backends.get('compiled', {})
@@ -130,6 +136,10 @@ def show(report: dict) -> dict[str, dict]:
     }
     for name, limit in TARGETS_MS.items():
         out[f'{name}_ms'] = _target(compiled.get('ms', {}).get(name), limit)
+    ms = compiled.get('ms', {})
+    ratio = ms['guided_denoise_10_steps'] / ms['denoise_10_steps'] \
+        if ms.get('guided_denoise_10_steps') and ms.get('denoise_10_steps') else None
+    out['guided_vs_plain_denoise'] = _target(ratio, GUIDED_VS_PLAIN)
     start = report.get('second_start', {})
     out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 30.0)
     return out
@@ -151,4 +161,5 @@ def format_table(rows: dict[str, dict], gpu: GpuSpec | None) -> str:
     return '\n'.join(lines)
 
 
-__all__ = ['TARGETS_MS', 'component_costs', 'format_table', 'paper_cycle', 'roofline', 'show']
+__all__ = ['GUIDED_VS_PLAIN', 'TARGETS_MS', 'component_costs', 'format_table', 'paper_cycle',
+           'roofline', 'show']
