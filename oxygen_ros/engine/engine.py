@@ -26,7 +26,7 @@ from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
-from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.engine.loading import load_model, load_tokenizer, LoadedModel
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
@@ -43,6 +43,26 @@ _LOG = logging.getLogger(__name__)
 
 WARMUP_ACTION_DT_NS = 100_000_000
 """The action step of the warm-up's guided cycle (any: its frame is the previous one's)."""
+
+
+def check_quantization(config: EngineConfig, model: Pi05Model, loaded: LoadedModel) -> None:
+    """
+    Refuse a shared model that is not quantized as ``config.quantization`` says.
+
+    A model from ``loading.load_model`` may be unquantized after a reported fallback.
+
+    :raises ValueError: FP8 asked for and a plain model given, or FP8 weights not asked for.
+    """
+    from oxygen_ros.backends.config import Quantization
+    from oxygen_ros.model.fp8 import fp8_kernel_of
+
+    fp8 = fp8_kernel_of(model) is not None
+    if fp8 and config.quantization is not Quantization.FP8:
+        raise ValueError(f'the model has FP8 weights but the config asks for quantization '
+                         f'{config.quantization.value!r}')
+    if not fp8 and config.quantization is Quantization.FP8 and not loaded.fallbacks:
+        raise ValueError('the config asks for quantization fp8 but the model given has no FP8 '
+                         'weights: build it with engine.loading.load_model')
 
 
 class EngineClosedError(RuntimeError):
@@ -73,7 +93,9 @@ class Engine:
     π0.5 with unified KV cache management behind a step-per-control-cycle interface.
 
     :param model: an already built model to share (the benchmark runs two policies on one
-        set of weights); its config must equal ``config.model_config()``.
+        set of weights), or what ``loading.load_model`` returned (its fallbacks reported
+        too, its float32 reference handed to the fast path's gate); its config must equal
+        ``config.model_config()``, and it must be quantized as ``config.quantization`` says.
     :param backend: an already built backend on ``model`` to run on (the benchmark's two
         policies share one warm-up of the fast path: ``TorchBackend.sharing_pool``); it
         must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
@@ -83,15 +105,19 @@ class Engine:
     :raises AdapterFormatError: a memory adapter that is not OxyGen's for this model.
     """
 
-    def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
+    def __init__(self, config: EngineConfig, *, model: Pi05Model | LoadedModel | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
                  norm_stats: Mapping[str, NormStats] | None = None,
                  backend: TorchBackend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
-        if model is None:
-            model = build_model(config, self.model_cfg)
-        elif model.cfg != self.model_cfg:
+        loaded = model if isinstance(model, LoadedModel) else \
+            load_model(config, self.model_cfg) if model is None else LoadedModel(model)
+        model = loaded.model
+        self.load_fallbacks = dict(loaded.fallbacks)
+        """Departures of the loaded weights from ``config.quantization`` (``loading.py``)."""
+        check_quantization(config, model, loaded)
+        if model.cfg != self.model_cfg:
             raise ValueError(f'shared model was built for preset {model.cfg.name} with '
                              f'{model.cfg.prefix_attention.value} prefix attention; this engine '
                              f'needs {self.model_cfg.name} / '
@@ -116,7 +142,7 @@ class Engine:
         if backend is None:
             adapter = self._load_adapter(config, cfg)
             backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
-                                   adapter=adapter)
+                                   adapter=adapter, reference=loaded.reference)
         elif (backend.model is not self.model and getattr(backend.model, 'model', None)
               is not self.model) or backend.block_size != config.block_size or \
                 backend.num_blocks < sched_cfg.num_blocks or \
@@ -232,12 +258,19 @@ class Engine:
     @property
     def fallbacks(self) -> dict[str, str]:
         """
-        Return the compiled steps that fell back to eager execution: step -> reason.
+        Return what does not run as configured: compiled step -> reason, and ``quantization``.
 
-        Empty when nothing was compiled or everything compiled passed its parity gate. The
-        node reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
+        The compiled steps that fell back to eager execution (none when nothing was compiled
+        or everything compiled passed its parity gate), and ``loading.QUANTIZATION_FALLBACK``
+        when the weights are not quantized as asked (``loading.load_model``). The node
+        reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """
-        return self.backend.fallbacks
+        return {**self.load_fallbacks, **self.backend.fallbacks}
+
+    def describe_quantization(self) -> str:
+        """Return the weights' quantization as it runs (``model/fp8.py``), e.g. ``none``."""
+        from oxygen_ros.model.fp8 import describe_quantization
+        return describe_quantization(self.model)
 
     # -- the control cycle ---------------------------------------------------------------
     @property
