@@ -106,14 +106,16 @@ def action_chunks(model: Pi05Model, images: torch.Tensor, tokens: torch.Tensor,
 
 
 def check_fp8_actions(fp8: Pi05Model, bf16: Pi05Model, reference: Pi05Model, *,
-                      seed: int = 0, factor: float = FACTOR) -> ActionCheck:
+                      seed: int = 0, factor: float | None = None) -> ActionCheck:
     """
     Hold the FP8 model's actions against bf16's, both against float32 (module docstring).
 
     :param fp8: the model with FP8 weights (``model/fp8.py``).
     :param bf16: the same weights in bfloat16.
     :param reference: the same weights in float32.
+    :param factor: default :data:`FACTOR`.
     """
+    factor = FACTOR if factor is None else factor
     inputs = probe_inputs(reference, seed=seed)
     want = action_chunks(reference, *inputs)
     got = action_chunks(fp8, *inputs)

@@ -186,15 +186,16 @@ class Fp8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map ``[..., K]`` to ``[..., N]`` in ``x.dtype``."""
+        bias = None if self.bias is None else self.bias.to(x.dtype)
         if self.kernel is Fp8Kernel.DEQUANT:
-            return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
+            return F.linear(x, self.dequantized_weight(x.dtype), bias)
         rows = x.reshape(-1, self.in_features)
         if rows.requires_grad:
             out = _ScaledMatmul.apply(rows, self.weight, self.weight_scale)
         else:
             out = _scaled_mm(rows, self.weight, self.weight_scale)
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
+        if bias is not None:
+            out = out + bias
         return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
