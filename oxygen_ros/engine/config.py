@@ -24,6 +24,8 @@ MAX_STATE_PROMPT_PAD = 256
 
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
 """Bytes per element of the engine's dtypes (weights and KV cache)."""
+QUANTIZATION_FALLBACK = 'quantization'
+"""Key of a quantization fallback in ``Engine.fallbacks`` (beside the compiled steps')."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,7 +261,7 @@ class Engine:
         Return what does not run as configured: compiled step -> reason, and ``quantization``.
 
         The compiled steps that fell back to eager execution (none when nothing was compiled
-        or everything compiled passed its parity gate), and ``loading.QUANTIZATION_FALLBACK``
+        or everything compiled passed its parity gate), and ``config.QUANTIZATION_FALLBACK``
         when the weights are not quantized as asked (``loading.load_model``). The node
         reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """

@@ -14,13 +14,11 @@ import logging
 
 from oxygen_ros.backends.config import Quantization
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 import torch
 
-QUANTIZATION_FALLBACK = 'quantization'
-"""Key of a quantization fallback in ``Engine.fallbacks`` (beside the compiled steps')."""
 
 _LOG = logging.getLogger(__name__)
 

@@ -159,8 +159,9 @@ class Fp8Linear(nn.Module):
     """
     A linear layer with E4M3 weights and per-output-channel float32 scales.
 
-    Buffers ``weight`` (``float8_e4m3fn [N, K]``) and ``weight_scale`` (``float32 [N]``); the
-    bias (``[N]``, the original parameter) stays in its dtype.
+    ``weight``: ``float8_e4m3fn [N, K]`` (a parameter without gradient: the model's
+    parameter count stays the same); the buffer ``weight_scale``: ``float32 [N]``; the bias
+    (``[N]``, the original parameter) stays in its dtype.
 
     :param kernel: how :meth:`forward` multiplies (:class:`Fp8Kernel`).
     """
@@ -170,7 +171,7 @@ class Fp8Linear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.kernel = kernel
-        self.register_buffer('weight', weight)
+        self.weight = nn.Parameter(weight, requires_grad=False)
         self.register_buffer('weight_scale', weight_scale)
         self.register_parameter('bias', bias)
 

@@ -18,11 +18,11 @@ from oxygen_ros.backends.fp8_gate import action_chunks, check_fp8_actions, probe
 from oxygen_ros.backends.parity_probe import float32_copy, model_copy
 from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.loading import load_model, QUANTIZATION_FALLBACK
+from oxygen_ros.engine.loading import load_model
 from oxygen_ros.model.folding import FoldedGemmaLayer
-from oxygen_ros.model.fp8 import Fp8Kernel, fp8_kernel_of, quantized_copy
+from oxygen_ros.model.fp8 import fp8_kernel_of, Fp8Kernel, quantized_copy
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
@@ -54,7 +54,7 @@ def test_the_rule_holds_fp8_to_1_5x_bf16s_action_error(models, kernel):
     assert check.passed == (fp8_error <= check.tolerance)
     # random tiny weights: FP8 is 3-5x further from float32 than bf16, so the rule refuses
     assert 1.5 < check.ratio < 8 and not check.passed
-    assert "> tolerance" in check.describe() and "1.5 x bf16's" in check.describe()
+    assert '> tolerance' in check.describe() and "1.5 x bf16's" in check.describe()
     assert check_fp8_actions(models[kernel], models['bf16'], models['fp32'], factor=8).passed
 
 
@@ -111,7 +111,7 @@ def test_fp8_weights_have_no_float32_copy_and_no_folding(models):
 
 
 def test_a_shared_model_must_be_quantized_as_the_config_says(models, tokenizer):
-    with pytest.raises(ValueError, match='has FP8 weights but the config asks for quantization .none.'):
+    with pytest.raises(ValueError, match='FP8 weights but the config asks for quantization .none'):
         Engine(replace(FP8, quantization='none'), model=models[Fp8Kernel.DEQUANT],
                tokenizer=tokenizer)
     with pytest.raises(ValueError, match='the model given has no FP8 weights'):

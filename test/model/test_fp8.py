@@ -15,6 +15,7 @@ from oxygen_ros.model.fp8 import (
     Fp8Linear, Fp8Unsupported, MIN_ACTIVATION_SCALE, quantize_rows, quantize_weight,
     quantized_copy)
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.weights import save_checkpoint
 import pytest
 import torch
 from torch import nn
@@ -187,7 +188,7 @@ def test_the_quantized_sites_are_the_large_linears_not_openpis_float32_ones():
         ('action_', 'time_mlp', 'embedding', 'lm_head'))]
 
 
-def test_a_quantized_copy_shares_everything_else_and_leaves_the_model_alone():
+def test_a_quantized_copy_shares_everything_else_and_leaves_the_model_alone(tmp_path):
     cfg = EngineConfig(preset='tiny', cameras=CAMERA_SLOTS[:2], seed=3)
     model = build_model(cfg, cfg.model_config())
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -202,6 +203,9 @@ def test_a_quantized_copy_shares_everything_else_and_leaves_the_model_alone():
         model.expert.layers[0].input_norm.dense.weight
     assert isinstance(model.vlm.layers[0].qkv, nn.Linear)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert fp8.count_parameters() == model.count_parameters()
+    with pytest.raises(ValueError, match='has FP8 weights .* save the unquantized model'):
+        save_checkpoint(fp8, tmp_path)
 
 
 def test_the_reference_path_shows_exactly_the_weights_rounding():
