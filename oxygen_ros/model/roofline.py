@@ -20,6 +20,13 @@ follow spec §5 ([C], computed from the shapes of §1):
 
 Norm weights (a few KB) and activations that stay in cache are left out; activation traffic
 of the big-batch calls (prefill, vision) is not counted (they are compute-bound).
+
+FP8 weights (``fp8_weights=True``, ``model/fp8.py``): the quantized linears (SigLIP's and the
+projector, both experts' Q/K/V, output, gate/up, down) are read at 1 byte per weight and
+their GEMM FLOPs run at the FP8 tensor rate (``CallCost.fp8_flops``); the LM head, the
+float32 heads, the KV cache and attention stay as they were. The per-channel scales (4 bytes
+per output channel, < 0.2 % of the weights) and the per-token activation quantization
+(elementwise, in cache) are left out.
 """
 
 from __future__ import annotations
@@ -31,17 +38,30 @@ from oxygen_ros.config import GemmaConfig, ModelConfig
 
 @dataclass(frozen=True, slots=True)
 class CallCost:
-    """FLOPs and bytes read or written by one call."""
+    """
+    FLOPs and bytes read or written by one call.
+
+    :ivar fp8_flops: the part of ``flops`` in FP8 GEMMs (FP8 weights), run at the FP8 rate.
+    """
 
     flops: float
     num_bytes: float
+    fp8_flops: float = 0.0
 
-    def bound_seconds(self, bandwidth: float, flops_per_s: float) -> float:
-        """Return ``max(bytes / bandwidth, flops / flops_per_s)`` (bytes/s, FLOP/s)."""
-        return max(self.num_bytes / bandwidth, self.flops / flops_per_s)
+    def compute_seconds(self, flops_per_s: float, fp8_flops_per_s: float | None = None) -> float:
+        """Return the FLOPs' time: bf16 ones at ``flops_per_s``, FP8 ones at their rate."""
+        fp8_rate = fp8_flops_per_s or flops_per_s
+        return (self.flops - self.fp8_flops) / flops_per_s + self.fp8_flops / fp8_rate
+
+    def bound_seconds(self, bandwidth: float, flops_per_s: float,
+                      fp8_flops_per_s: float | None = None) -> float:
+        """Return ``max(bytes / bandwidth, compute_seconds)`` (bytes/s, FLOP/s)."""
+        return max(self.num_bytes / bandwidth,
+                   self.compute_seconds(flops_per_s, fp8_flops_per_s))
 
     def __add__(self, other: CallCost) -> CallCost:
-        return CallCost(self.flops + other.flops, self.num_bytes + other.num_bytes)
+        return CallCost(self.flops + other.flops, self.num_bytes + other.num_bytes,
+                        self.fp8_flops + other.fp8_flops)
 
 
 def gemma_layer_linear_params(g: GemmaConfig) -> int:
@@ -56,21 +76,25 @@ def _attention_flops(g: GemmaConfig, pairs: float) -> float:
     return 4.0 * g.num_heads * g.head_dim * pairs * g.depth
 
 
-def vision_cost(cfg: ModelConfig, num_images: int, dtype_bytes: int = 2) -> CallCost:
+def vision_cost(cfg: ModelConfig, num_images: int, dtype_bytes: int = 2, *,
+                fp8_weights: bool = False) -> CallCost:
     """Return the cost of encoding ``num_images`` images (SigLIP + projector)."""
     v = cfg.vision
     t = v.num_tokens
     block = v.width * 3 * v.width + v.width * v.width + 2 * v.width * v.mlp_dim
     stem = 3 * v.patch_size ** 2 * v.width
     projector = v.width * cfg.vlm.width
-    per_image = 2.0 * t * (v.depth * block + stem + projector) + 4.0 * t * t * v.width * v.depth
+    linear = v.depth * block + projector
+    per_image = 2.0 * t * (linear + stem) + 4.0 * t * t * v.width * v.depth
     stem_bytes = 4 if dtype_bytes < 4 else dtype_bytes   # openpi keeps them float32
-    weights = (v.depth * block + projector) * dtype_bytes + (stem + t * v.width) * stem_bytes
-    return CallCost(num_images * per_image, float(weights))
+    weights = linear * (1 if fp8_weights else dtype_bytes) + (stem + t * v.width) * stem_bytes
+    return CallCost(num_images * per_image, float(weights),
+                    num_images * 2.0 * t * linear if fp8_weights else 0.0)
 
 
 def prefill_cost(cfg: ModelConfig, num_tokens: int, *, context: int = 0,
-                 causal: bool = False, dtype_bytes: int = 2) -> CallCost:
+                 causal: bool = False, dtype_bytes: int = 2,
+                 fp8_weights: bool = False) -> CallCost:
     """
     Return the cost of a prefill of ``num_tokens`` new tokens on ``context`` cached ones.
 
@@ -79,14 +103,15 @@ def prefill_cost(cfg: ModelConfig, num_tokens: int, *, context: int = 0,
     g = cfg.vlm
     n = num_tokens
     pairs = n * context + (n * (n + 1) / 2 if causal else n * n)
-    flops = 2.0 * n * g.depth * gemma_layer_linear_params(g) + _attention_flops(g, pairs)
+    gemm = 2.0 * n * g.depth * gemma_layer_linear_params(g)
     kv = cfg.kv_bytes_per_token(dtype_bytes)
-    weights = g.depth * gemma_layer_linear_params(g) * dtype_bytes
-    return CallCost(flops, float(weights + (n + context) * kv))
+    weights = g.depth * gemma_layer_linear_params(g) * (1 if fp8_weights else dtype_bytes)
+    return CallCost(gemm + _attention_flops(g, pairs), float(weights + (n + context) * kv),
+                    gemm if fp8_weights else 0.0)
 
 
 def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None = None,
-                 dtype_bytes: int = 2) -> CallCost:
+                 dtype_bytes: int = 2, fp8_weights: bool = False) -> CallCost:
     """Return the cost of a whole denoise (N Euler steps) on a ``prefix_tokens`` prefix."""
     e = cfg.expert
     n = cfg.num_denoise_steps if num_steps is None else num_steps
@@ -94,20 +119,22 @@ def denoise_cost(cfg: ModelConfig, prefix_tokens: int, *, num_steps: int | None 
     matrices = e.depth * gemma_layer_linear_params(e)
     io = 2 * cfg.action_dim * e.width
     per_step = 2.0 * h * (matrices + io) + _attention_flops(e, h * (prefix_tokens + h))
-    per_step_bytes = (matrices + io) * dtype_bytes + \
+    per_step_bytes = matrices * (1 if fp8_weights else dtype_bytes) + io * dtype_bytes + \
         prefix_tokens * cfg.kv_bytes_per_token(dtype_bytes)
-    return CallCost(n * per_step, float(n * per_step_bytes))
+    return CallCost(n * per_step, float(n * per_step_bytes),
+                    n * 2.0 * h * matrices if fp8_weights else 0.0)
 
 
 def decode_cost(cfg: ModelConfig, batch: int, context_tokens: int, *,
-                dtype_bytes: int = 2) -> CallCost:
+                dtype_bytes: int = 2, fp8_weights: bool = False) -> CallCost:
     """Return the cost of one greedy decode step of ``batch`` rows (LM head included)."""
     g = cfg.vlm
     layers = g.depth * gemma_layer_linear_params(g)
     head = cfg.vocab_size * g.width
     flops = 2.0 * batch * (layers + head) + _attention_flops(g, batch * (context_tokens + 1))
     kv = batch * (context_tokens + 1) * cfg.kv_bytes_per_token(dtype_bytes)
-    return CallCost(flops, float((layers + head) * dtype_bytes + kv))
+    weights = layers * (1 if fp8_weights else dtype_bytes) + head * dtype_bytes
+    return CallCost(flops, float(weights + kv), 2.0 * batch * layers if fp8_weights else 0.0)
 
 
 def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
