@@ -1,9 +1,9 @@
 """
 FP8 weights behind the gates, on the CPU: the action rule at load, its fallback, the engine.
 
-On random tiny weights the rule refuses FP8: its action error against float32 is 3-5x bf16's
-(E4M3 keeps 3 mantissa bits, bf16 7; measured 2026-11-26: ratio 4.1 for ``tiny`` seed 3 with
-the reference path, 5-7 for ``small``). Real checkpoints are held to the same rule at load.
+On random tiny weights the rule refuses FP8: its action error against float32 is 4-5x bf16's
+(E4M3 keeps 3 mantissa bits, bf16 7; measured 2026-11-25: ratio 4.0-4.1 for ``tiny`` seed 3,
+5-7 for ``small``; docs/gpu.md "FP8 weights"). Real checkpoints are held to the same rule.
 """
 
 from dataclasses import replace
