@@ -26,7 +26,8 @@ from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
-from oxygen_ros.engine.loading import load_model, load_tokenizer, LoadedModel
+from oxygen_ros.engine.loading import (
+    check_quantization, load_model, load_tokenizer, LoadedModel)
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
@@ -43,26 +44,6 @@ _LOG = logging.getLogger(__name__)
 
 WARMUP_ACTION_DT_NS = 100_000_000
 """The action step of the warm-up's guided cycle (any: its frame is the previous one's)."""
-
-
-def check_quantization(config: EngineConfig, model: Pi05Model, loaded: LoadedModel) -> None:
-    """
-    Refuse a shared model that is not quantized as ``config.quantization`` says.
-
-    A model from ``loading.load_model`` may be unquantized after a reported fallback.
-
-    :raises ValueError: FP8 asked for and a plain model given, or FP8 weights not asked for.
-    """
-    from oxygen_ros.backends.config import Quantization
-    from oxygen_ros.model.fp8 import fp8_kernel_of
-
-    fp8 = fp8_kernel_of(model) is not None
-    if fp8 and config.quantization is not Quantization.FP8:
-        raise ValueError(f'the model has FP8 weights but the config asks for quantization '
-                         f'{config.quantization.value!r}')
-    if not fp8 and config.quantization is Quantization.FP8 and not loaded.fallbacks:
-        raise ValueError('the config asks for quantization fp8 but the model given has no FP8 '
-                         'weights: build it with engine.loading.load_model')
 
 
 class EngineClosedError(RuntimeError):
@@ -116,7 +97,7 @@ class Engine:
         model = loaded.model
         self.load_fallbacks = dict(loaded.fallbacks)
         """Departures of the loaded weights from ``config.quantization`` (``loading.py``)."""
-        check_quantization(config, model, loaded)
+        check_quantization(config, loaded)
         if model.cfg != self.model_cfg:
             raise ValueError(f'shared model was built for preset {model.cfg.name} with '
                              f'{model.cfg.prefix_attention.value} prefix attention; this engine '

@@ -19,7 +19,6 @@ from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 import torch
 
-
 _LOG = logging.getLogger(__name__)
 
 
@@ -116,6 +115,25 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
         out, ref = model, (reference if reference is not model else None)
     return LoadedModel(out, ref, {QUANTIZATION_FALLBACK: reason} if reason else {},
                        check.as_dict())
+
+
+def check_quantization(config: EngineConfig, loaded: LoadedModel) -> None:
+    """
+    Refuse a shared model that is not quantized as ``config.quantization`` says.
+
+    One from :func:`load_model` may be unquantized after a reported fallback.
+
+    :raises ValueError: FP8 asked for and a plain model given, or FP8 weights not asked for.
+    """
+    from oxygen_ros.model.fp8 import fp8_kernel_of
+
+    fp8 = fp8_kernel_of(loaded.model) is not None
+    if fp8 and config.quantization is not Quantization.FP8:
+        raise ValueError(f'the model has FP8 weights but the config asks for quantization '
+                         f'{config.quantization.value!r}')
+    if not fp8 and config.quantization is Quantization.FP8 and not loaded.fallbacks:
+        raise ValueError('the config asks for quantization fp8 but the model given has no FP8 '
+                         'weights: build it with engine.loading.load_model')
 
 
 def load_tokenizer(config: EngineConfig) -> PaligemmaTokenizer:
