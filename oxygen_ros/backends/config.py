@@ -44,6 +44,23 @@ class CompileMode(enum.Enum):
         return self
 
 
+class Quantization(enum.Enum):
+    """
+    Which weights are quantized at load (vLLM's ``--quantization`` term).
+
+    Only the torch backend quantizes (TensorRT has its own ``trt_precision``).
+    """
+
+    NONE = 'none'
+    """Every weight in the model dtype (openpi's float32 parameters in float32)."""
+    FP8 = 'fp8'
+    """E4M3 weights with per-output-channel scales in the large linears (``model/fp8.py``):
+    per-token FP8 activations and ``torch._scaled_mm`` on CUDA compute capability >= 8.9
+    (refused below), the weight-only reference path on the CPU (a reported fallback); held
+    at load to the action rule of ``backends/fp8_gate.py`` (else the unquantized weights
+    run, a reported fallback)."""
+
+
 class Step(str, enum.Enum):
     """A per-cycle model call of the engine (``JobKind`` plus the causal-text prefill)."""
 
@@ -132,4 +149,4 @@ class BackendConfig:
 
 
 __all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',
-           'Step']
+           'Quantization', 'Step']

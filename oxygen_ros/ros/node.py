@@ -178,6 +178,7 @@ class OxygenNode(LifecycleNode):
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}; '
             f'{engine.describe_text()}')
         self._diag.set_fallbacks(engine.fallbacks)
+        self._diag.quantization = engine.describe_quantization()
         self._diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
         self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
         self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,

@@ -24,7 +24,7 @@ from oxygen_ros.config import (
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import (
-    BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD)
+    BackendKind, CompileMode, EngineConfig, MAX_STATE_PROMPT_PAD, Quantization)
 from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.ros.compressed import ImageTransport, transport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
@@ -102,6 +102,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               read_only=True),
     ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",
               read_only=True),
+    ParamSpec('quantization', Quantization.NONE.value, "weights quantized at load: 'none', or "
+              "'fp8' (E4M3 weights with per-channel scales in the large linears; CUDA: compute "
+              "capability >= 8.9 and dtype 'bfloat16'; CPU: the weight-only reference path; held "
+              'to the FP8 action check at load, else the unquantized weights run: '
+              "docs/gpu.md 'FP8 weights')", read_only=True),
     ParamSpec('device', 'cpu', "torch device: 'cpu', 'cuda', 'cuda:N'", read_only=True),
     ParamSpec('backend', BackendKind.TORCH.value,
               f'execution backend: {_choices([b.value for b in BackendKind])}', read_only=True),
@@ -210,6 +215,7 @@ PARAMETERS += tuple(
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 _ENUMS = {'backend': BackendKind, 'chunk_smoothing': ChunkSmoothing,
           'compile_mode': CompileMode, 'policy': Policy, 'prompt_format': PromptFormat,
+          'quantization': Quantization,
           'subtask_context': TextContext, 'answer_context': TextContext,
           'memory_context': TextContext, 'image_resize': ImageResize}
 
@@ -481,6 +487,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
             image_resize=_enum('image_resize', v['image_resize']) if v['image_resize']
             else None,
             dtype=str(v['dtype']), device=str(v['device']),
+            quantization=_enum('quantization', v['quantization']),
             backend=_enum('backend', v['backend']), policy=_enum('policy', v['policy']),
             compile_mode=_enum('compile_mode', v['compile_mode']),
             prefix_attention=prefix_attention, cameras=node.cameras,

@@ -81,3 +81,37 @@ def test_a_guided_step_costs_twice_a_plain_one_at_pi05_droid_sizes():
     # what the fast path's denoise (10 steps) is bound by on an H100: weight reads
     assert 1e3 * total.bound_seconds(H100.bandwidth, H100.bf16_flops) == pytest.approx(3.8,
                                                                                        rel=0.02)
+
+
+def test_fp8_weights_halve_the_large_linears_bytes_and_run_their_gemms_at_the_fp8_rate():
+    layers = PI05.vlm.depth * gemma_layer_linear_params(PI05.vlm)
+    head = PI05.vocab_size * PI05.vlm.width
+    bf16, fp8 = decode_cost(PI05, 8, 900), decode_cost(PI05, 8, 900, fp8_weights=True)
+    assert bf16.num_bytes - fp8.num_bytes == layers               # 2 -> 1 byte, head kept
+    assert fp8.flops == bf16.flops and fp8.fp8_flops == 2.0 * 8 * layers
+    assert bf16.fp8_flops == 0.0
+    expert = PI05.expert.depth * gemma_layer_linear_params(PI05.expert)
+    d16, d8 = denoise_cost(PI05, 818), denoise_cost(PI05, 818, fp8_weights=True)
+    assert d16.num_bytes - d8.num_bytes == 10 * expert             # per Euler step
+    assert d8.fp8_flops == 10 * 2.0 * PI05.action_horizon * expert
+    v16, v8 = vision_cost(PI05, 3), vision_cost(PI05, 3, fp8_weights=True)
+    v = PI05.vision
+    linear = v.depth * (4 * v.width ** 2 + 2 * v.width * v.mlp_dim) + v.width * PI05.vlm.width
+    assert v16.num_bytes - v8.num_bytes == linear and v8.fp8_flops == 3 * 2.0 * 256 * linear
+    p16, p8 = prefill_cost(PI05, 818), prefill_cost(PI05, 818, fp8_weights=True)
+    assert p16.num_bytes - p8.num_bytes == layers and p8.fp8_flops == 2.0 * 818 * layers
+    assert seed_cost(PI05, 8).num_bytes == head * 2                # the LM head stays bf16
+
+
+def test_fp8_flops_run_at_the_fp8_peak():
+    h200 = lookup_gpu('NVIDIA H200')
+    assert (H100.fp8_flops, h200.fp8_flops, JETSON_AGX_THOR.fp8_flops) == (1979e12, 1979e12,
+                                                                           517.5e12)
+    assert JETSON_AGX_THOR.bf16_flops == 2070e12 / 8                # FP4 sparse / 8
+    assert lookup_gpu('NVIDIA A100-SXM4-80GB').fp8_flops is None
+    p8 = prefill_cost(PI05, 818, fp8_weights=True)
+    compute = (p8.flops - p8.fp8_flops) / H100.bf16_flops + p8.fp8_flops / H100.fp8_flops
+    assert p8.compute_seconds(H100.bf16_flops, H100.fp8_flops) == pytest.approx(compute)
+    assert p8.bound_seconds(H100.bandwidth, H100.bf16_flops, H100.fp8_flops) == \
+        pytest.approx(compute)                                     # prefill: compute-bound
+    assert p8.compute_seconds(H100.bf16_flops) == pytest.approx(p8.flops / H100.bf16_flops)

@@ -184,3 +184,28 @@ def test_show_holds_figures_against_the_targets():
     session1 = {'session': 1, 'phases': {}, 'exit_code': 0, 'config': {},
                 'results': {'eager_components': {'ms': {'vision': 5.0}}}}
     assert gpu_session.show_of([session1])['no_fallback']['ok'] is None   # nothing compiled
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_optional_fp8_session_fills_every_key(tmp_path):
+    """Session 4 on the CPU: the reference path's FP8 weights, checked, compiled and timed."""
+    out = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', '--session',
+                           '4', '--out', str(out), '--device', 'cpu', '--preset', 'tiny',
+                           '--compile-cache', str(tmp_path / 'compile')],
+                          cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    session = json.loads((out / 'session4.json').read_text())
+    assert list(session['phases']) == ['environment', 'fp8_components']
+    assert session['missing_keys'] == [] and session['estimate_s']['total'] <= 480
+    fp8 = session['results']['fp8_components']
+    q = fp8['quantization']
+    assert q['kernel'] == 'dequant' and q['reference_path_reason'].startswith('cpu: no FP8')
+    assert q['linears'] == 'fp8 e4m3, per-channel scales, dequant: 25 linears'
+    assert q['acceptance']['ratio'] > 1.5 and not q['acceptance']['passed']   # random weights
+    assert fp8['warmup']['fallbacks'] == {} and fp8['pipeline_parity']['passed'] is True
+    thor = fp8['roofline']['denoise_10_steps']['thor']     # a GPU run projects it too
+    assert thor['projected'] is True and thor['bound_ms'] > 0
+    report = gpu_session.report_of([session])
+    assert report['backends']['fp8']['fallbacks'] == {}

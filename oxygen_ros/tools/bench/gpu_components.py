@@ -286,8 +286,13 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
             'rule': 'max|fast - eager| <= max(1e-4 * scale, 3 * max|eager - eager_fp32|)'}
 
 
-def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
-    """Return each component beside its bound on ``gpu_name`` and the paper-workload cycle."""
+def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
+                   fp8_weights: bool = False) -> dict:
+    """
+    Return each component beside its bound on ``gpu_name`` and the paper-workload cycle.
+
+    :param fp8_weights: the bounds of FP8 weights (``model/roofline.py``).
+    """
     from oxygen_ros.backends.gpu_specs import lookup_gpu
     from oxygen_ros.engine.config import DTYPE_BYTES
     from oxygen_ros.tools.bench.roofline import component_costs, paper_cycle, roofline
@@ -296,7 +301,7 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
                             prompt_tokens=work.prompt_tokens,
                             decode_batches=list(work.decode_batches),
                             decode_ctx=work.decode_ctx,
-                            dtype_bytes=DTYPE_BYTES[work.dtype])
+                            dtype_bytes=DTYPE_BYTES[work.dtype], fp8_weights=fp8_weights)
     rows = roofline(ms, costs, lookup_gpu(gpu_name))
     batch = work.decode_batches[1] if len(work.decode_batches) > 1 else work.decode_batches[0]
     return {'roofline': rows,
