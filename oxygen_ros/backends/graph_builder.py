@@ -14,8 +14,11 @@ serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark
 so Inductor compiles a step once or twice (sizes 1 are specialized), not once per bucket;
 the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
 step (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop
-replays all N. The guided denoise (real-time chunking, ``model/guided_call.py``) likewise
-compiles one guided step, the velocity and its vector-Jacobian product in one graph.
+replays all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``)
+that velocity is the fused one (``model/denoise_fused.py``: the prefix read in place,
+fused norms), else the gathered one. The guided denoise (real-time chunking,
+``model/guided_call.py``) likewise compiles one guided step, the velocity and its
+vector-Jacobian product in one graph.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
-from oxygen_ros.model.paged_attention import load_kernel
+from oxygen_ros.model.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
@@ -77,24 +80,36 @@ class GraphBuilder:
         self.denoise = DenoiseCall(model)
         self.guided = GuidedDenoiseCall(model)
         self._compiled: dict[Step, Callable] = {}
+        self._denoise_fused: bool | None = None
+        """Which denoise step ``_compiled`` holds (fused or gathered), None: none yet."""
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
         if step is Step.GUIDED_DENOISE:
             return self._guided_kernel(kernels)
+        if step is Step.DENOISE:
+            return self._denoise_kernel(kernels)
         if kernels is Kernels.EAGER:
-            if step is Step.DENOISE:
-                self.denoise.step = self.denoise.velocity_step
-                return self.denoise
             return self.calls[step]
         if step not in self._compiled:
-            target = self.denoise.velocity_step if step is Step.DENOISE else self.calls[step]
-            compiled = torch.compile(target, backend=self.compiler, fullgraph=True)
-            self._compiled[step] = _context_dynamic(compiled) if step is Step.DENOISE else \
-                compiled
-        if step is Step.DENOISE:
-            self.denoise.step = self._compiled[step]
-            return self.denoise
+            self._compiled[step] = torch.compile(self.calls[step], backend=self.compiler,
+                                                 fullgraph=True)
         return self._compiled[step]
+
+    def _denoise_kernel(self, kernels: Kernels) -> Callable:
+        """Return the denoise loop with one velocity step (fused or gathered) inside."""
+        compiled = kernels is Kernels.INDUCTOR
+        fused = denoise_attention(self.pool.device, compiled,
+                                  self.model.cfg.action_horizon) == 'fused'
+        if not compiled:
+            self.denoise.use(fused)
+            return self.denoise
+        if self._denoise_fused is not fused:
+            target = self.denoise.fused_step if fused else self.denoise.velocity_step
+            self._compiled[Step.DENOISE] = (_slots_dynamic if fused else _context_dynamic)(
+                torch.compile(target, backend=self.compiler, fullgraph=True))
+            self._denoise_fused = fused
+        self.denoise.use(fused, self._compiled[Step.DENOISE])
+        return self.denoise
 
     def _guided_kernel(self, kernels: Kernels) -> Callable:
         """Return the guided loop with one guided step compiled (or eager) inside."""
@@ -245,6 +260,15 @@ def _context_dynamic(velocity: Callable) -> Callable:
             torch._dynamo.maybe_mark_dynamic(t, 2)
         torch._dynamo.maybe_mark_dynamic(bias, 3)
         return velocity(keys, values, bias, *rest)
+    return step
+
+
+def _slots_dynamic(velocity: Callable) -> Callable:
+    """Return the fused ``velocity`` with the context length of its slots and mask dynamic."""
+    def step(k_pool, v_pool, ctx_slots, ctx_mask, *rest):
+        for t in (ctx_slots, ctx_mask):
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+        return velocity(k_pool, v_pool, ctx_slots, ctx_mask, *rest)
     return step
 
 

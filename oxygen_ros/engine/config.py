@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.backends.config import (
-    AttentionBackend, BackendConfig, BackendKind, CompileMode)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.prompt import TextTask
@@ -25,6 +25,8 @@ MAX_STATE_PROMPT_PAD = 256
 
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
 """Bytes per element of the engine's dtypes (weights and KV cache)."""
+QUANTIZATION_FALLBACK = 'quantization'
+"""Key of a quantization fallback in ``Engine.fallbacks`` (beside the compiled steps')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,13 @@ class EngineConfig:
     :param resize_on_device: uint8 camera images go up as they came and are resized and
         scaled on the backend's device; None: on CUDA.
     :param dtype: ``float32`` or ``bfloat16``.
+    :param quantization: ``none``, or ``fp8``: the large linears' weights in E4M3 with
+        per-output-channel scales, quantized at load (``model/fp8.py``; docs/gpu.md "FP8
+        weights"): on CUDA it needs compute capability >= 8.9 and dtype ``bfloat16`` (the
+        FP8 GEMM writes bf16), on the CPU the weight-only reference path runs (a reported
+        fallback); at load the FP8 actions are held to the rule of
+        ``backends/fp8_gate.py`` (at most 1.5x bf16's error against float32), else the
+        unquantized weights run (a reported fallback). Torch backend only.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
@@ -96,6 +105,7 @@ class EngineConfig:
     image_resize: ImageResize | None = None
     resize_on_device: bool | None = None
     dtype: str = 'float32'
+    quantization: Quantization = Quantization.NONE
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
     compile_mode: CompileMode = CompileMode.AUTO
@@ -145,6 +155,7 @@ class EngineConfig:
                              f'{self.state_prompt_pad}')
         if self.quantile_eps is not None and not 0 <= self.quantile_eps <= 1:
             raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
+        self._check_quantization()
         if self.prompt_format is not None:
             object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
         if self.image_resize is not None:
@@ -162,6 +173,25 @@ class EngineConfig:
             if not (self.memory_adapter_alpha > 0 and np.isfinite(self.memory_adapter_alpha)):
                 raise ValueError(f'memory_adapter_alpha must be > 0, got '
                                  f'{self.memory_adapter_alpha}')
+
+    def _check_quantization(self) -> None:
+        try:
+            object.__setattr__(self, 'quantization', Quantization(self.quantization))
+        except ValueError:
+            raise ValueError(f'quantization must be one of '
+                             f'{", ".join(q.value for q in Quantization)}, got '
+                             f'{self.quantization!r}') from None
+        if self.quantization is Quantization.NONE:
+            return
+        if self.backend is not BackendKind.TORCH:
+            raise ValueError(f"quantization '{self.quantization.value}' runs on the torch backend "
+                             f'only; backend {self.backend.value!r} builds its engines from the '
+                             f'exported graphs (its own precision: trt_precision)')
+        if self.device.startswith('cuda') and self.dtype != 'bfloat16':
+            raise ValueError(f"quantization '{self.quantization.value}' on CUDA needs dtype "
+                             f"'bfloat16', got {self.dtype!r}: the FP8 GEMM with per-token and "
+                             f'per-channel scales writes bf16 (float32 output only from cuBLAS '
+                             f'on sm_90)')
 
     def text_context(self, task: TextTask) -> TextContext:
         """Return what a request of ``task`` reads before its own tokens."""

@@ -31,7 +31,8 @@ from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
-from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.engine.loading import (
+    check_quantization, load_model, load_tokenizer, LoadedModel)
 from oxygen_ros.engine.outputs import ActionChunk, CycleStats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
@@ -61,7 +62,9 @@ class Engine:
     π0.5 with unified KV cache management behind a step-per-control-cycle interface.
 
     :param model: an already built model to share (the benchmark runs two policies on one
-        set of weights); its config must equal ``config.model_config()``.
+        set of weights), or what ``loading.load_model`` returned (its fallbacks reported
+        too, its float32 reference handed to the fast path's gate); its config must equal
+        ``config.model_config()``, and it must be quantized as ``config.quantization`` says.
     :param backend: an already built backend on ``model`` to run on (the benchmark's two
         policies share one warm-up of the fast path: ``Backend.sharing_pool``); it
         must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
@@ -71,15 +74,19 @@ class Engine:
     :raises AdapterFormatError: a memory adapter that is not OxyGen's for this model.
     """
 
-    def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
+    def __init__(self, config: EngineConfig, *, model: Pi05Model | LoadedModel | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
                  norm_stats: Mapping[str, NormStats] | None = None,
                  backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
-        if model is None:
-            model = build_model(config, self.model_cfg)
-        elif model.cfg != self.model_cfg:
+        loaded = model if isinstance(model, LoadedModel) else \
+            load_model(config, self.model_cfg) if model is None else LoadedModel(model)
+        model = loaded.model
+        self.load_fallbacks = dict(loaded.fallbacks)
+        """Departures of the loaded weights from ``config.quantization`` (``loading.py``)."""
+        check_quantization(config, loaded)
+        if model.cfg != self.model_cfg:
             raise ValueError(f'shared model was built for preset {model.cfg.name} with '
                              f'{model.cfg.prefix_attention.value} prefix attention; this engine '
                              f'needs {self.model_cfg.name} / '
@@ -105,7 +112,7 @@ class Engine:
         if backend is None:
             adapter = self._load_adapter(config, cfg)
             backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
-                                   adapter=adapter)
+                                   adapter=adapter, reference=loaded.reference)
         elif backend.source_model is not self.model or \
                 backend.block_size != config.block_size or \
                 backend.num_blocks < sched_cfg.num_blocks or \
@@ -242,12 +249,19 @@ class Engine:
     @property
     def fallbacks(self) -> dict[str, str]:
         """
-        Return the compiled steps that fell back to eager execution: step -> reason.
+        Return what does not run as configured: compiled step -> reason, and ``quantization``.
 
-        Empty when nothing was compiled or everything compiled passed its parity gate. The
-        node reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
+        The compiled steps that fell back to eager execution (none when nothing was compiled
+        or everything compiled passed its parity gate), and ``config.QUANTIZATION_FALLBACK``
+        when the weights are not quantized as asked (``loading.load_model``). The node
+        reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """
-        return dict(self.backend.warmup_report.fallbacks)
+        return {**self.load_fallbacks, **self.backend.warmup_report.fallbacks}
+
+    def describe_quantization(self) -> str:
+        """Return the weights' quantization as it runs (``model/fp8.py``), e.g. ``none``."""
+        from oxygen_ros.model.fp8 import describe_quantization
+        return describe_quantization(self.model)
 
     # -- the control cycle ---------------------------------------------------------------
     @property

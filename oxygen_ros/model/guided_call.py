@@ -7,7 +7,10 @@ every Euler step (``model/rtc.py``): the velocity's vector-Jacobian product is t
 that ``torch.compile(fullgraph=True)`` traces, forward and backward, into one graph, and the N
 steps run as one CUDA-graph replay, like the plain loop. Nothing in it syncs with the host or
 depends on a value: the soft mask, the target and the guidance weights of the N steps are
-inputs, the Euler times and the adaRMS modulations constants of the call.
+inputs, the Euler times and the adaRMS modulations constants of the call. The suffix attends
+the prefix K/V apart from its own (``denoise.split_prefix_attention``): no copy of the prefix
+K/V and no key or value gradient for its rows in any step; the prefix keys are converted to
+float32 (the logits' dtype) once per call, not once per layer and step.
 
 It equals the eager reference (``rtc.guided_denoise``: autograd through ``Pi05Model.velocity``)
 on the valid part (tests: float32, 1e-5); the parity gate holds each graph to it.
@@ -59,11 +62,17 @@ class GuidedDenoiseCall(nn.Module):
                     mod_in: torch.Tensor, mod_post: torch.Tensor, mod_final: torch.Tensor,
                     t: torch.Tensor, target: torch.Tensor, weights: torch.Tensor,
                     step_weight: torch.Tensor) -> torch.Tensor:
-        """Return ``rtc.guided_velocity`` on a prefix given as tensors (``[B, Hkv, P, D]``)."""
+        """
+        Return ``rtc.guided_velocity`` on a prefix given as tensors (``[B, Hkv, P, D]``).
+
+        The suffix attends the prefix K/V apart from its own (``denoise.split_prefix_attention``):
+        the prefix K/V are constants of the vector-Jacobian product (no gradient, no copy).
+        ``keys`` may be float32 (what :meth:`forward` passes: converted once per chunk).
+        """
         ex = self.model.cfg.expert
         layout = AttentionMask.layout_for(x.shape[1], ex.num_heads, ex.num_kv_heads)
         ctx = DenoiseContext(tuple(keys), tuple(values), AttentionMask(bias, layout), cos, sin,
-                             keys[0].shape[2], append=True)
+                             keys[0].shape[2], split=True)
         return guided_velocity(
             lambda xg: expert_velocity(self.model, ctx, xg, mod_in, mod_post, mod_final),
             x, t, target, weights, step_weight)
@@ -76,7 +85,7 @@ class GuidedDenoiseCall(nn.Module):
         ctx = denoise_context(self.model, k_pool, v_pool, ctx_slots, ctx_mask, num_tokens,
                               horizon)
         p = ctx.prefix_len
-        keys = [k[:, :, :p] for k in ctx.keys]
+        keys = [k[:, :, :p].float() for k in ctx.keys]   # the logits' dtype, once per chunk
         values = [v[:, :, :p] for v in ctx.values]
         x = noise.to(torch.float32)
         target = target.to(torch.float32)

@@ -126,7 +126,7 @@ def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.T
     The step of :func:`guided_sample` with the product by ``torch.func.vjp``: no autograd
     graph is kept between calls and nothing needs ``requires_grad``, so it compiles into one
     graph (forward and backward) and runs inside ``torch.inference_mode``. ``velocity`` must
-    not write into tensors it did not create (``DenoiseContext.append``).
+    not write into tensors it did not create (``DenoiseContext.split``).
 
     :param velocity: ``x float32 [B, H, A] -> float32 [B, H, A]``, the flow at this step.
     :param x: ``float32 [B, H, A]``.

@@ -8,8 +8,8 @@ Levels, worst first:
   is active and no action chunk was published for more than ``max_observation_age`` seconds.
 - WARN: inputs were rejected since the previous status, text requests were rejected since
   then, limits clipped an action chunk since then, the achieved control rate is below 90 % of
-  the target, the KV pool is over 90 % full, or a compiled step fell back to eager execution
-  (``Engine.fallbacks``, named).
+  the target, the KV pool is over 90 % full, a compiled step fell back to eager execution, or
+  the weights are not quantized as asked (``Engine.fallbacks``, named).
 - OK: acting at rate (or inactive / unconfigured with nothing wrong).
 
 Times are node-clock seconds (ROS time, ``/clock`` under ``use_sim_time``), so rates are in
@@ -27,6 +27,7 @@ from typing import Mapping
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from oxygen_ros.control.action_space import ClipCount
+from oxygen_ros.engine.config import QUANTIZATION_FALLBACK
 from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.observation_cache import InputIssue
 from std_msgs.msg import Header
@@ -107,6 +108,8 @@ class EngineDiagnostics:
             self._fallbacks: dict[str, str] = {}
             self._text_contexts = ''
             self._memory_adapter = 'none'
+            self.quantization = 'none'
+            """The weights' quantization as it runs (``Engine.describe_quantization``)."""
 
     def set_text_setup(self, contexts: str, adapter: str) -> None:
         """Record what each text task reads and the memory adapter (``Engine.describe_*``)."""
@@ -239,8 +242,11 @@ class EngineDiagnostics:
                max_age_s: float) -> tuple[Level, str]:
         if self._failure:
             return Level.ERROR, f'engine failed: {self._failure}'
-        slow = (f'compiled step(s) running eagerly: {", ".join(sorted(self._fallbacks))}'
-                if self._fallbacks else '')
+        steps = sorted(k for k in self._fallbacks if k != QUANTIZATION_FALLBACK)
+        slow = '; '.join(
+            ([f'compiled step(s) running eagerly: {", ".join(steps)}'] if steps else [])
+            + (['quantization fell back (see "fallback: quantization")']
+               if QUANTIZATION_FALLBACK in self._fallbacks else []))
         if self._active_since is None:
             return (Level.WARN, f'{self._state}; {slow}') if slow else (Level.OK, self._state)
         since = max(self._last_chunk_s or self._active_since, self._active_since)
@@ -306,6 +312,7 @@ class EngineDiagnostics:
                    ('random weights', 'yes' if self.random_weights else 'no'),
                    ('text contexts', self._text_contexts),
                    ('memory adapter', self._memory_adapter),
+                   ('quantization', self.quantization),
                    ('DDS security', self.security)]
         values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
         if self._failure:

@@ -25,7 +25,8 @@ from typing import Callable
 from oxygen_ros.config import (
     ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention, PromptFormat)
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import BackendKind, CompileMode, MAX_STATE_PROMPT_PAD
+from oxygen_ros.engine.config import (
+    BackendKind, CompileMode, MAX_STATE_PROMPT_PAD, Quantization)
 from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
@@ -107,6 +108,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               choices=ImageResize, unset='', into=ENGINE),
     ParamSpec('dtype', 'float32', "weights and KV cache dtype: 'float32' or 'bfloat16'",
               into=ENGINE),
+    ParamSpec('quantization', Quantization.NONE.value, "weights quantized at load: 'none', or "
+              "'fp8' (E4M3 weights with per-channel scales in the large linears; CUDA: compute "
+              "capability >= 8.9 and dtype 'bfloat16'; CPU: the weight-only reference path; held "
+              'to the FP8 action check at load, else the unquantized weights run: '
+              "docs/gpu.md 'FP8 weights')", choices=Quantization, into=ENGINE),
     ParamSpec('device', 'cpu', "torch device: 'cpu', 'cuda', 'cuda:N'", into=ENGINE,
               check=_device),
     ParamSpec('backend', BackendKind.TORCH.value,
