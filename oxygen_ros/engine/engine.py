@@ -26,14 +26,14 @@ import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend, FrameInputs
 from oxygen_ros.engine.chunk_history import ChunkHistory
-from oxygen_ros.engine.config import (
-    ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextOutput)
+from oxygen_ros.engine.config import EngineConfig, RtcRequest
 from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
 from oxygen_ros.engine.loading import (
     check_quantization, load_model, load_tokenizer, LoadedModel)
+from oxygen_ros.engine.outputs import ActionChunk, CycleStats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats

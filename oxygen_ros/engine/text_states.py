@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import time
 from typing import Iterable
 
-from oxygen_ros.engine.config import TextDelta, TextOutput
+from oxygen_ros.engine.outputs import TextDelta, TextOutput
 from oxygen_ros.model.detokenizer import IncrementalDetokenizer
 from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from oxygen_ros.control.smoothing import ChunkSmoothing, DelayEstimator, TemporalEnsemble
-from oxygen_ros.engine.config import ActionChunk, RtcRequest
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.engine.config import RtcRequest
+from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.units import NS_PER_S
 
 
 class ChunkSmoother:

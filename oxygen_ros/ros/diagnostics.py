@@ -27,7 +27,8 @@ from typing import Mapping
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import CycleStats, QUANTIZATION_FALLBACK
+from oxygen_ros.engine.config import QUANTIZATION_FALLBACK
+from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.observation_cache import InputIssue
 from std_msgs.msg import Header
 

@@ -40,8 +40,8 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from oxygen_ros.engine.config import StepOutput, TextOutput
 from oxygen_ros.engine.engine import Engine, EngineClosedError
+from oxygen_ros.engine.outputs import StepOutput, TextOutput
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.deferred_log import DeferredLog, LogLevel
 from oxygen_ros.ros.diagnostics import EngineDiagnostics

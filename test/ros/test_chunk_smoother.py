@@ -2,7 +2,8 @@
 
 import numpy as np
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import ActionChunk, RtcRequest
+from oxygen_ros.engine.config import RtcRequest
+from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 
 DT = 0.1

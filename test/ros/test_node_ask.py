@@ -17,11 +17,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole, typestore)
+from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest

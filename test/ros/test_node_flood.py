@@ -28,10 +28,10 @@ import re
 import time
 
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 from oxygen_ros.tools.stress.flood_client import FloodClient, Phase, Via
+from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 

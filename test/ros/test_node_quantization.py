@@ -6,7 +6,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.engine.config import Quantization
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.diagnostics import Level, status_values
-from oxygen_ros.ros.params import build_configs, ParameterError, SPECS
+from oxygen_ros.ros.node_config import build_configs
+from oxygen_ros.ros.param_spec import ParameterError
+from oxygen_ros.ros.params import SPECS
 import pytest
 
 NODE = 'oxygen_ros.ros.node'

@@ -10,8 +10,9 @@ reply per question, cancels of waiting and decoding requests, periodic requests,
 from types import SimpleNamespace
 
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.engine.config import CycleStats, EngineConfig, StepOutput, TextDelta, TextOutput
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextDelta, TextOutput
 from oxygen_ros.model.detokenizer import IncrementalDetokenizer
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values

@@ -14,8 +14,9 @@ What the ``~/ask`` flood found in the text requests, fixed; each checked here wi
 from types import SimpleNamespace
 
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.engine.config import CycleStats, EngineConfig, StepOutput, TextOutput
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextOutput
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.text_outputs import TextOutputs

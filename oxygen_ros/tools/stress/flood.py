@@ -45,12 +45,12 @@ import time
 from typing import Iterator, Sequence
 
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
 from oxygen_ros.tools.common.children import (
     Child, replay_args, ros_environment, stop_children)
 from oxygen_ros.tools.stress.flood_client import FloodClient, FloodTally, Phase, Via
+from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
