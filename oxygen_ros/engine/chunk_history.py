@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from oxygen_ros.control.smoothing import interpolation_indices, rtc_prefix_weights
 from oxygen_ros.engine.config import RtcRequest
-from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.rtc import RtcGuidance
+from oxygen_ros.transforms.normalize import Normalizer
 import torch
 
 

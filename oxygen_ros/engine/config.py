@@ -14,10 +14,10 @@ import numpy as np
 from oxygen_ros.backends.config import (
     AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
-from oxygen_ros.model.preprocess import ImageResize
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.transforms.images import ImageResize
+from oxygen_ros.transforms.prompt import TextTask
 
 
 MAX_STATE_PROMPT_PAD = 256
@@ -39,7 +39,7 @@ class EngineConfig:
         layout) and ``assets/<asset_id>/norm_stats.json``; None: random weights (logged).
     :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
     :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's (openpi's or
-        LeRobot's; ``engine/conventions.py``).
+        LeRobot's; ``transforms/conventions.py``).
     :param prompt_format: the action prompt's format; None: the checkpoint family's (LeRobot:
         with the state, or as its processor says), else the preset's.
     :param state_prompt_pad: zero-pad the normalized state to this many dims before binning
@@ -47,7 +47,7 @@ class EngineConfig:
         LeRobot >= v0.5.0).
     :param quantile_eps: added to ``q99 - q01`` by the quantile normalization; None: the
         stats' family's (openpi 1e-6, LeRobot 0).
-    :param image_resize: the resize-with-pad filter (``model/preprocess.py``); None: the
+    :param image_resize: the resize-with-pad filter (``transforms/images.py``); None: the
         checkpoint family's (openpi: Pillow's; LeRobot: ``F.interpolate``'s).
     :param resize_on_device: uint8 camera images go up as they came and are resized and
         scaled on the backend's device; None: on CUDA.

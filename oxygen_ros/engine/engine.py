@@ -27,24 +27,24 @@ from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend, FrameInputs
 from oxygen_ros.engine.chunk_history import ChunkHistory
 from oxygen_ros.engine.config import EngineConfig, RtcRequest
-from oxygen_ros.engine.conventions import resolve_conventions
-from oxygen_ros.engine.inputs import (
-    CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
-    PreparedObservation)
 from oxygen_ros.engine.loading import (
     check_quantization, load_model, load_tokenizer, LoadedModel)
 from oxygen_ros.engine.outputs import ActionChunk, CycleStats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
-from oxygen_ros.model.norm_stats import NormStats
-from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
 from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
 from oxygen_ros.sched.scheduler import Scheduler, SchedulerConfig
+from oxygen_ros.transforms.conventions import resolve_conventions
+from oxygen_ros.transforms.inputs import (
+    CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
+    PreparedObservation)
+from oxygen_ros.transforms.norm_stats import NormStats
+from oxygen_ros.transforms.normalize import Normalizer
+from oxygen_ros.transforms.prompt import TextTask
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -290,7 +290,7 @@ class Engine:
         """
         Check and transform an observation without changing any engine state.
 
-        :raises ObservationError: see ``engine.inputs.prepare_observation``.
+        :raises ObservationError: see ``transforms.inputs.prepare_observation``.
         """
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer,
                                    prompt_format=self.conventions.prompt_format,

@@ -16,7 +16,7 @@ from oxygen_ros.backends.config import Quantization
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def build_model(config: EngineConfig, model_cfg: ModelConfig) -> Pi05Model:
     """
     dtype = torch_dtype(config.dtype)
     if config.checkpoint:
-        from oxygen_ros.model.weights import load_checkpoint
+        from oxygen_ros.checkpoint.weights import load_checkpoint
         model = load_checkpoint(config.checkpoint, model_cfg, dtype=dtype, device=config.device)
         _LOG.info('loaded %s weights from %s', model_cfg.name, config.checkpoint)
         return model

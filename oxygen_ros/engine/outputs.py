@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.transforms.prompt import TextTask
 
 
 @dataclass(frozen=True, slots=True)

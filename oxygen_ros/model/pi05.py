@@ -4,7 +4,7 @@
 The model owns no cache: ``prefill`` writes the VLM expert's K/V of a prefix into the slots of
 a :class:`KVCache` it is given (or allocates), ``denoise`` and ``decode_step`` read them by
 slot. Packed tokens: invalid tokens are dropped before the VLM, so positions = index among the
-valid tokens (spec §1.5, §2). Uncached ground truth for the tests: ``reference.py``.
+valid tokens (spec §1.5, §2). Uncached ground truth for the tests: ``test/reference.py``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class Pi05Model(nn.Module):
     π0.5: SigLIP + projector, Gemma VLM expert (RMSNorm), action expert (adaRMSNorm).
 
     Parameters are random (``init.init_parameters``) and deterministic under
-    ``torch.manual_seed``; load real weights with ``weights.load_checkpoint``. Built inside
-    ``with torch.device('meta')`` it allocates nothing (parameter counts, meta loading).
+    ``torch.manual_seed``; load real weights with ``checkpoint.weights.load_checkpoint``.
+    Built inside ``with torch.device('meta')`` it allocates nothing (parameter counts, meta
+    loading).
 
     :param untied_lm_head: give the LM head its own ``[V, W]`` weight (``lm_head``) instead of
         the token embedding (π0.5 ties them; some fine-tunes do not).

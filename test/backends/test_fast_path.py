@@ -31,10 +31,10 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.rtc import guidance_weights, guided_denoise, RtcGuidance
 from oxygen_ros.model.static_calls import DenoiseCall
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import torch
 

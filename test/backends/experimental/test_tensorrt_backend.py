@@ -32,8 +32,8 @@ from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, EngineConfig, RtcRequest
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import torch
 
