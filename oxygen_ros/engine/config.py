@@ -15,7 +15,7 @@ from oxygen_ros.backends.config import (
     AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.sched.request import TextContext
-from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.sched.scheduler import Policy, SchedulerConfig
 from oxygen_ros.transforms.images import ImageResize
 from oxygen_ros.transforms.prompt import TextTask
 
@@ -224,6 +224,24 @@ class EngineConfig:
         per_prefix = -(-cfg.max_prefix_tokens // self.block_size) + 1
         per_request = per_prefix + -(-cfg.decode_budget // self.block_size)
         return 1 + 2 * per_prefix + self.max_running_requests * per_request
+
+    def scheduler_config(self, eos_token_id: int) -> SchedulerConfig:
+        """
+        Return the scheduler's config of an engine of this config.
+
+        :param eos_token_id: the tokenizer's EOS id (ends a text request when
+            ``stop_on_eos``).
+        """
+        cfg = self.model_config()
+        return SchedulerConfig(
+            num_blocks=self.pool_blocks(), max_prefix_tokens=cfg.max_prefix_tokens,
+            policy=self.policy, prefix_attention=cfg.prefix_attention,
+            block_size=self.block_size, tokens_per_cycle=self.tokens_per_cycle,
+            min_tokens_per_cycle=min(self.min_tokens_per_cycle, self.tokens_per_cycle),
+            adapt_tokens_per_cycle=self.control_period_s is not None,
+            max_running_requests=self.max_running_requests,
+            max_waiting_requests=self.max_waiting_requests,
+            eos_token_id=eos_token_id if self.stop_on_eos else None)
 
     def backend_config(self) -> BackendConfig:
         """Return the fields a backend needs (``backends.factory.make_backend``)."""
