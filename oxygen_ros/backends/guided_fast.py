@@ -45,8 +45,7 @@ class GuidedDenoise:
                 _LOG.warning('the guided denoise (real-time chunking) runs EAGERLY: it was '
                              'not compiled (the engine was built without rtc)')
             return guided_denoise(self.model, prefix, noise, guidance)
-        steps = guidance_weights(self.cfg.num_denoise_steps,
-                                 guidance.max_guidance_weight)
+        steps = guidance_weights(self.cfg.num_denoise_steps, guidance.max_guidance_weight)
         return graph(F.pad(prefix.slots.to(torch.int64), (0, c - p), value=self.null_slot),
                      F.pad(prefix.mask, (0, c - p)), prefix.num_tokens, noise,
                      guidance.target, guidance.soft_mask, steps).clone()
