@@ -25,8 +25,8 @@ from typing import Callable, Mapping
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend, FrameInputs
-from oxygen_ros.engine.chunk_history import ChunkHistory
-from oxygen_ros.engine.config import EngineConfig, RtcRequest
+from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
@@ -40,6 +40,7 @@ from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
@@ -351,7 +352,8 @@ class Engine:
             ready.append(self._action_chunk(actions, prepared, frame.frame_id,
                                             inputs.guidance is not None))
             if ready[0] is not None:
-                self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
+                self.chunk_history.record(prepared.stamp_ns, actions[0].float().cpu().numpy(),
+                                          ready[0].actions)
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -381,8 +383,10 @@ class Engine:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        guidance = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
-                    if rtc is not None else None)
+        target = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                  if rtc is not None else None)
+        guidance = None if target is None else RtcGuidance.from_numpy(
+            target.target, target.soft_mask, target.max_guidance_weight)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 
