@@ -17,7 +17,7 @@ step (N times less Inductor work than the unrolled loop); the CUDA graph of the 
 replays all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``)
 that velocity is the fused one (``model/denoise_fused.py``: the prefix read in place,
 fused norms), else the gathered one. The guided denoise (real-time chunking,
-``model/guided_call.py``) likewise compiles one guided step, the velocity and its
+``model.rtc.GuidedDenoiseCall``) likewise compiles one guided step, the velocity and its
 vector-Jacobian product in one graph.
 """
 
@@ -28,11 +28,11 @@ from typing import Callable
 
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
-from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import GuidedDenoiseCall
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
@@ -213,10 +213,10 @@ class GraphBuilder:
         cfg = self.model.cfg
         c, h, a = key[0], cfg.action_horizon, cfg.action_dim
 
-        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, weights,
+        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, soft_mask,
                step_weights):
             return call(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target,
-                        weights, step_weights)
+                        soft_mask, step_weights)
         f32 = torch.float32
         example = (self._empty(1, c, dtype=torch.int64), self._empty(1, c, dtype=torch.bool),
                    self._empty(1, dtype=torch.int64), self._empty(1, h, a, dtype=f32),

@@ -270,11 +270,11 @@ class ParityProbe:
         prefix, noise, p = self._denoise_inputs(bucket)
         h = cfg.action_horizon
         target = torch.randn(1, h, cfg.action_dim, generator=self.gen).to(self.pool.device)
-        weights = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
-        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, weights))]
-        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, weights))]
+        mask = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
+        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, mask))]
+        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, mask))]
         ref = ([guided_denoise(self.ref, self._ref_prefix(prefix), self._r(noise),
-                               RtcGuidance(self._r(target), self._r(weights)))]
+                               RtcGuidance(self._r(target), self._r(mask)))]
                if self.ref is not None else None)
         return self._gate(f'guided denoise (RTC), {cfg.num_denoise_steps} steps, prefix {p} '
                           f'(bucket {bucket})', fast, eager, ref)

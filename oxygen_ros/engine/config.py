@@ -1,8 +1,8 @@
 """
 Engine configuration (no torch); what the engine hands back per cycle is in ``outputs.py``.
 
-``EngineConfig`` is what the node's parameters and the benchmark's flags map onto;
-``RtcRequest`` what a cycle's caller asks of real-time chunking.
+``EngineConfig`` is what the node's parameters and the benchmark's flags map onto; what a
+cycle's caller asks of real-time chunking is ``control.rtc.RtcRequest``.
 """
 
 from __future__ import annotations
@@ -251,28 +251,3 @@ class EngineConfig:
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
             attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc)
-
-
-@dataclass(frozen=True, slots=True)
-class RtcRequest:
-    """
-    Guide a cycle's action chunk toward the previous one (real-time chunking, ``model/rtc.py``).
-
-    :ivar delay_steps: ``d >= 0``, the inference delay in action steps, measured by the
-        caller (observation stamp to chunk publication): the first ``d`` points are frozen.
-        None before it was measured: every point the previous chunk covers is frozen (too
-        long a delay makes the new chunk follow the old one a little longer; too short a
-        one unfreezes points the robot executes meanwhile: a jump).
-    :ivar action_dt_ns: time between chunk points, ``> 0``.
-    :ivar max_guidance_weight: ``beta > 0`` (paper: 5).
-    """
-
-    delay_steps: int | None
-    action_dt_ns: int
-    max_guidance_weight: float = 5.0
-
-    def __post_init__(self) -> None:
-        if (self.delay_steps is not None and self.delay_steps < 0) or self.action_dt_ns <= 0 \
-                or not self.max_guidance_weight > 0:
-            raise ValueError(f'RtcRequest needs delay_steps >= 0, action_dt_ns > 0, '
-                             f'max_guidance_weight > 0; got {self}')

@@ -24,8 +24,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.backends.interface import Backend, FrameInputs
-from oxygen_ros.engine.chunk_history import ChunkHistory
-from oxygen_ros.engine.config import EngineConfig, RtcRequest
+from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import (
     build_backend, check_quantization, check_shared_backend, load_model, load_tokenizer,
     LoadedModel)
@@ -33,6 +33,7 @@ from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, Text
 from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
 from oxygen_ros.sched.scheduler import Scheduler
@@ -325,7 +326,8 @@ class Engine:
             ready.append(self._action_chunk(actions, prepared, frame.frame_id,
                                             inputs.guidance is not None))
             if ready[0] is not None:
-                self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
+                self.chunk_history.record(prepared.stamp_ns, actions[0].float().cpu().numpy(),
+                                          ready[0].actions)
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
@@ -356,8 +358,10 @@ class Engine:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        guidance = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
-                    if rtc is not None else None)
+        target = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                  if rtc is not None else None)
+        guidance = None if target is None else RtcGuidance.from_numpy(
+            target.target, target.soft_mask, target.max_guidance_weight)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 

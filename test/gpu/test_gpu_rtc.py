@@ -2,9 +2,9 @@
 RTC's guided denoise on CUDA (``pytest -m gpu``; skipped without CUDA).
 
 What CPU CI cannot see: Inductor's Triton kernels for the guided step (the velocity and its
-vector-Jacobian product, ``model/guided_call.py``) inside a captured CUDA graph, equal to the
-eager reference (``rtc.guided_denoise``, autograd) within the parity gate, in float32 and
-bfloat16, replayed on a prefix and a guidance it never saw at the warm-up.
+vector-Jacobian product, ``model.rtc.GuidedDenoiseCall``) inside a captured CUDA graph, equal
+to the eager reference (``rtc.guided_denoise``, autograd) within the parity gate, in float32
+and bfloat16, replayed on a prefix and a guidance it never saw at the warm-up.
 """
 
 from oxygen_ros.backends.buckets import EngineLimits
@@ -13,7 +13,7 @@ from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.parity import check_parity
 from oxygen_ros.backends.parity_probe import float32_copy
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.control.smoothing import rtc_prefix_weights
+from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
 from oxygen_ros.model.kv_cache import KVCache
@@ -60,7 +60,7 @@ def guided_graph_against_eager(dtype, device='cuda', compile_mode=CompileMode.RE
     gen = torch.Generator().manual_seed(11)
     noise = torch.randn(1, h, a, generator=gen).to(model.device)
     guidance = RtcGuidance(torch.randn(1, h, a, generator=gen).to(model.device),
-                           torch.tensor(rtc_prefix_weights(h, 1, h - 1)).to(model.device))
+                           torch.tensor(soft_mask(h, 1, h - 1)).to(model.device))
     reference = float32_copy(model)
     with torch.inference_mode():
         calls = sum(g.num_calls for g in graphs.values())
