@@ -196,7 +196,7 @@ def test_inductor_prefill_call_with_flex_equals_the_eager_one():
 
 
 def test_vision_with_flex_equals_eager():
-    """SigLIP's unmasked attention as FlexAttention in the compiled VisionCall: one per block."""
+    """The unmasked attention of SigLIP as FlexAttention in the compiled VisionCall."""
     model = _model(PrefixAttention.BIDIRECTIONAL)
     graphs, aot_eager = [], lookup_backend('aot_eager')
 
