@@ -98,11 +98,16 @@ class GraphBuilder:
             self._compiled[step] = self._compile(self.calls[step], step)
         return self._compiled[step]
 
+    def compile_options(self, step: Step) -> dict | None:
+        """Return Inductor's options for ``step``: ``max_autotune`` where asked, else None."""
+        if step in self.autotune and self.compiler == 'inductor':
+            return {'max_autotune': True}
+        return None     # other compilers take no Inductor options
+
     def _compile(self, fn: Callable, step: Step) -> Callable:
-        """Return ``torch.compile(fn)`` in one graph; ``max_autotune`` where asked (Inductor)."""
-        extra = {'options': {'max_autotune': True}} \
-            if step in self.autotune and self.compiler == 'inductor' else {}
-        return torch.compile(fn, backend=self.compiler, fullgraph=True, **extra)
+        """Return ``torch.compile(fn)`` in one graph with :meth:`compile_options`."""
+        return torch.compile(fn, backend=self.compiler, fullgraph=True,
+                             options=self.compile_options(step))
 
     def _denoise_kernel(self, kernels: Kernels) -> Callable:
         """Return the denoise loop with one velocity step (fused or gathered) inside."""
