@@ -172,8 +172,10 @@ def eager_components(ctx: PhaseContext) -> bool:
     kernels: dict = {}
     ctx.save('workload', {**work.as_dict(), 'model_build_s': time.perf_counter() - t0,
                           'attention_backend': chosen.value})
-    # the eager model always gathers its decode context: TRITON times the same calls as AUTO
-    others = [b for b in AttentionBackend if b not in (chosen, AttentionBackend.TRITON)]
+    # the eager model always gathers its decode context and never runs FlexAttention: TRITON
+    # and FLEX time the same calls as AUTO
+    others = [b for b in AttentionBackend
+              if b not in (chosen, AttentionBackend.TRITON, AttentionBackend.FLEX)]
     for backend in [chosen] + others:
         try:
             with sdpa_context(backend):
@@ -225,7 +227,8 @@ def compiled_components(ctx: PhaseContext) -> bool:
     with the rest, timed beside the plain one and held against eager's guided denoise.
     """
     from oxygen_ros.backends.parity_probe import float32_copy
-    from oxygen_ros.tools.bench.gpu_components import time_decode_attention
+    from oxygen_ros.tools.bench.gpu_components import (
+        time_decode_attention, time_prefix_attention)
 
     work = ctx.workload()
     model = work.build_model()
@@ -235,6 +238,11 @@ def compiled_components(ctx: PhaseContext) -> bool:
         ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
     except Exception as exc:  # noqa: B902 - a figure lost, not the phase
         ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
+    del model, reference
+    try:
+        ctx.save('prefix_attention', time_prefix_attention(work, ctx.args.compile_backend))
+    except Exception as exc:  # noqa: B902 - a figure lost, not the phase
+        ctx.save('prefix_attention', {'error': f'{type(exc).__name__}: {exc}'[:600]})
     return failed
 
 
@@ -285,6 +293,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.graph_builder import Kernels
     from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, pipeline_parity, roofline_entry, run_components)
@@ -304,11 +313,13 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
         paged = decode_attention(fast.device, compiled)
         fused = denoise_attention(fast.device, fast.kernels is Kernels.INDUCTOR
                                   and 'denoise' not in report.fallbacks, model.cfg.action_horizon)
+        prefix = prefill_attention(fast.device, fast.kernels is Kernels.INDUCTOR
+                                   and 'prefill' not in report.fallbacks)
     ctx.save('warmup', {
         'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
         'attention_backend': attention.value, 'decode_attention': paged,
-        'denoise_attention': fused,
+        'denoise_attention': fused, 'prefill_attention': prefix,
         'compiles': dict(report.compiles),
         'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
         'gate': {s: r.describe() for s, r in fast.parity.items()},

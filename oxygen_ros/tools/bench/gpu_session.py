@@ -11,7 +11,8 @@ deadline):
   with every attention kernel;
 - ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
   recompiles per step, gate, fallbacks; RTC's guided denoise included), its components (the
-  guided denoise beside the plain one) and the action path's parity;
+  guided denoise beside the plain one), the action path's parity, and the attention of a
+  decode step, of the prefill's prefix and of SigLIP alone, kernel by kernel;
 - ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
   both engines); a second start in a fresh process (the compile caches).
 - ``--session 4`` (optional, FP8 weights): environment; the FP8 action check on the random
@@ -60,7 +61,7 @@ SESSIONS = {
 """The sessions; 4 (FP8 weights) is optional: ``make gpu-session`` runs 1 to 3 unless
 ``SESSION`` names it."""
 ESTIMATE_S = {'environment': 20, 'gpu_tests': 330, 'eager_components': 90,
-              'compiled_components': 420, 'bench': 330, 'second_start': 90,
+              'compiled_components': 450, 'bench': 330, 'second_start': 90,
               'fp8_components': 420}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
 a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
@@ -70,7 +71,8 @@ gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s 
 before the tests of the guided step, the paged and fused kernels and FP8 (each one or two
 more Inductor compiles of a tiny step: ~330 s estimated). The compiled components took 277 s
 on 2026-11-25 without the guided denoise, whose compile (forward and backward of one step)
-and gate add ~60 s. FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus
+and gate add ~60 s; the prefill's and SigLIP's attention compared kernel by kernel
+(``time_prefix_attention``: four small Inductor compiles, two with FlexAttention) ~30 s. FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus
 ~20 s to quantize and run the action check's three eager action paths."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45,
@@ -93,6 +95,10 @@ FILLED_KEYS = {
     'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
                             'warmup.decode_attention', 'decode_attention.used',
                             'warmup.denoise_attention', 'denoise.us_per_layer_step',
+                            'warmup.prefill_attention', 'prefix_attention.prefill.sdpa_us',
+                            'prefix_attention.prefill.flex_us',
+                            'prefix_attention.prefill.max_abs_diff',
+                            'prefix_attention.vision.sdpa_us', 'prefix_attention.vision.flex_us',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
                             'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
                             'ms.guided_denoise_10_steps',
