@@ -6,8 +6,9 @@ What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or t
 the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
 10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
 head), the outputs of one untimed pass, and the parity of the fast path's outputs against
-eager with eager float32 as the reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
-bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
+eager with eager float32 as the reference (``backends/parity.py``'s rule); the attention of
+a decode step, of the prefill's prefix and of SigLIP alone, kernel by kernel. Defaults: the
+deployment case (``pi05_droid``, bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
 """
 
 from __future__ import annotations

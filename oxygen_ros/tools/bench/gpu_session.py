@@ -72,8 +72,9 @@ before the tests of the guided step, the paged and fused kernels and FP8 (each o
 more Inductor compiles of a tiny step: ~330 s estimated). The compiled components took 277 s
 on 2026-11-25 without the guided denoise, whose compile (forward and backward of one step)
 and gate add ~60 s; the prefill's and SigLIP's attention compared kernel by kernel
-(``time_prefix_attention``: four small Inductor compiles, two with FlexAttention) ~30 s. FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus
-~20 s to quantize and run the action check's three eager action paths."""
+(``time_prefix_attention``: four small Inductor compiles, two with FlexAttention) ~30 s.
+FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus ~20 s to quantize
+and run the action check's three eager action paths."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45,
              'fp8_components': 120}
