@@ -32,10 +32,13 @@ from contextlib import contextmanager
 from typing import Iterator, TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch.nn.attention.flex_attention import BlockMask
 
+MIN_HEAD_DIM = 16
+"""Head dims below this are zero-padded to it for FlexAttention (:func:`_flex`)."""
 _enabled: bool | None = None
 """Set by :func:`flex_kernels`; None: AUTO's rule (:func:`use_flex_prefill`)."""
 
@@ -136,13 +139,10 @@ def prefix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     :param block_mask: from :func:`prefix_block_mask` (``S = P``).
     :returns: ``[B, S, H * D]`` head-major per token, as ``layers.attention``.
     """
-    from torch.nn.attention.flex_attention import flex_attention
-
     b, s, h, d = q.shape
     if not v.is_cuda:   # the C++ template misreads a strided view of the Q/K/V output
         v = v.contiguous()
-    out = flex_attention(q.transpose(1, 2), k, v, block_mask=block_mask,
-                         enable_gqa=k.shape[1] != h)
+    out = _flex(q.transpose(1, 2), k, v, block_mask=block_mask, enable_gqa=k.shape[1] != h)
     return out.transpose(1, 2).reshape(b, s, h * d)
 
 
@@ -158,10 +158,29 @@ def vision_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     :returns: ``[B, H, T, D]``.
     """
     if use_flex_vision():
-        from torch.nn.attention.flex_attention import flex_attention
-        return flex_attention(q, k, v)
+        return _flex(q, k, v)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
-__all__ = ['flex_kernels', 'prefill_attention', 'prefix_attention', 'prefix_block_mask',
+def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """
+    Return ``flex_attention(q, k, v, **kwargs)``, head dims below ``MIN_HEAD_DIM`` zero-padded.
+
+    Zeros add nothing to ``q . k`` nor to ``p v`` (whose padded columns are dropped), and the
+    scale stays ``D ** -0.5`` of the true D: exact. Triton's ``tl.dot`` takes no inner
+    dimension below 16 in 16-bit types (``triton/backends/nvidia/compiler.py``
+    ``min_dot_size``), which the tiny test models' 8-dim heads would be.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    d = q.shape[-1]
+    if d >= MIN_HEAD_DIM:
+        return flex_attention(q, k, v, **kwargs)
+    pad = (0, MIN_HEAD_DIM - d)
+    out = flex_attention(F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale=d ** -0.5,
+                         **kwargs)
+    return out[..., :d]
+
+
+__all__ = ['MIN_HEAD_DIM', 'flex_kernels', 'prefill_attention', 'prefix_attention', 'prefix_block_mask',
            'prefix_row_mask', 'use_flex_prefill', 'use_flex_vision', 'vision_attention']

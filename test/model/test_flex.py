@@ -63,8 +63,10 @@ def _flex(q, k, v, valid, ar):
 @pytest.mark.parametrize('p,count,images,holes', [
     (208, 208, 128, ()), (208, 150, 128, ()), (272, 261, 256, ()), (300, 290, 128, (5, 140))],
     ids=['no-padding', 'padded', 'short-prompt', 'holes'])
-def test_flex_prefix_attention_equals_the_dense_bias(text_ar, p, count, images, holes):
-    q, k, v, valid, ar = _inputs(p, count, images, text_ar, holes=holes)
+@pytest.mark.parametrize('heads', [(8, 1, 32), (2, 1, 8)], ids=['8x1x32', 'tiny-padded'])
+def test_flex_prefix_attention_equals_the_dense_bias(text_ar, p, count, images, holes, heads):
+    """Head dims below 16 (tiny) run zero-padded to 16 with the true scale: still equal."""
+    q, k, v, valid, ar = _inputs(p, count, images, text_ar, heads, holes=holes)
     torch.testing.assert_close(_flex(q, k, v, valid, ar), _dense(q, k, v, valid, ar), **TOL)
     mask = make_attn_mask(valid, ar) | torch.eye(p, dtype=torch.bool)
     last = torch.tensor([count - 1])
