@@ -60,7 +60,7 @@ SESSIONS = {
 }
 """The sessions; 4 (FP8 weights) is optional: ``make gpu-session`` runs 1 to 3 unless
 ``SESSION`` names it."""
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 330, 'eager_components': 90,
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 360, 'eager_components': 90,
               'compiled_components': 450, 'bench': 330, 'second_start': 90,
               'fp8_components': 420}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
@@ -69,7 +69,7 @@ kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile
 ~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
 gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
 before the tests of the guided step, the paged and fused kernels and FP8 (each one or two
-more Inductor compiles of a tiny step: ~330 s estimated). The compiled components took 277 s
+more Inductor compiles of a tiny step: ~330 s estimated; FlexAttention's tests ~30 s more). The compiled components took 277 s
 on 2026-11-25 without the guided denoise, whose compile (forward and backward of one step)
 and gate add ~60 s; the prefill's and SigLIP's attention compared kernel by kernel
 (``time_prefix_attention``: four small Inductor compiles, two with FlexAttention) ~30 s.
