@@ -9,11 +9,11 @@ bucket that passes the parity gate and equals eager. Timing: ``oxygen_bench gpu 
 2`` (``ms.denoise_10_steps``, ``warmup.denoise_attention``).
 """
 
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.parity import check_parity
 from oxygen_ros.backends.parity_probe import float32_copy
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual

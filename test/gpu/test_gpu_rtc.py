@@ -7,11 +7,11 @@ eager reference (``rtc.guided_denoise``, autograd) within the parity gate, in fl
 bfloat16, replayed on a prefix and a guidance it never saw at the warm-up.
 """
 
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.parity import check_parity
 from oxygen_ros.backends.parity_probe import float32_copy
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.smoothing import rtc_prefix_weights
 from oxygen_ros.engine.config import EngineConfig
