@@ -15,7 +15,8 @@ eager_components     each model call, eager, with every attention kernel; roofli
 compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
                      gate, fallbacks, compile cache, the decode attention used; RTC's
                      guided denoise included), each call (the guided denoise too), the
-                     action path's parity, the decode attention alone (paged vs gather)
+                     action path's parity, the decode attention alone (paged vs gather),
+                     the prefill's and SigLIP's attention alone, kernel by kernel
 bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
                      shared warm-up), the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
@@ -23,6 +24,8 @@ fp8_components       FP8 weights (``model/fp8.py``): the action check against bf
                      float32, then as ``compiled_components`` on the FP8 model (the gate
                      against the unquantized float32 copy), rooflines with FP8 bytes and
                      FLOPs, Thor's projection
+autotune_components  vision and prefill compiled with Inductor's defaults, then with
+                     ``max_autotune``: compile time, gate, each call
 ==================== =====================================================================
 """
 
@@ -43,6 +46,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from oxygen_ros.tools.bench.gpu_autotune import autotune_components
 from oxygen_ros.tools.bench.gpu_components import Workload
 
 REPO = Path(__file__).resolve().parents[3]
@@ -400,6 +404,6 @@ def second_start(ctx: PhaseContext) -> bool:
 PHASES: dict[str, Callable[[PhaseContext], bool]] = {
     'environment': environment, 'gpu_tests': gpu_tests, 'eager_components': eager_components,
     'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start,
-    'fp8_components': fp8_components}
+    'fp8_components': fp8_components, 'autotune_components': autotune_components}
 
 __all__ = ['PHASES', 'PhaseContext', 'REPO', 'write_json']
