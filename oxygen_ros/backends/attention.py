@@ -12,7 +12,8 @@ FlexAttention (``model/flex.py``) and the other short-query attention runs as tw
 products; MATMUL runs the short-query attention as matrix products everywhere (decode
 and denoise gather their context); TRITON runs decode, suffixes and the denoise with the
 paged kernel everywhere the fast path runs them (eager kernels in graphs too; on the CPU only
-under ``TRITON_INTERPRET=1``); FLEX runs the prefill's prefix and SigLIP's attention with
+under ``TRITON_INTERPRET=1``) and the prefill's prefix with SDPA (AUTO without
+FlexAttention); FLEX runs the prefill's prefix and SigLIP's attention with
 FlexAttention where compiled, on any device; the SDPA kernel names run every attention call
 with that kernel (decode and denoise gather their context; no FlexAttention).
 """
@@ -30,9 +31,10 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
 
     :returns: ``nullcontext()`` for AUTO (PyTorch's kernel choice; short-query attention as
         matrix products, the paged kernel and the prefix's FlexAttention where compiled for
-        CUDA), ``paged_kernel()`` for TRITON, ``flex_kernels()`` for FLEX,
-        ``matmul_short_queries()`` and neither the paged kernel nor FlexAttention for MATMUL,
-        else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call and neither.
+        CUDA), ``paged_kernel()`` and no FlexAttention for TRITON, ``flex_kernels()`` for
+        FLEX, ``matmul_short_queries()`` and neither the paged kernel nor FlexAttention for
+        MATMUL, else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call and
+        neither.
     :raises ImportError: TRITON without Triton.
     """
     if backend is AttentionBackend.AUTO:
@@ -40,13 +42,13 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     from oxygen_ros.model.flex import flex_kernels
     from oxygen_ros.model.layers import matmul_short_queries
     from oxygen_ros.model.paged_attention import paged_kernel
-    if backend is AttentionBackend.TRITON:
-        return paged_kernel(True)
     if backend is AttentionBackend.FLEX:
         return flex_kernels(True)
     stack = ExitStack()
-    stack.enter_context(paged_kernel(False))
+    stack.enter_context(paged_kernel(backend is AttentionBackend.TRITON))  # raises first
     stack.enter_context(flex_kernels(False))
+    if backend is AttentionBackend.TRITON:
+        return stack
     if backend is AttentionBackend.MATMUL:
         stack.enter_context(matmul_short_queries(True))
         return stack

@@ -94,7 +94,8 @@ class AttentionBackend(enum.Enum):
     ``docs/gpu.md``). TRITON runs the decode steps, causal suffixes and denoise of the fast
     path with the paged attention kernel (``model/paged_attention.py``: the context read in
     place from the KV pool, no gather; the denoise with the fused norms of
-    ``model/denoise_fused.py``), in graphs of eager kernels too, and the rest as AUTO; AUTO
+    ``model/denoise_fused.py``), in graphs of eager kernels too, the prefill's prefix with
+    SDPA, and the rest as AUTO; AUTO
     uses those kernels where compiled for CUDA with Triton importable. The eager model and
     RTC's guided denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's
     attention with PyTorch's FlexAttention where they are compiled (``model/flex.py``: one

@@ -23,7 +23,7 @@ the current path kernel by kernel (``tools/bench/gpu_components.py``
 is a reference that materializes every score (PyTorch's ``math_attention``), so eager calls
 and graphs of eager kernels keep ``scaled_dot_product_attention``.
 ``backends/attention.py`` enters it for the attention backend (``flex``; ``auto``: the
-prefill's prefix where compiled for CUDA).
+prefill's prefix where compiled for CUDA; ``triton`` and the SDPA kernel names: never).
 """
 
 from __future__ import annotations

@@ -158,9 +158,10 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
 
 
 def test_flex_is_chosen_by_its_name_and_by_auto_for_the_compiled_cuda_prefix_only():
+    """TRITON is AUTO without FlexAttention: the way back to SDPA for the prefix on CUDA."""
     for backend, cpu, cuda in ((AttentionBackend.FLEX, 'flex', 'flex'),
                                (AttentionBackend.AUTO, 'sdpa', 'flex'),
-                               (AttentionBackend.TRITON, 'sdpa', 'flex'),
+                               (AttentionBackend.TRITON, 'sdpa', 'sdpa'),
                                (AttentionBackend.MATMUL, 'sdpa', 'sdpa'),
                                (AttentionBackend.CUDNN, 'sdpa', 'sdpa')):
         with sdpa_context(backend):
