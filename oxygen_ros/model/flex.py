@@ -182,5 +182,6 @@ def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.
     return out[..., :d]
 
 
-__all__ = ['MIN_HEAD_DIM', 'flex_kernels', 'prefill_attention', 'prefix_attention', 'prefix_block_mask',
-           'prefix_row_mask', 'use_flex_prefill', 'use_flex_vision', 'vision_attention']
+__all__ = ['MIN_HEAD_DIM', 'flex_kernels', 'prefill_attention', 'prefix_attention',
+           'prefix_block_mask', 'prefix_row_mask', 'use_flex_prefill', 'use_flex_vision',
+           'vision_attention']
