@@ -95,9 +95,8 @@ class AttentionBackend(enum.Enum):
     path with the paged attention kernel (``model/paged_attention.py``: the context read in
     place from the KV pool, no gather; the denoise with the fused norms of
     ``model/denoise_fused.py``), in graphs of eager kernels too, the prefill's prefix with
-    SDPA, and the rest as AUTO; AUTO
-    uses those kernels where compiled for CUDA with Triton importable. The eager model and
-    RTC's guided denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's
+    SDPA, and the rest as AUTO; AUTO uses those kernels where compiled for CUDA with Triton
+    importable. The eager model and RTC's guided denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's
     attention with PyTorch's FlexAttention where they are compiled (``model/flex.py``: one
     flash-style kernel, the prefix mask a block mask of per-row vectors), and the rest as
     AUTO; AUTO does so for the prefix where compiled for CUDA, and leaves SigLIP's attention
@@ -142,7 +141,7 @@ def max_autotune_steps(value: str | None = None) -> frozenset[Step]:
 
     Autotuning benchmarks Triton GEMM templates (their epilogues fused: bias, GELU, residual)
     against cuBLAS per shape, and FlexAttention's tile configurations, at compile time
-    (docs/gpu.md, "Vision and prefill": its cost and what it is expected to give).
+    (docs/gpu.md, "Prefill and vision": its cost and what it is expected to give).
 
     :param value: comma-separated ``Step`` values (``vision,prefill``) or ``all``; None:
         ``$OXYGEN_ROS_MAX_AUTOTUNE``, unset or empty: no step.

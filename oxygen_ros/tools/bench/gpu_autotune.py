@@ -4,7 +4,7 @@ GPU session 5: vision and prefill with Inductor's ``max_autotune``, against its 
 Autotuning (``backends/config.py`` ``max_autotune_steps``; ``$OXYGEN_ROS_MAX_AUTOTUNE``)
 benchmarks, at compile time, Triton GEMM templates with their epilogues fused (bias, GELU,
 residual) against cuBLAS for every GEMM shape, and FlexAttention's tile configurations; what
-it gives and what it costs at start are measured here (docs/gpu.md, "Vision and prefill").
+it gives and what it costs at start are measured here (docs/gpu.md, "Prefill and vision").
 """
 
 from __future__ import annotations
