@@ -296,8 +296,8 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.graph_builder import Kernels
-    from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.flex import prefill_attention
+    from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, pipeline_parity, roofline_entry, run_components)
