@@ -96,11 +96,11 @@ class AttentionBackend(enum.Enum):
     place from the KV pool, no gather; the denoise with the fused norms of
     ``model/denoise_fused.py``), in graphs of eager kernels too, the prefill's prefix with
     SDPA, and the rest as AUTO; AUTO uses those kernels where compiled for CUDA with Triton
-    importable. The eager model and RTC's guided denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's
-    attention with PyTorch's FlexAttention where they are compiled (``model/flex.py``: one
-    flash-style kernel, the prefix mask a block mask of per-row vectors), and the rest as
-    AUTO; AUTO does so for the prefix where compiled for CUDA, and leaves SigLIP's attention
-    to PyTorch's SDPA choice. Eagerly (the eager model, graphs of eager kernels) both keep
+    importable. The eager model and RTC's guided denoise always gather. FLEX runs the
+    prefill's prefix attention and SigLIP's attention with PyTorch's FlexAttention where they
+    are compiled (``model/flex.py``: one flash-style kernel, the prefix mask a block mask of
+    per-row vectors), and the rest as AUTO; AUTO does so for the prefix where compiled for
+    CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager model, graphs of eager kernels) both keep
     SDPA.
     """
 
