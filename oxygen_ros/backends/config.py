@@ -100,8 +100,8 @@ class AttentionBackend(enum.Enum):
     prefill's prefix attention and SigLIP's attention with PyTorch's FlexAttention where they
     are compiled (``model/flex.py``: one flash-style kernel, the prefix mask a block mask of
     per-row vectors), and the rest as AUTO; AUTO does so for the prefix where compiled for
-    CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager model, graphs of eager kernels) both keep
-    SDPA.
+    CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager model,
+    graphs of eager kernels) both keep SDPA.
     """
 
     AUTO = 'auto'
