@@ -83,7 +83,7 @@ class AttentionBackend(enum.Enum):
     """
     Which kernels the model's attention may use (``backends/attention.py``).
 
-    AUTO is PyTorch's own choice per call (but see MATMUL and TRITON below); the SDPA kernel
+    AUTO is PyTorch's own choice per call (but see MATMUL, TRITON, FLEX below); the SDPA kernel
     names restrict every ``scaled_dot_product_attention`` of the model (eager, compiled and
     captured) to one kernel through ``torch.nn.attention.sdpa_kernel``, so that one run can
     compare them. A kernel that cannot run a call raises there (on CUDA FLASH takes no mask,
