@@ -9,7 +9,8 @@ in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
 silent graph break) or PyTorch's eager ones; decode steps and causal suffixes attend the KV
 pool in place with the paged Triton kernel where the attention backend chooses it
-(``model/paged_attention.py``; on CUDA the builder loads it for AUTO). One compiled function
+(``model/paged_attention.py``; on CUDA the builder loads it for AUTO), the prefill's prefix
+with FlexAttention where ``model/flex.py`` chooses it. One compiled function
 serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
 so Inductor compiles a step once or twice (sizes 1 are specialized), not once per bucket;
 the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
@@ -18,7 +19,8 @@ replays all N. Where the paged kernel is chosen (``paged_attention.denoise_atten
 that velocity is the fused one (``model/denoise_fused.py``: the prefix read in place,
 fused norms), else the gathered one. The guided denoise (real-time chunking,
 ``model.rtc.GuidedDenoiseCall``) likewise compiles one guided step, the velocity and its
-vector-Jacobian product in one graph.
+vector-Jacobian product in one graph. The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names
+(``config.max_autotune_steps``) compile with Inductor's ``max_autotune``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import enum
 from typing import Callable
 
-from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.config import max_autotune_steps, Step
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
@@ -79,6 +81,8 @@ class GraphBuilder:
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
         self.guided = GuidedDenoiseCall(model)
+        self.autotune = max_autotune_steps()
+        """Steps compiled with Inductor's ``max_autotune`` (``$OXYGEN_ROS_MAX_AUTOTUNE``)."""
         self._compiled: dict[Step, Callable] = {}
         self._denoise_fused: bool | None = None
         """Which denoise step ``_compiled`` holds (fused or gathered), None: none yet."""
@@ -91,9 +95,19 @@ class GraphBuilder:
         if kernels is Kernels.EAGER:
             return self.calls[step]
         if step not in self._compiled:
-            self._compiled[step] = torch.compile(self.calls[step], backend=self.compiler,
-                                                 fullgraph=True)
+            self._compiled[step] = self._compile(self.calls[step], step)
         return self._compiled[step]
+
+    def compile_options(self, step: Step) -> dict | None:
+        """Return Inductor's options for ``step``: ``max_autotune`` where asked, else None."""
+        if step in self.autotune and self.compiler == 'inductor':
+            return {'max_autotune': True}
+        return None     # other compilers take no Inductor options
+
+    def _compile(self, fn: Callable, step: Step) -> Callable:
+        """Return ``torch.compile(fn)`` in one graph with :meth:`compile_options`."""
+        return torch.compile(fn, backend=self.compiler, fullgraph=True,
+                             options=self.compile_options(step))
 
     def _denoise_kernel(self, kernels: Kernels) -> Callable:
         """Return the denoise loop with one velocity step (fused or gathered) inside."""
@@ -106,7 +120,7 @@ class GraphBuilder:
         if self._denoise_fused is not fused:
             target = self.denoise.fused_step if fused else self.denoise.velocity_step
             self._compiled[Step.DENOISE] = (_slots_dynamic if fused else _context_dynamic)(
-                torch.compile(target, backend=self.compiler, fullgraph=True))
+                self._compile(target, Step.DENOISE))
             self._denoise_fused = fused
         self.denoise.use(fused, self._compiled[Step.DENOISE])
         return self.denoise
@@ -117,8 +131,8 @@ class GraphBuilder:
             self.guided.step = self.guided.guided_step
         else:
             if Step.GUIDED_DENOISE not in self._compiled:
-                self._compiled[Step.GUIDED_DENOISE] = _context_dynamic(torch.compile(
-                    self.guided.guided_step, backend=self.compiler, fullgraph=True))
+                self._compiled[Step.GUIDED_DENOISE] = _context_dynamic(self._compile(
+                    self.guided.guided_step, Step.GUIDED_DENOISE))
             self.guided.step = self._compiled[Step.GUIDED_DENOISE]
         return self.guided
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.backends.config import (
-    AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy, SchedulerConfig
@@ -63,8 +63,9 @@ class EngineConfig:
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
     :param attention_backend: the attention kernel of the torch backend (``math``,
-        ``efficient``, ``flash``, ``cudnn``; ``auto``: PyTorch's choice); None:
-        ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
+        ``efficient``, ``flash``, ``cudnn``, ``matmul``, ``triton``, ``flex``; ``auto``:
+        PyTorch's choice but where compiled for CUDA; ``backends/config.py``
+        ``AttentionBackend``); None: ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
     :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
         dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
     :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
@@ -135,6 +136,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
         AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
+        max_autotune_steps()                                # likewise
         if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
             raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
                              f'{self.trt_precision!r}')
