@@ -13,9 +13,9 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.flex import prefill_attention
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.paged_attention import use_paged_kernel
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 from paged_cases import interpreted_kernel
 import pytest
 import torch

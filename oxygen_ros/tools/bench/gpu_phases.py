@@ -98,7 +98,7 @@ def environment(ctx: PhaseContext) -> bool:
     """Record the machine and software; fail when the device asked for is not there."""
     import torch
 
-    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
     from oxygen_ros.tools.common.machine import cpu_name
 
     dev = ctx.args.device

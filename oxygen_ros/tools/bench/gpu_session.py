@@ -279,7 +279,7 @@ def _run_phase(argv: list[str], phase: str, timeout: float, log) -> tuple[str, i
 
 def run_session(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the phases of ``args.session``; return the exit code (see the module doc)."""
-    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
     from oxygen_ros.tools.bench.gpu_phases import write_json
 
     n, (title, phases) = args.session, SESSIONS[args.session]
