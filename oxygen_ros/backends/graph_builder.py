@@ -7,12 +7,15 @@ the static-shape model call (``model/static_calls.py``), compiled or not, follow
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 
 Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
-silent graph break) or PyTorch's eager ones; decode steps and causal suffixes attend the KV
-pool in place with the paged Triton kernel where the attention backend chooses it
-(``model/paged_attention.py``; on CUDA the builder loads it for AUTO). One compiled function
-serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
-so Inductor compiles a step once or twice (sizes 1 are specialized), not once per bucket;
-the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
+silent graph break), the same compiled ahead of time and kept on disk (``precompile.py``: a
+warm start loads them, no Dynamo trace) or PyTorch's eager ones; decode steps and causal
+suffixes attend the KV pool in place with the paged Triton kernel where the attention backend
+chooses it (``model/paged_attention.py``; on CUDA the builder loads it for AUTO). One
+compiled function serves every shape of a step: the bucketed dims are marked dynamic
+(``maybe_mark_dynamic``), so Inductor compiles a step once or twice, not once per bucket
+(sizes 1 are specialized; the suffix has two attention regimes, up to ``PAGED_MAX_QUERIES``
+new tokens per row and beyond: the paged kernel or folded queries, and the gathered context
+with a head-major mask); the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
 step (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop
 replays all N. The guided denoise (real-time chunking, ``model/guided_call.py``) likewise
 compiles one guided step, the velocity and its vector-Jacobian product in one graph.
@@ -24,6 +27,7 @@ import enum
 from typing import Callable
 
 from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
@@ -39,8 +43,10 @@ from torch import nn
 class Kernels(enum.Enum):
     """Where a graph's kernels come from."""
 
+    PRECOMPILED = 'precompiled'
+    """The compiler's kernels compiled ahead of time (loaded from disk, else compiled, saved)."""
     INDUCTOR = 'inductor'
-    """``torch.compile`` (Triton on CUDA, C++ on the CPU)."""
+    """``torch.compile`` (Triton on CUDA, C++ on the CPU), just in time."""
     EAGER = 'eager'
     """PyTorch's own kernels: no compiler needed (what still works where Triton does not)."""
 
@@ -56,6 +62,8 @@ class GraphBuilder:
         pass ``'aot_eager'`` or a callable).
     :param adapter: the suffix LoRA for ``layers`` (folded ones: ``fold_adapter``): the
         suffix and decode graphs then take one more input, ``adapter_rows bool [B]``.
+    :ivar store: where PRECOMPILED kernels are loaded from and saved to (set before
+        building any; ``compiler`` must then be a name in ``precompile.AOT_BACKENDS``).
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList, pool: KVCache, *,
@@ -65,6 +73,7 @@ class GraphBuilder:
         self.pool = pool
         self.compiler = compiler
         self.adapter = adapter
+        self.store: ArtifactStore | None = None
         for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
             torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
         if pool.device.type == 'cuda':   # AUTO's paged decode attention, where Triton imports
@@ -76,36 +85,33 @@ class GraphBuilder:
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
         self.guided = GuidedDenoiseCall(model)
-        self._compiled: dict[Step, Callable] = {}
+        self._compiled: dict[tuple[Step, Kernels], Callable] = {}
+
+    def forget(self, step: Step) -> None:
+        """Drop the step's compiled functions (the next build compiles or loads afresh)."""
+        for kernels in Kernels:
+            self._compiled.pop((step, kernels), None)
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
-        if step is Step.GUIDED_DENOISE:
-            return self._guided_kernel(kernels)
+        """Return the step's call with ``kernels``: the loop of a denoise step around it."""
+        loop = {Step.DENOISE: self.denoise, Step.GUIDED_DENOISE: self.guided}.get(step)
+        target = (self.denoise.velocity_step if step is Step.DENOISE else
+                  self.guided.guided_step if step is Step.GUIDED_DENOISE else self.calls[step])
         if kernels is Kernels.EAGER:
-            if step is Step.DENOISE:
-                self.denoise.step = self.denoise.velocity_step
-                return self.denoise
-            return self.calls[step]
-        if step not in self._compiled:
-            target = self.denoise.velocity_step if step is Step.DENOISE else self.calls[step]
-            compiled = torch.compile(target, backend=self.compiler, fullgraph=True)
-            self._compiled[step] = _context_dynamic(compiled) if step is Step.DENOISE else \
-                compiled
-        if step is Step.DENOISE:
-            self.denoise.step = self._compiled[step]
-            return self.denoise
-        return self._compiled[step]
-
-    def _guided_kernel(self, kernels: Kernels) -> Callable:
-        """Return the guided loop with one guided step compiled (or eager) inside."""
-        if kernels is Kernels.EAGER:
-            self.guided.step = self.guided.guided_step
+            fn = target
         else:
-            if Step.GUIDED_DENOISE not in self._compiled:
-                self._compiled[Step.GUIDED_DENOISE] = _context_dynamic(torch.compile(
-                    self.guided.guided_step, backend=self.compiler, fullgraph=True))
-            self.guided.step = self._compiled[Step.GUIDED_DENOISE]
-        return self.guided
+            if (step, kernels) not in self._compiled:
+                if kernels is Kernels.PRECOMPILED:
+                    assert self.store is not None and isinstance(self.compiler, str)
+                    fn = PrecompiledStep(target, self.compiler, self.store, step.value)
+                else:
+                    fn = torch.compile(target, backend=self.compiler, fullgraph=True)
+                self._compiled[step, kernels] = _context_dynamic(fn) if loop else fn
+            fn = self._compiled[step, kernels]
+        if loop is None:
+            return fn
+        loop.step = fn
+        return loop
 
     def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
               capture: GraphCapture | None = None) -> StaticCall:
@@ -171,15 +177,15 @@ class GraphBuilder:
         def fn(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask, slots, *adapter):
             hidden, k, v = call(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask,
                                 *adapter)
-            k_pool.index_copy_(1, slots, k.flatten(1, 2).to(k_pool.dtype))
-            v_pool.index_copy_(1, slots, v.flatten(1, 2).to(v_pool.dtype))
+            k_pool.index_copy_(1, slots.reshape(-1), k.flatten(1, 2).to(k_pool.dtype))
+            v_pool.index_copy_(1, slots.reshape(-1), v.flatten(1, 2).to(v_pool.dtype))
             return hidden
         i64 = torch.int64
         example = (self._empty(b, t, dtype=i64), self._empty(b, t, dtype=torch.bool),
                    self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
-                   self._empty(b, c, dtype=torch.bool), self._empty(b * t, dtype=i64)) + \
+                   self._empty(b, c, dtype=torch.bool), self._empty(b, t, dtype=i64)) + \
             ((self._empty(b, dtype=torch.bool),) if rows else ())
-        dynamic = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0,)}
+        dynamic = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0, 1)}
         return fn, example, {**dynamic, 6: (0,)} if rows else dynamic
 
     def _denoise(self, call: Callable, key: tuple[int, ...]):

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 
-from oxygen_ros.backends import compiled
+from oxygen_ros.backends import warmup as fast_warmup
 from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
@@ -119,7 +119,7 @@ def test_a_recompile_during_capture_is_refused():
 def test_every_graph_is_captured_through_one_capture(tiny_models, monkeypatch):
     """One warm-up side stream and one pool for all graphs; replays equal eager."""
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
-    monkeypatch.setattr(compiled, 'GraphCapture', CpuCapture)
+    monkeypatch.setattr(fast_warmup, 'GraphCapture', CpuCapture)
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
                                     max_decode_tokens=model.cfg.decode_budget)
     comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',

@@ -89,7 +89,8 @@ FILLED_KEYS = {
               'result.isolated.full_prefills_per_frame'),
     'second_start': ('second_start.first_chunk_s', 'second_start.fast_path_warmup_s',
                      'second_start.compile_cache_hits', 'second_start.compile_cache_misses',
-                     'second_start.fallbacks'),
+                     'second_start.compiles', 'second_start.loaded', 'second_start.gate',
+                     'second_start.phases', 'second_start.fallbacks'),
 }
 """Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
 TOKENIZER_FIX = (
