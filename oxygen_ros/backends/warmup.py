@@ -34,7 +34,7 @@ from oxygen_ros.backends.precompile import ArtifactStore
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.paged_attention import decode_attention
+from oxygen_ros.model.paged_attention import decode_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -198,17 +198,19 @@ class FastPathWarmup:
                 steps: dict[Step, list[tuple[int, ...]]]
                 ) -> tuple[GraphBuilder, ParityProbe, GateRecord | None]:
         """Return the graph builder, the probe and the gate record to write (or None)."""
+        if pool.device.type == 'cuda':   # AUTO's paged decode attention: part of the key
+            load_kernel(required=False)
+        key = self.cache_key()
+        if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
+            self.cache = CompileCache(key)   # before anything of Dynamo fixes Inductor's dir
+            self.cache.activate()
         layers, adapter = self.model.vlm.layers, self.adapter
         if self.fold_norms:
             layers = fold_layers(self.model.vlm.layers)
             if adapter is not None:
                 adapter = fold_adapter(adapter, self.model.vlm.layers)
         builder = GraphBuilder(self.model, layers, pool, compiler=self._backend,
-                               adapter=adapter)      # loads the paged kernel: part of the key
-        key = self.cache_key()
-        if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
-            self.cache = CompileCache(key)
-            self.cache.activate()
+                               adapter=adapter)
         record, tolerances, why = None, None, ''
         if self.precompile:
             self.store = builder.store = ArtifactStore(cache_root(), key)
