@@ -98,8 +98,8 @@ class ParityProbe:
                              f'probes need ({self.size})')
         self.gen = torch.Generator().manual_seed(0)
         dev = pool.device
-        for k in (pool.k, pool.v):
-            k.normal_(generator=torch.Generator(dev).manual_seed(1))
+        for k in (pool.k, pool.v):      # the probe region only: the same for any pool size
+            k[:, :self.size].normal_(generator=torch.Generator(dev).manual_seed(1))
         self.ref_dev = next(reference.parameters()).device if reference is not None else None
         self.adapter = adapter
         self.ref_adapter = (adapter.converted(torch.float32, self.ref_dev)

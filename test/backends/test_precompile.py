@@ -233,3 +233,10 @@ def test_each_probe_sees_the_same_inputs_whatever_ran_before():
     assert first.error == again.error and first.name == again.name
     assert other.measured.keys() == {ParityProbe.label('decode', comp.steps()[Step.DECODE][-1]),
                                      'seed (2,)'}
+    region = other.size                     # a pool of another size: the same probe region
+    kept = pool.k[:, :region].clone()
+    bigger = KVCache(model.cfg.vlm, 2 * SLOTS, dtype=model.dtype)
+    ParityProbe(comp, model, None, bigger, comp.shapes, 16)
+    ParityProbe(comp, model, None, pool, comp.shapes, 16)
+    assert torch.equal(bigger.k[:, :region], pool.k[:, :region])
+    assert not torch.equal(kept, torch.zeros_like(kept))

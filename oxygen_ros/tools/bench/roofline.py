@@ -131,7 +131,7 @@ def show(report: dict) -> dict[str, dict]:
     for name, limit in TARGETS_MS.items():
         out[f'{name}_ms'] = _target(compiled.get('ms', {}).get(name), limit)
     start = report.get('second_start', {})
-    out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 30.0)
+    out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 20.0)
     return out
 
 
