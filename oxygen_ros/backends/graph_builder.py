@@ -15,10 +15,11 @@ compiled function serves every shape of a step: the bucketed dims are marked dyn
 (``maybe_mark_dynamic``), so Inductor compiles a step once or twice, not once per bucket
 (sizes 1 are specialized; the suffix has two attention regimes, up to ``PAGED_MAX_QUERIES``
 new tokens per row and beyond: the paged kernel or folded queries, and the gathered context
-with a head-major mask); the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
-step (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop
-replays all N. The guided denoise (real-time chunking, ``model/guided_call.py``) likewise
-compiles one guided step, the velocity and its vector-Jacobian product in one graph.
+with a head-major mask); the CUDA graphs are still one per shape. The denoise step compiles
+the velocity of ONE Euler step (N times less Inductor work than the unrolled loop); the CUDA
+graph of the whole loop replays all N. The guided denoise (real-time chunking,
+``model/guided_call.py``) likewise compiles one guided step, the velocity and its
+vector-Jacobian product in one graph.
 """
 
 from __future__ import annotations

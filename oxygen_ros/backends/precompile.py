@@ -39,6 +39,7 @@ compiles the step just in time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -161,6 +162,19 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def available() -> bool:
+    """Return whether this torch can load functions compiled ahead of time."""
+    return hasattr(torch.compiler, 'load_compiled_function')
+
+
+def _aot_enabled() -> contextlib.AbstractContextManager:
+    """Return a context with ``aot_compile`` on (a flag older torch releases leave off)."""
+    config = torch._dynamo.config
+    if hasattr(config, 'enable_aot_compile'):
+        return config.patch(enable_aot_compile=True)
+    return contextlib.nullcontext()
+
+
 def _stub(step: str) -> None:
     """Stand for a ``PrecompiledStep`` in a pickled module state."""
     return None
@@ -195,13 +209,14 @@ class PrecompiledStep:
 
     def __init__(self, target: nn.Module | types.MethodType, backend: str,
                  store: ArtifactStore, step: str) -> None:
-        if isinstance(target, nn.Module):
-            self.owner: nn.Module = target
-            self._compiled: Callable = torch.compile(target, backend=backend,
-                                                     fullgraph=True).forward
-        else:
-            self.owner = target.__self__
-            self._compiled = torch.compile(target, backend=backend, fullgraph=True)
+        with _aot_enabled():
+            if isinstance(target, nn.Module):
+                self.owner: nn.Module = target
+                self._compiled: Callable = torch.compile(target, backend=backend,
+                                                         fullgraph=True).forward
+            else:
+                self.owner = target.__self__
+                self._compiled = torch.compile(target, backend=backend, fullgraph=True)
         self.store, self.step = store, step
         self.variants = store.variants(step)
         self._chosen: dict[Any, Any] = {}
@@ -231,8 +246,9 @@ class PrecompiledStep:
         aot = getattr(self._compiled, 'aot_compile', None)
         if aot is None:
             raise RuntimeError(f'torch {torch.__version__} has no torch.compile(...)'
-                               f'.aot_compile (torch._dynamo.config.enable_aot_compile)')
-        fn = aot((args, {}))
+                               f'.aot_compile')
+        with _aot_enabled():
+            fn = aot((args, {}))
         if not _accepts(fn, self.owner, plain):
             raise RuntimeError('the function compiled ahead of time refuses the arguments it '
                                'was compiled on')
@@ -240,4 +256,4 @@ class PrecompiledStep:
         return fn
 
 
-__all__ = ['AOT_BACKENDS', 'ArtifactStore', 'PrecompiledStep', 'source_digest']
+__all__ = ['AOT_BACKENDS', 'ArtifactStore', 'PrecompiledStep', 'available', 'source_digest']

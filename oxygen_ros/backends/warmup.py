@@ -31,6 +31,7 @@ from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels
 from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.precompile import ArtifactStore
+from oxygen_ros.backends.precompile import available as precompile_available
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.kv_cache import KVCache
@@ -212,12 +213,17 @@ class FastPathWarmup:
         builder = GraphBuilder(self.model, layers, pool, compiler=self._backend,
                                adapter=adapter)
         record, tolerances, why = None, None, ''
+        if self.precompile and not precompile_available():
+            _LOG.warning('fast path: torch %s cannot load functions compiled ahead of time: '
+                         'every step is traced at every start', torch.__version__)
+            self.precompile = False
         if self.precompile:
             self.store = builder.store = ArtifactStore(cache_root(), key)
-            if reference is None and self.dtype != torch.float32:
+            if self.dtype != torch.float32:     # float32: the floor is the tolerance
                 t0 = time.perf_counter()
                 record = GateRecord(self.store.dir, weights_fingerprint(self.model))
                 self.seconds['fingerprint'] = time.perf_counter() - t0
+            if record is not None and reference is None:
                 labels = {ParityProbe.label(s.value, k) for s, keys in steps.items()
                           for k in keys}
                 tolerances, why = record.tolerances(labels)
@@ -226,10 +232,10 @@ class FastPathWarmup:
             self.gate = (f'compiled vs eager in {self.dtype} against the tolerances {why}; '
                          f'no float32 copy')
         else:
-            t0 = time.perf_counter()
             if reference is None:
+                t0 = time.perf_counter()
                 reference = float32_copy(self.model)
-            self.seconds['reference'] = time.perf_counter() - t0
+                self.seconds['reference'] = time.perf_counter() - t0
             self.gate = 'compiled vs eager against eager in float32' + \
                 (f' ({why})' if why else '')
         _LOG.info('fast path: parity gate: %s', self.gate)
@@ -304,7 +310,8 @@ class FastPathWarmup:
                        self.fallbacks[step.value])
             return
         if out.kernels is Kernels.EAGER and self.kernels is not Kernels.EAGER:
-            self.fallbacks[step.value] = f'{out.reasons[-1]}; running eager kernels in graphs'
+            self.fallbacks[step.value] = '; '.join(out.reasons) + \
+                '; running eager kernels in graphs'
         _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s (%d traced, %d '
                   'loaded); worst %s', step.value, len(keys), self._kernel_name(out.kernels),
                   self.seconds[step.value], out.compiles, loaded,
