@@ -41,6 +41,11 @@ import torch
 
 _LOG = logging.getLogger('oxygen_ros.backends.compiled')
 
+JUST_IN_TIME = {Step.GUIDED_DENOISE: 'torch 2.13 cannot compile the vector-Jacobian product of '
+                                     'the guided step ahead of time in inference mode ("Cannot '
+                                     'set version_counter for inference tensor")'}
+"""Steps never compiled ahead of time, and why (each start traces them, with a WARNING)."""
+
 
 @dataclass
 class StepOutcome:
@@ -269,6 +274,8 @@ class FastPathWarmup:
         attempts = [self.kernels]
         if self.kernels is Kernels.INDUCTOR:
             refused = store.refused(step.value) if store is not None else None
+            if store is not None and step in JUST_IN_TIME:
+                refused = JUST_IN_TIME[step]
             if store is not None and refused is None:
                 attempts.insert(0, Kernels.PRECOMPILED)
             elif refused is not None:
@@ -326,4 +333,4 @@ class FastPathWarmup:
         return f'{name} ahead-of-time' if kernels is Kernels.PRECOMPILED else name
 
 
-__all__ = ['FastPathWarmup', 'StepOutcome', 'graphs_compiled', 'warm_step']
+__all__ = ['FastPathWarmup', 'JUST_IN_TIME', 'StepOutcome', 'graphs_compiled', 'warm_step']

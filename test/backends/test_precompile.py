@@ -176,6 +176,23 @@ def test_a_step_that_cannot_be_compiled_ahead_of_time_is_compiled_just_in_time(
                'cannot serialize' in r.getMessage() for r in caplog.records)
 
 
+def test_the_guided_denoise_is_compiled_just_in_time_without_trying(caplog):
+    """RTC's guided step: torch refuses its vector-Jacobian product ahead of time."""
+    model = _model()
+    limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
+                                    max_decode_tokens=8)
+    for _ in range(2):
+        torch._dynamo.reset()
+        comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
+                             only=[Step.GUIDED_DENOISE], guided=True, precompile=True)
+        with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+            comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
+        assert comp.fallbacks == {} and comp.compiles == {'guided_denoise': 1}
+        assert comp.loaded == {'guided_denoise': 0}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any('version_counter' in r.getMessage() for r in caplog.records)
+
+
 def test_precompile_is_off_by_default_for_aot_eager_and_custom_compilers():
     model = _model()
     plain, traced = _start(model, only=[Step.SEED], precompile=None)
