@@ -177,7 +177,7 @@ def test_a_step_that_cannot_be_compiled_ahead_of_time_is_compiled_just_in_time(
 
 
 def test_the_guided_denoise_is_compiled_just_in_time_without_trying(caplog):
-    """RTC's guided step: torch refuses its vector-Jacobian product ahead of time."""
+    """Real-time chunking's guided step: torch refuses its VJP ahead of time."""
     model = _model()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
                                     max_decode_tokens=8)
