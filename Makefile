@@ -86,7 +86,7 @@ clean:
 	rm -rf build install log .pytest_cache out
 
 # The GPU session (docs/gpu.md): three commands, each < 8 min cold on an H100, that keep what
-# they measured phase by phase; SESSION=N runs one. The tokenizer travels in $(GPU_CACHE)/ of
+# they measured phase by phase; SESSION=N runs one (SESSION=4: the optional FP8 session). The tokenizer travels in $(GPU_CACHE)/ of
 # the checkout (ignored by .gitignore: a device tool must carry it); gpu-carry fills it. The
 # compile caches stay out of it ($(GPU_COMPILE_CACHE)).
 # CPU dry run (CI): make gpu-session GPU_DEVICE=cpu GPU_PRESET=tiny GPU_OUT=DIR GPU_PYTHON=.venv/bin/python

@@ -17,8 +17,9 @@ import struct
 
 from hypothesis import strategies as st
 import numpy as np
-from oxygen_ros.ros.compressed import Codec, encode_rgb
-from oxygen_ros.ros.convert import MAX_IMAGE_SIDE, NS_PER_S, SUPPORTED_ENCODINGS
+from oxygen_ros.ros.images.compressed import Codec, encode_rgb
+from oxygen_ros.ros.images.raw import MAX_IMAGE_SIDE, SUPPORTED_ENCODINGS
+from oxygen_ros.units import NS_PER_S
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 

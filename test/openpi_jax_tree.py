@@ -3,7 +3,7 @@ openpi's JAX parameter tree of π0.5 built from openpi-PyTorch tensors, written 
 
 Written out by hand from openpi's ``models/{pi0,gemma,siglip}.py`` (tree paths, scanned layers
 stacked on a leading axis, einsum kernel layouts) as the inverse of its
-``examples/convert_jax_model_to_pytorch.py``, independently of ``oxygen_ros.convert``.
+``examples/convert_jax_model_to_pytorch.py``, independently of ``oxygen_ros.checkpoint``.
 """
 
 from pathlib import Path

@@ -7,7 +7,7 @@ The paged attention kernel's test cases: inputs, the gathered reference, the int
 
 import importlib
 
-from oxygen_ros.model.layers import attention, AttentionMask
+from oxygen_ros.model.layers import apply_rope, attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.masks import make_attn_mask
 import pytest
 import torch
@@ -30,8 +30,13 @@ def interpreted_kernel():
 
 
 def make_inputs(b, t, hq, hkv, d, c, dtype, *, device='cpu', slots=512, layers=2, seed=0,
-                valid=None):
-    """Return the kernel's arguments but ``q_index``: random, row 1 without context."""
+                valid=None, rope=False):
+    """
+    Return the kernel's arguments but ``q_index``: random, row 1 without context.
+
+    With ``rope``: q, k_new and v_new are views of one fused Q/K/V row per token (as a
+    projection returns them) and ``cos``/``sin`` the RoPE of positions ``40 + 3 b + i``.
+    """
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
@@ -43,27 +48,44 @@ def make_inputs(b, t, hq, hkv, d, c, dtype, *, device='cpu', slots=512, layers=2
         mask[1] = False                                   # a row with no context at all
     new_valid = torch.ones(b, t, dtype=torch.bool) if valid is None else valid
     wide, k_pool, v_pool = wide.to(device), k_pool.to(device), v_pool.to(device)
-    return {'q': randn(b, t, hq, d).to(device), 'k_pool': k_pool[1], 'v_pool': v_pool[1],
-            'ctx_slots': wide[:, 3:3 + c],                # a strided view, as a slice is
-            'ctx_mask': mask.to(device), 'k_new': randn(b, t, hkv, d).to(device),
-            'v_new': randn(b, t, hkv, d).to(device), 'new_valid': new_valid.to(device)}
+    out = {'q': randn(b, t, hq, d).to(device), 'k_pool': k_pool[1], 'v_pool': v_pool[1],
+           'ctx_slots': wide[:, 3:3 + c],                # a strided view, as a slice is
+           'ctx_mask': mask.to(device), 'k_new': randn(b, t, hkv, d).to(device),
+           'v_new': randn(b, t, hkv, d).to(device), 'new_valid': new_valid.to(device)}
+    if rope:
+        qkv = randn(b, t, hq + 2 * hkv, d).to(device)
+        out['q'], out['k_new'], out['v_new'] = qkv.split([hq, hkv, hkv], 2)
+        positions = 40 + 3 * torch.arange(b)[:, None] + torch.arange(t)
+        out['cos'], out['sin'] = (a.to(device) for a in rope_cos_sin(positions, d, 10_000.0))
+    return out
 
 
-def gathered_attention(x, q_index, dtype=None):
-    """``ExtendCall``'s gathered attention of the queries ``q_index`` (float32 by default)."""
+def gathered_attention(x, q_index, dtype=None, causal=True):
+    """
+    Return the gathered attention of the queries ``q_index`` (float32 by default).
+
+    ``ExtendCall``'s (``causal``) or ``denoise_context``'s (not: every valid new token sees
+    every other); with ``cos``/``sin`` in ``x``, q and k_new rotated first
+    (``layers.apply_rope``, in the inputs' dtype as the eager model does).
+    """
     dtype = dtype or torch.float32
     b, t = x['new_valid'].shape
     dev = x['q'].device
     c = x['ctx_slots'].shape[1]
     hq, hkv, d = x['q'].shape[2], x['k_pool'].shape[1], x['q'].shape[3]
+    q, k_new = x['q'], x['k_new']
+    if 'cos' in x:
+        q, k_new = (apply_rope(a, x['cos'], x['sin']) for a in (q, k_new))
     flat = x['ctx_slots'].reshape(-1)
-    kk = torch.cat([x['k_pool'].index_select(0, flat).view(b, c, hkv, d), x['k_new']], 1)
+    kk = torch.cat([x['k_pool'].index_select(0, flat).view(b, c, hkv, d), k_new], 1)
     vv = torch.cat([x['v_pool'].index_select(0, flat).view(b, c, hkv, d), x['v_new']], 1)
-    own = make_attn_mask(x['new_valid'], torch.ones(b, t, dtype=torch.int64, device=dev)) | \
-        torch.eye(t, dtype=torch.bool, device=dev)
+    ar = torch.ones(b, t, dtype=torch.int64, device=dev)
+    if not causal:
+        ar[:, 1:] = 0                                     # one block: the prefix-LM rule
+    own = make_attn_mask(x['new_valid'], ar) | torch.eye(t, dtype=torch.bool, device=dev)
     mask = torch.cat([x['ctx_mask'][:, None, :].expand(b, t, c), own], 2)
     rows = q_index[:, :, None]
     mask = torch.gather(mask, 1, rows.expand(-1, -1, mask.shape[2]))
-    q = torch.gather(x['q'], 1, rows[..., None].expand(-1, -1, hq, x['q'].shape[3]))
+    q = torch.gather(q, 1, rows[..., None].expand(-1, -1, hq, x['q'].shape[3]))
     return attention(q.to(dtype), kk.to(dtype).transpose(1, 2), vv.to(dtype).transpose(1, 2),
                      AttentionMask.build(mask, hq, hkv, dtype))

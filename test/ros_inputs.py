@@ -1,7 +1,8 @@
 """Sensor messages for the node's unit tests: a random rgb image and a DROID-like joint state."""
 
 import numpy as np
-from oxygen_ros.ros.convert import NS_PER_S, rgb_to_image
+from oxygen_ros.ros.images.raw import rgb_to_image
+from oxygen_ros.units import NS_PER_S
 from sensor_msgs.msg import Image, JointState
 
 JOINTS = [f'joint_{i}' for i in range(1, 8)] + ['gripper']

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import rgb_to_image
+from oxygen_ros.ros.images.raw import rgb_to_image
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
 from rclpy.duration import Duration

@@ -2,8 +2,8 @@
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.sched.output import DecodeJob, RunnerOutput, SeedJob
-from oxygen_ros.sched.request import Request, RequestKind
-from oxygen_ros.sched.scheduler import FrameSpec, Policy, Scheduler, SchedulerConfig
+from oxygen_ros.sched.request import FrameSpec, Request, RequestKind
+from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
 
 ACTION_PROMPT = (2, 10, 11, 12, 13)
 SUBTASK_PROMPT = (2, 10, 20, 21)

@@ -21,16 +21,17 @@ LAYERS = {
     'engine': {'backends', 'model', 'kv', 'sched', 'control', 'config', 'observation',
                'resources'},
     'ros': {'engine', 'model', 'kv', 'sched', 'control', 'config', 'observation', 'resources',
-            'signals'},
-    'sim': {'ros', 'control', 'config', 'resources', 'signals'},
-    'tools': {'sim', 'ros', 'engine', 'backends', 'convert', 'model', 'kv', 'sched', 'control',
-              'config', 'observation', 'resources', 'signals'},
-    'control': {'config'},
-    'convert': {'model', 'config'},
+            'signals', 'units'},
+    'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
+    'tools': {'sim', 'ros', 'engine', 'backends', 'checkpoint', 'model', 'kv', 'sched', 'control',
+              'config', 'observation', 'resources', 'signals', 'units'},
+    'control': {'config', 'units'},
+    'checkpoint': {'model', 'config'},
     'config': set(),
     'observation': set(),
     'resources': set(),
     'signals': set(),
+    'units': set(),
 }
 """Which other parts of oxygen_ros each part may import (any import: top level, in a function
 or under TYPE_CHECKING)."""
@@ -86,7 +87,8 @@ def test_ros_layer_does_not_reach_into_tools():
 
 
 def test_package_and_configs_import_nothing_heavy():
-    loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources'])
+    loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources',
+                                  'oxygen_ros.units'])
     assert not {'torch', 'rclpy', 'numpy'} & loaded
 
 
@@ -196,8 +198,8 @@ def test_every_import_follows_the_layers():
     assert wrong == []
 
 
-def test_convert_imports_neither_jax_nor_tensorstore_nor_ros():
-    loaded = loaded_after_import(of('oxygen_ros.convert'))
+def test_checkpoint_conversion_imports_neither_jax_nor_tensorstore_nor_ros():
+    loaded = loaded_after_import(of('oxygen_ros.checkpoint'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 

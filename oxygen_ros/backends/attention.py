@@ -4,14 +4,15 @@ The attention-kernel switch: ``torch.nn.attention.sdpa_kernel`` around the model
 ``AttentionBackend`` (``backends/config.py``; the engine's ``attention_backend``, else
 ``$OXYGEN_ROS_ATTENTION``) names the kernel; :func:`sdpa_context` is the context the torch
 backend runs its warm-up (compiling and capturing: the kernel is chosen while tracing) and
-every cycle in. AUTO leaves PyTorch's choice alone, except that where compiled for CUDA the
-short-query attention of denoise runs as two matrix products and decode steps and causal
-suffixes read the KV pool in place with the paged Triton kernel (``model/paged_attention.py``;
-the graph builder loads it on CUDA); MATMUL runs the short-query attention as matrix products
-everywhere (decode gathers its context); TRITON runs decode and suffixes with the paged kernel
-everywhere the fast path runs them (eager kernels in graphs too; on the CPU only under
-``TRITON_INTERPRET=1``); the SDPA kernel names run every attention call with that kernel
-(decode gathers its context).
+every cycle in. AUTO leaves PyTorch's choice alone, except that where compiled for CUDA
+decode steps, causal suffixes and the denoise read the KV pool in place with the paged Triton
+kernel (``model/paged_attention.py``, the denoise fused: ``model/denoise_fused.py``; the
+graph builder loads the kernels on CUDA) and the other short-query attention runs as two
+matrix products; MATMUL runs the short-query attention as matrix products everywhere (decode
+and denoise gather their context); TRITON runs decode, suffixes and the denoise with the
+paged kernel everywhere the fast path runs them (eager kernels in graphs too; on the CPU only
+under ``TRITON_INTERPRET=1``); the SDPA kernel names run every attention call with that
+kernel (decode and denoise gather their context).
 """
 
 from __future__ import annotations

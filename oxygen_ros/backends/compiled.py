@@ -25,7 +25,9 @@ equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications
 one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
 evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
 into the next linear (``model/folding.py``) with eager kernels only (Inductor fuses the
-multiply into the norm anyway, and folding costs 2.6 GB of weights at full size).
+multiply into the norm anyway, and folding costs 2.6 GB of weights at full size), and not
+into FP8 weights (``model/fp8.py``, whose gate reference is the unquantized float32 copy
+``engine/loading.py`` hands in).
 
 Warm-up (``warmup.py``) compiles, captures and gates every graph (``parity.py``, probes in
 ``parity_probe.py``), with a progress bar and a log line per step; the compiled steps are
@@ -55,6 +57,7 @@ from oxygen_ros.backends.static_graph import StaticCall
 from oxygen_ros.backends.warmup import FastPathWarmup
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
@@ -79,7 +82,8 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
     :param limits: longest prefix, decode context and batch.
     :param backend: ``torch.compile`` backend for Inductor kernels.
     :param block_size: KV block size (block 0 is the null block padded tokens write to).
-    :param fold_norms: fold RMSNorm scales into the linears; default: with eager kernels.
+    :param fold_norms: fold RMSNorm scales into the linears; default: with eager kernels,
+        unless the model has FP8 weights (``model/fp8.py``: nothing to fold them into).
     :param only: put only these steps on the fast path (default: all); the others run
         eagerly (not a fallback: nothing was asked).
     :param camera_counts: numbers of valid cameras to compile vision and prefixes for
@@ -116,7 +120,9 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
         self.null_slot = NULL_BLOCK_ID * block_size
         self.cuda_graphs = mode is not CompileMode.DEFAULT and model.device.type == 'cuda'
         self.kernels = Kernels.EAGER if mode is CompileMode.CUDA_GRAPHS else Kernels.INDUCTOR
-        self.fold_norms = self.kernels is Kernels.EAGER if fold_norms is None else fold_norms
+        if fold_norms is None:
+            fold_norms = self.kernels is Kernels.EAGER and fp8_kernel_of(model) is None
+        self.fold_norms = fold_norms
         self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
                                              max_ctx=limits.max_ctx,
                                              camera_counts=camera_counts)

@@ -44,6 +44,23 @@ class CompileMode(enum.Enum):
         return self
 
 
+class Quantization(enum.Enum):
+    """
+    Which weights are quantized at load (vLLM's ``--quantization`` term).
+
+    Only the torch backend quantizes (TensorRT has its own ``trt_precision``).
+    """
+
+    NONE = 'none'
+    """Every weight in the model dtype (openpi's float32 parameters in float32)."""
+    FP8 = 'fp8'
+    """E4M3 weights with per-output-channel scales in the large linears (``model/fp8.py``):
+    per-token FP8 activations and ``torch._scaled_mm`` on CUDA compute capability >= 8.9
+    (refused below), the weight-only reference path on the CPU (a reported fallback); held
+    at load to the action rule of ``backends/fp8_gate.py`` (else the unquantized weights
+    run, a reported fallback)."""
+
+
 class Step(str, enum.Enum):
     """A per-cycle model call of the engine (``JobKind`` plus the causal-text prefill)."""
 
@@ -74,11 +91,12 @@ class AttentionBackend(enum.Enum):
     short-query attention of denoise and decode as two matrix products
     (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
     choice; AUTO does so only where compiled for CUDA (1.8x faster denoise on an H100,
-    ``docs/gpu.md``). TRITON runs the decode steps and causal suffixes of the fast path with
-    the paged attention kernel (``model/paged_attention.py``: the context read in place from
-    the KV pool, no gather), in graphs of eager kernels too, and the rest as AUTO; AUTO uses
-    that kernel where compiled for CUDA with Triton importable. The eager model always
-    gathers.
+    ``docs/gpu.md``). TRITON runs the decode steps, causal suffixes and denoise of the fast
+    path with the paged attention kernel (``model/paged_attention.py``: the context read in
+    place from the KV pool, no gather; the denoise with the fused norms of
+    ``model/denoise_fused.py``), in graphs of eager kernels too, and the rest as AUTO; AUTO
+    uses those kernels where compiled for CUDA with Triton importable. The eager model and
+    RTC's guided denoise always gather.
     """
 
     AUTO = 'auto'
@@ -131,4 +149,4 @@ class BackendConfig:
 
 
 __all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',
-           'Step']
+           'Quantization', 'Step']

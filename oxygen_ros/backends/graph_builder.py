@@ -17,9 +17,11 @@ compiled function serves every shape of a step: the bucketed dims are marked dyn
 new tokens per row and beyond: the paged kernel or folded queries, and the gathered context
 with a head-major mask); the CUDA graphs are still one per shape. The denoise step compiles
 the velocity of ONE Euler step (N times less Inductor work than the unrolled loop); the CUDA
-graph of the whole loop replays all N. The guided denoise (real-time chunking,
-``model/guided_call.py``) likewise compiles one guided step, the velocity and its
-vector-Jacobian product in one graph.
+graph of the whole loop replays all N. Where the paged kernel is chosen
+(``paged_attention.denoise_attention``) that velocity is the fused one
+(``model/denoise_fused.py``: the prefix read in place, fused norms), else the gathered one.
+The guided denoise (real-time chunking, ``model.rtc.GuidedDenoiseCall``) likewise compiles
+one guided step, the velocity and its vector-Jacobian product in one graph.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from typing import Callable
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
-from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
-from oxygen_ros.model.paged_attention import load_kernel
+from oxygen_ros.model.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import GuidedDenoiseCall
 from oxygen_ros.model.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
@@ -86,33 +88,52 @@ class GraphBuilder:
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
         self.guided = GuidedDenoiseCall(model)
-        self._compiled: dict[tuple[Step, Kernels], Callable] = {}
+        self._compiled: dict[tuple[Step, Kernels, bool], Callable] = {}
+        """Compiled step functions by step, kernels and, for denoise, fused or gathered."""
 
     def forget(self, step: Step) -> None:
         """Drop the step's compiled functions (the next build compiles or loads afresh)."""
-        for kernels in Kernels:
-            self._compiled.pop((step, kernels), None)
+        for key in [k for k in self._compiled if k[0] is step]:
+            del self._compiled[key]
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
-        """Return the step's call with ``kernels``: the loop of a denoise step around it."""
-        loop = {Step.DENOISE: self.denoise, Step.GUIDED_DENOISE: self.guided}.get(step)
-        target = (self.denoise.velocity_step if step is Step.DENOISE else
-                  self.guided.guided_step if step is Step.GUIDED_DENOISE else self.calls[step])
+        if step is Step.DENOISE:
+            return self._denoise_kernel(kernels)
+        if step is Step.GUIDED_DENOISE:
+            self.guided.step = self.guided.guided_step if kernels is Kernels.EAGER else \
+                self._compile(step, kernels, self.guided.guided_step, _context_dynamic)
+            return self.guided
         if kernels is Kernels.EAGER:
-            fn = target
-        else:
-            if (step, kernels) not in self._compiled:
-                if kernels is Kernels.PRECOMPILED:
-                    assert self.store is not None and isinstance(self.compiler, str)
-                    fn = PrecompiledStep(target, self.compiler, self.store, step.value)
-                else:
-                    fn = torch.compile(target, backend=self.compiler, fullgraph=True)
-                self._compiled[step, kernels] = _context_dynamic(fn) if loop else fn
-            fn = self._compiled[step, kernels]
-        if loop is None:
-            return fn
-        loop.step = fn
-        return loop
+            return self.calls[step]
+        return self._compile(step, kernels, self.calls[step])
+
+    def _denoise_kernel(self, kernels: Kernels) -> Callable:
+        """Return the denoise loop with one velocity step (fused or gathered) inside."""
+        compiled = kernels is not Kernels.EAGER
+        fused = denoise_attention(self.pool.device, compiled,
+                                  self.model.cfg.action_horizon) == 'fused'
+        if not compiled:
+            self.denoise.use(fused)
+            return self.denoise
+        target = self.denoise.fused_step if fused else self.denoise.velocity_step
+        self.denoise.use(fused, self._compile(Step.DENOISE, kernels, target,
+                                              _slots_dynamic if fused else _context_dynamic,
+                                              fused))
+        return self.denoise
+
+    def _compile(self, step: Step, kernels: Kernels, target: Callable,
+                 wrap: Callable[[Callable], Callable] | None = None,
+                 variant: bool = False) -> Callable:
+        """Return ``target`` compiled with ``kernels`` (once; ``wrap`` marks dynamic dims)."""
+        key = (step, kernels, variant)
+        if key not in self._compiled:
+            if kernels is Kernels.PRECOMPILED:
+                assert self.store is not None and isinstance(self.compiler, str)
+                fn = PrecompiledStep(target, self.compiler, self.store, step.value)
+            else:
+                fn = torch.compile(target, backend=self.compiler, fullgraph=True)
+            self._compiled[key] = wrap(fn) if wrap is not None else fn
+        return self._compiled[key]
 
     def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
               capture: GraphCapture | None = None) -> StaticCall:
@@ -205,10 +226,10 @@ class GraphBuilder:
         cfg = self.model.cfg
         c, h, a = key[0], cfg.action_horizon, cfg.action_dim
 
-        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, weights,
+        def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, soft_mask,
                step_weights):
             return call(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target,
-                        weights, step_weights)
+                        soft_mask, step_weights)
         f32 = torch.float32
         example = (self._empty(1, c, dtype=torch.int64), self._empty(1, c, dtype=torch.bool),
                    self._empty(1, dtype=torch.int64), self._empty(1, h, a, dtype=f32),
@@ -252,6 +273,15 @@ def _context_dynamic(velocity: Callable) -> Callable:
             torch._dynamo.maybe_mark_dynamic(t, 2)
         torch._dynamo.maybe_mark_dynamic(bias, 3)
         return velocity(keys, values, bias, *rest)
+    return step
+
+
+def _slots_dynamic(velocity: Callable) -> Callable:
+    """Return the fused ``velocity`` with the context length of its slots and mask dynamic."""
+    def step(k_pool, v_pool, ctx_slots, ctx_mask, *rest):
+        for t in (ctx_slots, ctx_mask):
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+        return velocity(k_pool, v_pool, ctx_slots, ctx_mask, *rest)
     return step
 
 

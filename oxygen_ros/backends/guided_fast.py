@@ -3,9 +3,10 @@ Real-time chunking's guided denoise on the fast path: the graph of its prefix bu
 
 ``CompiledModel`` takes :meth:`GuidedDenoise.guided_denoise` from here: the prefix is padded
 to its denoise bucket (as the plain denoise is) and the whole guided Euler loop
-(``model/guided_call.py``: the velocity and its vector-Jacobian product per step) is one
-replay. Without a graph (not compiled because the engine was built without ``rtc``, a failed
-warm-up, a shape outside the buckets) the eager reference runs it (``rtc.guided_denoise``).
+(``model.rtc.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step) is
+one replay. Without a graph (not compiled because the engine was built without ``rtc``, a
+failed warm-up, a shape outside the buckets) the eager reference runs it
+(``model.rtc.guided_denoise``).
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ class GuidedDenoise:
                 _LOG.warning('the guided denoise (real-time chunking) runs EAGERLY: it was '
                              'not compiled (the engine was built without rtc)')
             return guided_denoise(self.model, prefix, noise, guidance)
-        steps = guidance_weights(self.cfg.num_denoise_steps, guidance.max_weight)
+        steps = guidance_weights(self.cfg.num_denoise_steps, guidance.max_guidance_weight)
         return graph(F.pad(prefix.slots.to(torch.int64), (0, c - p), value=self.null_slot),
                      F.pad(prefix.mask, (0, c - p)), prefix.num_tokens, noise,
-                     guidance.target, guidance.weights, steps).clone()
+                     guidance.target, guidance.soft_mask, steps).clone()
 
 
 __all__ = ['GuidedDenoise']

@@ -25,6 +25,7 @@ import zlib
 
 from oxygen_ros.backends.buckets import StaticShapes
 from oxygen_ros.backends.parity import check_parity, ParityResult
+from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
@@ -38,21 +39,40 @@ def float32_copy(model: Pi05Model) -> Pi05Model | None:
     """
     Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
 
-    The parity gate's reference. Built on the model's device; where that runs out of
-    memory, on the CPU (slower, same numbers).
+    The parity gate's reference (``model_copy`` in float32).
+
+    :raises ValueError: an FP8-quantized model (its reference is made from its unquantized
+        weights before quantizing: ``engine/loading.py``).
     """
-    if model.dtype == torch.float32:
+    if fp8_kernel_of(model) is None and model.dtype == torch.float32:
         return None
+    return model_copy(model, torch.float32)
+
+
+def model_copy(model: Pi05Model, dtype: torch.dtype) -> Pi05Model:
+    """
+    Return a copy of ``model`` in ``dtype`` (``Pi05Model.parameter_dtypes``), eval mode.
+
+    Built on the model's device; where that runs out of memory, on the CPU (slower, same
+    numbers).
+
+    :raises ValueError: an FP8-quantized model (its E4M3 weights are no model dtype).
+    :raises RuntimeError: no memory anywhere.
+    """
+    if fp8_kernel_of(model) is not None:
+        raise ValueError('the model has FP8 weights: its float32 reference is a copy of the '
+                         'unquantized weights, made before quantizing (engine/loading.py '
+                         'load_model hands it to the fast path as reference=)')
     for device in dict.fromkeys((model.device, torch.device('cpu'))):
         try:
             with torch.device('meta'):
-                ref = Pi05Model(model.cfg)
-            ref = ref.to_empty(device=device)
-            ref.load_state_dict(model.state_dict())
-            return ref.eval()
+                out = Pi05Model(model.cfg, untied_lm_head=model.lm_head is not None)
+            out = out.set_precision(dtype).to_empty(device=device)
+            out.load_state_dict(model.state_dict())
+            return out.eval()
         except torch.OutOfMemoryError:
-            _LOG.warning('no memory for a float32 copy of the model on %s', device)
-    raise RuntimeError('no memory for the float32 reference model of the parity gate')
+            _LOG.warning('no memory for a %s copy of the model on %s', dtype, device)
+    raise RuntimeError(f'no memory for a {dtype} copy of the model')
 
 
 def _inside(size: int, buckets: tuple[int, ...], room: int) -> int:
@@ -283,11 +303,11 @@ class ParityProbe:
         prefix, noise, p = self._denoise_inputs(bucket)
         h = cfg.action_horizon
         target = torch.randn(1, h, cfg.action_dim, generator=self.gen).to(self.pool.device)
-        weights = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
-        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, weights))]
-        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, weights))]
+        mask = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
+        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, mask))]
+        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, mask))]
         ref = ([guided_denoise(self.ref, self._ref_prefix(prefix), self._r(noise),
-                               RtcGuidance(self._r(target), self._r(weights)))]
+                               RtcGuidance(self._r(target), self._r(mask)))]
                if self.ref is not None else None)
         return self._gate(f'guided denoise (RTC), {cfg.num_denoise_steps} steps, prefix {p} '
                           f'(bucket {bucket})', fast, eager, ref)
@@ -341,4 +361,4 @@ class ParityProbe:
         return self._gate(f'seed batch {b} (bucket {bucket})', fast, eager, ref)
 
 
-__all__ = ['ParityProbe', 'float32_copy']
+__all__ = ['ParityProbe', 'float32_copy', 'model_copy']

@@ -258,7 +258,8 @@ class TorchBackend:
         with autograd (``model/rtc.py``).
         """
         on_device = RtcGuidance(to_device(guidance.target, self.device),
-                                to_device(guidance.weights, self.device), guidance.max_weight)
+                                to_device(guidance.soft_mask, self.device),
+                                guidance.max_guidance_weight)
         fast = getattr(self.model, 'guided_denoise', None)
         if fast is not None:
             return fast(prefix, noise, on_device)

@@ -34,6 +34,7 @@ from oxygen_ros.backends.precompile import ArtifactStore
 from oxygen_ros.backends.precompile import available as precompile_available
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.folding import fold_adapter, fold_layers
+from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.paged_attention import decode_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
@@ -252,9 +253,10 @@ class FastPathWarmup:
         """
         Return what the compiled code of this configuration depends on (the caches' key).
 
-        Model config, dtype, device and GPU (name, capability), compile mode, shapes, folded
-        norms, the adapter's rank, the compiler, Triton's version and how attention is traced
-        (the attention backend, paged or gathered decode, the SDPA kernels enabled).
+        Model config, dtype, quantization, device and GPU (name, capability), compile mode,
+        shapes, folded norms, the adapter's rank, the compiler, Triton's version and how
+        attention is traced (the attention backend, paged or gathered decode, the SDPA kernels
+        enabled).
         """
         dev = self.device
         sdpa = ''.join(str(int(f())) for f in (
@@ -262,8 +264,8 @@ class FastPathWarmup:
             torch.backends.cuda.math_sdp_enabled, torch.backends.cuda.cudnn_sdp_enabled))
         compiler = self._backend if isinstance(self._backend, str) else \
             getattr(self._backend, '__name__', 'custom')
-        return (f'{self.cfg!r}|{self.dtype}|{dev}|{_device_name(dev)}|{self.mode}|'
-                f'{self.shapes}|{self.fold_norms}|adapter rank '
+        return (f'{self.cfg!r}|{self.dtype}|{describe_quantization(self.model)}|{dev}|'
+                f'{_device_name(dev)}|{self.mode}|{self.shapes}|{self.fold_norms}|adapter rank '
                 f'{self.adapter.rank if self.adapter else 0}|{compiler}|triton {_triton()}|'
                 f'attention {self.attention.value} decode '
                 f'{decode_attention(dev, self.kernels is Kernels.INDUCTOR)} sdpa {sdpa}')

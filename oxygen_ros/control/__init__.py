@@ -1,1 +1,1 @@
-"""Robot-side control of action chunks: semantics, limits, smoothing (numpy only, no ROS)."""
+"""Robot-side control of action chunks: semantics, limits, smoothing, RTC (numpy only, no ROS)."""

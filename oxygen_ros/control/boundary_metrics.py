@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from oxygen_ros.units import NS_PER_S
 
 _GAP_TOL_NS = 1_000
 """Samples further than this from the sample period apart break a stencil."""
@@ -62,7 +63,7 @@ def boundary_jerk(times_ns: Sequence[int], positions: np.ndarray,
         raise ValueError(f'positions {q.shape} do not match {t.shape[0]} sample times')
     if period_ns <= 0:
         raise ValueError(f'period_ns must be > 0, got {period_ns}')
-    jerk = np.abs(third_differences(q, period_ns / 1e9))
+    jerk = np.abs(third_differences(q, period_ns / NS_PER_S))
     switches = np.asarray(switch_times_ns, dtype=np.int64)
     boundary = np.full((switches.shape[0], q.shape[1]), np.nan)
     if jerk.shape[0] == 0:

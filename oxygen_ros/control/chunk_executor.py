@@ -43,10 +43,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from oxygen_ros.control.action_chunk import Chunk, ChunkRefused
 from oxygen_ros.control.limits import JointLimits
+from oxygen_ros.control.trajectory import ChunkRefused, Trajectory
+from oxygen_ros.units import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 LATENCY_WINDOW = 10_000
 _REL_TOL = 1e-6
 """Relative slack on limit checks: float32 round-off of values clipped exactly to a limit."""
@@ -116,7 +116,7 @@ class ExecutorStats:
 
 @dataclass(slots=True)
 class _Active:
-    chunk: Chunk
+    chunk: Trajectory
     columns: np.ndarray
     """Executor index of each chunk joint."""
     times_ns: np.ndarray
@@ -162,7 +162,7 @@ class ChunkExecutor:
         self.stats = ExecutorStats()
 
     # -- chunks in --------------------------------------------------------------------------
-    def submit(self, chunk: Chunk, now_ns: int) -> bool:
+    def submit(self, chunk: Trajectory, now_ns: int) -> bool:
         """
         Take a chunk that arrived at ``now_ns``.
 
@@ -194,7 +194,7 @@ class ChunkExecutor:
         self.stats.num_refused += 1
         self._log(f'chunk refused: {reason}')
 
-    def _accept(self, chunk: Chunk, now_ns: int) -> _Active:
+    def _accept(self, chunk: Trajectory, now_ns: int) -> _Active:
         columns = self.validate(chunk)
         if self._newest_stamp_ns is not None and chunk.stamp_ns < self._newest_stamp_ns:
             raise ChunkRefused(f'older than the newest accepted chunk (stamped '
@@ -231,7 +231,7 @@ class ChunkExecutor:
         last = int(act.times_ns[-1])
         return last if now_ns >= last else None
 
-    def validate(self, chunk: Chunk) -> np.ndarray:
+    def validate(self, chunk: Trajectory) -> np.ndarray:
         """
         Check a chunk against the joint names and limits.
 
@@ -372,5 +372,5 @@ def _hermite(p0: np.ndarray, m0: np.ndarray, p1: np.ndarray, m1: np.ndarray,
     return pos, der
 
 
-__all__ = ['Chunk', 'ChunkExecutor', 'ChunkRefused', 'Command', 'ExecutorStats',
-           'JointLimits', 'LATENCY_WINDOW', 'NS_PER_S', 'Switch']
+__all__ = ['ChunkExecutor', 'ChunkRefused', 'Command', 'ExecutorStats', 'JointLimits',
+           'LATENCY_WINDOW', 'Switch']

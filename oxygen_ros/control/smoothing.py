@@ -9,13 +9,13 @@ naively can jump where they disagree. Two remedies, chosen by the node's ``chunk
   ``k = 0`` for the oldest prediction (ACT keeps the oldest heaviest; ``m`` small: 0.01).
   Post-hoc, on robot-unit actions; costs nothing, but averages away fast changes.
 - **Real-time chunking** (Black, Galliker, Levine 2025, arXiv 2506.07339, Alg. 1): the new
-  chunk is *denoised* toward the previous one's tail by inpainting guidance (``model/rtc.py``);
-  the first ``d`` points, which the robot executes before the chunk can arrive (``d`` = the
-  inference delay in steps, measured), are frozen to the previous chunk, the next ones are
-  soft-masked with exponentially decaying weights, the rest is free. This module holds the
-  pure parts: the weight schedule and the delay estimate.
+  chunk is *denoised* toward the previous one's tail by inpainting guidance; the first ``d``
+  points, which the robot executes before the chunk can arrive (``d`` = the inference delay
+  in steps, measured), are frozen to the previous chunk, the next ones are soft-masked with
+  exponentially decaying weights, the rest is free. Its policy (soft mask, target, delay) is
+  ``rtc.py`` beside this module, its guided sampler ``model/rtc.py``.
 
-Pure numpy, no ROS, no torch.
+This module holds the choice and the temporal ensemble. Pure numpy, no ROS, no torch.
 """
 
 from __future__ import annotations
@@ -36,77 +36,7 @@ class ChunkSmoothing(str, enum.Enum):
     ENSEMBLE = 'ensemble'
     """ACT temporal ensembling of all predictions for a time (:class:`TemporalEnsemble`)."""
     RTC = 'rtc'
-    """Real-time chunking: guided denoising toward the previous chunk's tail."""
-
-
-def rtc_prefix_weights(horizon: int, delay: int, overlap: int) -> np.ndarray:
-    """
-    Return RTC's soft mask over a new chunk (paper eq. 5, "exponential" schedule).
-
-    ``W_i = 1`` for ``i < d`` (executed before the chunk arrives: frozen to the previous
-    chunk); ``W_i = c_i (e^{c_i} - 1) / (e - 1)`` with ``c_i = (o - i) / (o - d + 1)`` for
-    ``d <= i < o``; ``W_i = 0`` for ``i >= max(d, o)``, where ``o`` is the number of points
-    the previous chunk still has for the new one (its leftover: no target, no pull toward
-    zero, which a zero-padded leftover would give). A delay beyond the overlap (dropped
-    cycles, a latency near ``H dt``) freezes the points past the previous chunk's end too:
-    the robot holds its last point there, which is their target (hold-last padding, LeRobot
-    PRs 4122 and 4454).
-
-    :param horizon: ``H``, points of a chunk.
-    :param delay: ``d >= 0``, the inference delay in steps (clamped to ``horizon``).
-    :param overlap: ``o``, points of the previous chunk that overlap the new one, ``<= H``.
-    :returns: ``float64 [H]`` in [0, 1], non-increasing.
-    :raises ValueError: negative sizes or ``overlap > horizon``.
-    """
-    if horizon < 1 or delay < 0 or not 0 <= overlap <= horizon:
-        raise ValueError(f'need horizon >= 1, delay >= 0, 0 <= overlap <= horizon; got '
-                         f'{horizon}, {delay}, {overlap}')
-    d = min(delay, horizon)
-    w = np.zeros(horizon)
-    w[:d] = 1.0
-    i = np.arange(d, overlap)
-    c = (overlap - i) / (overlap - d + 1)
-    w[d:overlap] = c * np.expm1(c) / (math.e - 1)
-    return w
-
-
-class DelayEstimator:
-    """
-    The inference delay in action steps, measured: observation stamp to chunk publication.
-
-    Keeps the last ``window`` latencies and reports ``ceil(max / action_dt)`` (too short a
-    delay unfreezes points the robot already executes: a jump at the splice). The first
-    ``skip`` samples after ``reset`` are dropped: a cold start (caches, allocations) would
-    inflate the estimate for the whole window.
-
-    :param window: latencies kept.
-    :param skip: samples dropped after each reset.
-    """
-
-    def __init__(self, window: int = 10, skip: int = 2) -> None:
-        if window < 1 or skip < 0:
-            raise ValueError(f'window must be >= 1 and skip >= 0, got {window}, {skip}')
-        self._samples: deque[int] = deque(maxlen=window)
-        self._skip = skip
-        self._to_skip = skip
-
-    def reset(self) -> None:
-        """Forget every sample (at activation)."""
-        self._samples.clear()
-        self._to_skip = self._skip
-
-    def record(self, latency_ns: int) -> None:
-        """Add one latency (node clock: publication time - observation stamp), ns."""
-        if self._to_skip > 0:
-            self._to_skip -= 1
-            return
-        self._samples.append(max(0, int(latency_ns)))
-
-    def steps(self, action_dt_ns: int) -> int | None:
-        """Return the delay in whole action steps, or None before any sample counts."""
-        if not self._samples:
-            return None
-        return -(-max(self._samples) // action_dt_ns)
+    """Real-time chunking: guided denoising toward the previous chunk's tail (``rtc.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,5 +122,4 @@ def interpolation_indices(
     return covered, lo, np.minimum(lo + 1, length - 1), pos[covered] - lo
 
 
-__all__ = ['ChunkSmoothing', 'DelayEstimator', 'TemporalEnsemble', 'interpolation_indices',
-           'rtc_prefix_weights']
+__all__ = ['ChunkSmoothing', 'TemporalEnsemble', 'interpolation_indices']

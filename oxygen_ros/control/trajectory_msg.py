@@ -1,5 +1,5 @@
 """
-``trajectory_msgs/JointTrajectory`` to ``Chunk``, without importing ROS.
+``trajectory_msgs/JointTrajectory`` to ``Trajectory``, without importing ROS.
 
 The message is read by its fields (duck typing), so this module imports neither rclpy nor the
 message packages: a robot driver passes the message it received, tests pass real messages.
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from oxygen_ros.control.chunk_executor import Chunk, ChunkRefused, NS_PER_S
+from oxygen_ros.control.trajectory import ChunkRefused, Trajectory
+from oxygen_ros.units import NS_PER_S
 
 
-def chunk_from_trajectory(msg: object) -> Chunk:
+def trajectory_from_msg(msg: object) -> Trajectory:
     """
-    Return the ``Chunk`` of a ``trajectory_msgs/JointTrajectory``.
+    Return the ``Trajectory`` of a ``trajectory_msgs/JointTrajectory``.
 
     ``header.stamp`` and every ``time_from_start`` become integer ns; ``positions`` of every
     point become ``float64 [H, J]``; ``velocities`` are used only when every point has them
@@ -47,7 +48,8 @@ def chunk_from_trajectory(msg: object) -> Chunk:
                            f'every point or none')
     positions = np.stack(rows) if rows else np.zeros((0, width))
     velocities = np.stack(vels) if rows and all(given) else None
-    return Chunk(names, stamp.sec * NS_PER_S + stamp.nanosec, tuple(tfs), positions, velocities)
+    return Trajectory(names, stamp.sec * NS_PER_S + stamp.nanosec, tuple(tfs), positions,
+                      velocities)
 
 
-__all__ = ['chunk_from_trajectory']
+__all__ = ['trajectory_from_msg']

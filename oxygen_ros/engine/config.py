@@ -1,7 +1,8 @@
 """
-Engine configuration and the values it hands back per cycle (no torch).
+Engine configuration (no torch); what the engine hands back per cycle is in ``outputs.py``.
 
-``EngineConfig`` is what the node's parameters and the benchmark's flags map onto.
+``EngineConfig`` is what the node's parameters and the benchmark's flags map onto; what a
+cycle's caller asks of real-time chunking is ``control.rtc.RtcRequest``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.backends.config import (
-    AttentionBackend, BackendConfig, BackendKind, CompileMode)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.sched.request import FinishReason, TextContext
+from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
 
 
@@ -24,6 +25,8 @@ MAX_STATE_PROMPT_PAD = 256
 
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
 """Bytes per element of the engine's dtypes (weights and KV cache)."""
+QUANTIZATION_FALLBACK = 'quantization'
+"""Key of a quantization fallback in ``Engine.fallbacks`` (beside the compiled steps')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,13 @@ class EngineConfig:
     :param resize_on_device: uint8 camera images go up as they came and are resized and
         scaled on the backend's device; None: on CUDA.
     :param dtype: ``float32`` or ``bfloat16``.
+    :param quantization: ``none``, or ``fp8``: the large linears' weights in E4M3 with
+        per-output-channel scales, quantized at load (``model/fp8.py``; docs/gpu.md "FP8
+        weights"): on CUDA it needs compute capability >= 8.9 and dtype ``bfloat16`` (the
+        FP8 GEMM writes bf16), on the CPU the weight-only reference path runs (a reported
+        fallback); at load the FP8 actions are held to the rule of
+        ``backends/fp8_gate.py`` (at most 1.5x bf16's error against float32), else the
+        unquantized weights run (a reported fallback). Torch backend only.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
@@ -67,8 +77,8 @@ class EngineConfig:
         requests with unshared prefixes plus the action reserve.
     :param control_period_s: action deadline per cycle (k adapts to it); None: fixed k.
     :param stop_on_eos: False decodes every request to its budget (OxyGen's benchmarks).
-    :param max_pending_requests: text requests waiting for admission before submit refuses.
-    :param max_wait_cycles: cycles a request may wait for KV space before it is rejected.
+    :param max_waiting_requests: text requests waiting for admission (the scheduler's one
+        queue); ``Engine.submit_text`` refuses one more (``QueueFullError``).
     :param seed: random weights and the flow-matching noise of frame i (seeded by seed, i).
     :param subtask_context: what a subtask request reads (``TextContext``): its own prompt
         (``Task: {instr}. Subtask: ``, openpi_subtask_generation's, the default) or the
@@ -95,6 +105,7 @@ class EngineConfig:
     image_resize: ImageResize | None = None
     resize_on_device: bool | None = None
     dtype: str = 'float32'
+    quantization: Quantization = Quantization.NONE
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
     compile_mode: CompileMode = CompileMode.AUTO
@@ -112,8 +123,7 @@ class EngineConfig:
     max_running_requests: int = 32
     control_period_s: float | None = None
     stop_on_eos: bool = True
-    max_pending_requests: int = 64
-    max_wait_cycles: int = 50
+    max_waiting_requests: int = 16
     seed: int = 0
     subtask_context: TextContext = TextContext.OWN_PROMPT
     answer_context: TextContext = TextContext.ACTION_PREFIX
@@ -131,7 +141,7 @@ class EngineConfig:
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',
-                     'max_pending_requests', 'max_wait_cycles'):
+                     'max_waiting_requests'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.decode_budget is not None and self.decode_budget < 1:
@@ -145,6 +155,7 @@ class EngineConfig:
                              f'{self.state_prompt_pad}')
         if self.quantile_eps is not None and not 0 <= self.quantile_eps <= 1:
             raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
+        self._check_quantization()
         if self.prompt_format is not None:
             object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
         if self.image_resize is not None:
@@ -162,6 +173,25 @@ class EngineConfig:
             if not (self.memory_adapter_alpha > 0 and np.isfinite(self.memory_adapter_alpha)):
                 raise ValueError(f'memory_adapter_alpha must be > 0, got '
                                  f'{self.memory_adapter_alpha}')
+
+    def _check_quantization(self) -> None:
+        try:
+            object.__setattr__(self, 'quantization', Quantization(self.quantization))
+        except ValueError:
+            raise ValueError(f'quantization must be one of '
+                             f'{", ".join(q.value for q in Quantization)}, got '
+                             f'{self.quantization!r}') from None
+        if self.quantization is Quantization.NONE:
+            return
+        if self.backend is not BackendKind.TORCH:
+            raise ValueError(f"quantization '{self.quantization.value}' runs on the torch backend "
+                             f'only; backend {self.backend.value!r} builds its engines from the '
+                             f'exported graphs (its own precision: trt_precision)')
+        if self.device.startswith('cuda') and self.dtype != 'bfloat16':
+            raise ValueError(f"quantization '{self.quantization.value}' on CUDA needs dtype "
+                             f"'bfloat16', got {self.dtype!r}: the FP8 GEMM with per-token and "
+                             f'per-channel scales writes bf16 (float32 output only from cuBLAS '
+                             f'on sm_90)')
 
     def text_context(self, task: TextTask) -> TextContext:
         """Return what a request of ``task`` reads before its own tokens."""
@@ -203,148 +233,3 @@ class EngineConfig:
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
             attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc)
-
-
-@dataclass(frozen=True, slots=True)
-class RtcRequest:
-    """
-    Guide a cycle's action chunk toward the previous one (real-time chunking, ``model/rtc.py``).
-
-    :ivar delay_steps: ``d >= 0``, the inference delay in action steps, measured by the
-        caller (observation stamp to chunk publication): the first ``d`` points are frozen.
-        None before it was measured: every point the previous chunk covers is frozen (too
-        long a delay makes the new chunk follow the old one a little longer; too short a
-        one unfreezes points the robot executes meanwhile: a jump).
-    :ivar action_dt_ns: time between chunk points, ``> 0``.
-    :ivar max_guidance_weight: ``beta > 0`` (paper: 5).
-    """
-
-    delay_steps: int | None
-    action_dt_ns: int
-    max_guidance_weight: float = 5.0
-
-    def __post_init__(self) -> None:
-        if (self.delay_steps is not None and self.delay_steps < 0) or self.action_dt_ns <= 0 \
-                or not self.max_guidance_weight > 0:
-            raise ValueError(f'RtcRequest needs delay_steps >= 0, action_dt_ns > 0, '
-                             f'max_guidance_weight > 0; got {self}')
-
-
-@dataclass(frozen=True, slots=True)
-class ActionChunk:
-    """
-    One action chunk in robot units.
-
-    :ivar actions: ``float32 [H, robot_action_dim]`` in robot units (openpi ``Unnormalize``
-        and the robot's output transforms); their meaning is ``ModelConfig.action_space``.
-    :ivar stamp_ns: stamp of the observation it was computed from.
-    :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
-        the node's ``joint_names`` order): where a velocity chunk starts.
-    :ivar guided: denoised toward the previous chunk (real-time chunking).
-    """
-
-    actions: np.ndarray
-    stamp_ns: int
-    frame_id: int
-    state: np.ndarray
-    guided: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TextOutput:
-    """
-    A finished (or rejected) text request.
-
-    :ivar finish_reason: STOP (EOS), LENGTH (budget), ABORT; None when it was rejected
-        before it ever ran (``error`` says why).
-    :ivar frame_stamp_ns: stamp of the observation whose prefix it read.
-    :ivar num_cycles: control cycles from seeding to finish.
-    """
-
-    req_id: str
-    task: TextTask
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: FinishReason | None
-    frame_stamp_ns: int
-    num_cycles: int = 0
-    error: str = ''
-
-
-@dataclass(frozen=True, slots=True)
-class TextDelta:
-    """
-    The tokens one text request decoded in one cycle (for streaming its text).
-
-    :ivar token_ids: the new ids in decode order, cut after EOS or the budget (as the
-        request keeps them: an EOS that ended it is included).
-    :ivar num_tokens: ids generated so far, these included.
-    :ivar frame_stamp_ns: stamp of the observation whose prefix the request reads.
-    :ivar finished: this cycle ended the request (its ``TextOutput`` is in the same step).
-    """
-
-    req_id: str
-    task: TextTask
-    token_ids: tuple[int, ...]
-    num_tokens: int
-    frame_stamp_ns: int
-    finished: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CycleStats:
-    """
-    Measurements of one control cycle.
-
-    :ivar total_s: wall time of ``Engine.step``.
-    :ivar forward_s: time inside model forward passes (the rest is bookkeeping overhead).
-    :ivar seconds_by_job: forward time per job kind (``JobKind.value``).
-    :ivar kv_used_bytes: KV held at the end of the cycle (live requests' prefixes and
-        budgets).
-    :ivar kv_peak_bytes: the most KV held at any point of the cycle (the action's prefix and
-        requests that finished this cycle included).
-    :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
-        (handed to ``on_action``); NaN in a cycle without one.
-    :ivar full_prefills: prefills over a frame's images this cycle (the action's prefix, and
-        every copy or other prompt a text job needed: the waste OxyGen removes).
-    :ivar prefill_tokens: tokens of those and of causal-text prompt segments.
-    :ivar suffix_tokens: tokens of causal suffixes on action prefixes (text on the root).
-    """
-
-    cycle_id: int
-    total_s: float
-    forward_s: float
-    seconds_by_job: dict[str, float]
-    tokens_per_cycle: int
-    decode_batch: int
-    tokens_generated: int
-    num_running: int
-    num_pending: int
-    kv_used_blocks: int
-    kv_capacity_blocks: int
-    kv_used_bytes: int
-    kv_peak_bytes: int = 0
-    action_latency_s: float = float('nan')
-    full_prefills: int = 0
-    prefill_tokens: int = 0
-    suffix_tokens: int = 0
-
-    @property
-    def overhead_s(self) -> float:
-        return max(self.total_s - self.forward_s, 0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutput:
-    """
-    What one ``Engine.step`` produced.
-
-    :ivar texts: requests that finished (or were dropped) this cycle.
-    :ivar text_deltas: per text request that decoded this cycle, its new tokens (a finished
-        request's last delta comes in the same step as its ``TextOutput``).
-    """
-
-    action: ActionChunk | None
-    texts: tuple[TextOutput, ...]
-    stats: CycleStats
-    text_deltas: tuple[TextDelta, ...] = ()

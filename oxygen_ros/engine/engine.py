@@ -1,42 +1,51 @@
 """
 The engine loop: observations and text requests in, action chunks and finished texts out.
 
-One ``step`` is one control cycle: prepare the newest observation, offer waiting text
-requests, let the scheduler plan the cycle (OxyGen or isolated), run the plan on the backend,
-and turn the results into robot-unit actions and strings. The engine knows nothing of ROS;
-the node calls ``step`` from its control timer.
+One ``step`` is one control cycle: prepare the newest observation, let the scheduler plan the
+cycle (OxyGen or isolated: it admits waiting text requests onto the frame), run the plan on
+the backend, and turn the results into robot-unit actions and text pieces. The engine knows
+nothing of ROS; the node calls ``step`` from its control timer.
+
+Threads: ``step``, ``warmup`` and ``shutdown`` run in one thread (the node's control cycle);
+``submit_text``, ``abort`` and the counts may be called from any other. The scheduler and the
+per-request text state (``TextStates``) are touched only under ``_lock``, which a cycle
+holds while it plans and while it books the results, never while the model runs: a request is
+queued or refused at once, never after a control cycle.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 import itertools
 import logging
+import threading
 import time
 from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend, FrameInputs
-from oxygen_ros.engine.chunk_history import ChunkHistory
-from oxygen_ros.engine.config import (
-    ActionChunk, CycleStats, EngineConfig, RtcRequest, StepOutput, TextDelta, TextOutput)
+from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.conventions import resolve_conventions
 from oxygen_ros.engine.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
-from oxygen_ros.engine.loading import build_model, load_tokenizer
+from oxygen_ros.engine.loading import (
+    check_quantization, load_model, load_tokenizer, LoadedModel)
+from oxygen_ros.engine.outputs import ActionChunk, CycleStats, StepOutput, TextOutput
+from oxygen_ros.engine.text_states import TextStates
 from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
+from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
-from oxygen_ros.sched.request import Request, RequestKind, TextContext
-from oxygen_ros.sched.scheduler import FrameSpec, Scheduler, SchedulerConfig
+from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
+from oxygen_ros.sched.scheduler import Scheduler, SchedulerConfig
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -49,31 +58,14 @@ class EngineClosedError(RuntimeError):
     """The engine was shut down; it takes no more observations or requests."""
 
 
-class EngineBusyError(RuntimeError):
-    """Too many text requests are waiting for admission; try again later."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    req_id: str
-    task: TextTask
-    question: str | None
-    max_tokens: int
-    waited_cycles: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Live:
-    task: TextTask
-    frame_stamp_ns: int
-
-
 class Engine:
     """
     π0.5 with unified KV cache management behind a step-per-control-cycle interface.
 
     :param model: an already built model to share (the benchmark runs two policies on one
-        set of weights); its config must equal ``config.model_config()``.
+        set of weights), or what ``loading.load_model`` returned (its fallbacks reported
+        too, its float32 reference handed to the fast path's gate); its config must equal
+        ``config.model_config()``, and it must be quantized as ``config.quantization`` says.
     :param backend: an already built backend on ``model`` to run on (the benchmark's two
         policies share one warm-up of the fast path: ``Backend.sharing_pool``); it
         must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
@@ -83,15 +75,19 @@ class Engine:
     :raises AdapterFormatError: a memory adapter that is not OxyGen's for this model.
     """
 
-    def __init__(self, config: EngineConfig, *, model: Pi05Model | None = None,
+    def __init__(self, config: EngineConfig, *, model: Pi05Model | LoadedModel | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
                  norm_stats: Mapping[str, NormStats] | None = None,
                  backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
-        if model is None:
-            model = build_model(config, self.model_cfg)
-        elif model.cfg != self.model_cfg:
+        loaded = model if isinstance(model, LoadedModel) else \
+            load_model(config, self.model_cfg) if model is None else LoadedModel(model)
+        model = loaded.model
+        self.load_fallbacks = dict(loaded.fallbacks)
+        """Departures of the loaded weights from ``config.quantization`` (``loading.py``)."""
+        check_quantization(config, loaded)
+        if model.cfg != self.model_cfg:
             raise ValueError(f'shared model was built for preset {model.cfg.name} with '
                              f'{model.cfg.prefix_attention.value} prefix attention; this engine '
                              f'needs {self.model_cfg.name} / '
@@ -111,12 +107,13 @@ class Engine:
             min_tokens_per_cycle=min(config.min_tokens_per_cycle, config.tokens_per_cycle),
             adapt_tokens_per_cycle=config.control_period_s is not None,
             max_running_requests=config.max_running_requests,
+            max_waiting_requests=config.max_waiting_requests,
             eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
         self.scheduler = Scheduler(sched_cfg)
         if backend is None:
             adapter = self._load_adapter(config, cfg)
             backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
-                                   adapter=adapter)
+                                   adapter=adapter, reference=loaded.reference)
         elif backend.source_model is not self.model or \
                 backend.block_size != config.block_size or \
                 backend.num_blocks < sched_cfg.num_blocks or \
@@ -133,9 +130,8 @@ class Engine:
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
             config.block_size
-        self._pending: deque[_Pending] = deque()
-        self._offered: dict[str, _Pending] = {}
-        self._live: dict[str, _Live] = {}
+        self._lock = threading.Lock()
+        self._texts = TextStates(self.tokenizer, self.model_cfg.max_token_len)
         self._req_ids = itertools.count()
         self._frame_index = 0
         self.chunk_history = ChunkHistory(self.normalizer)
@@ -171,42 +167,61 @@ class Engine:
         return f'text contexts {self.describe_contexts()}; memory adapter ' \
             f'{self.describe_adapter()}'
 
-    # -- requests ------------------------------------------------------------------------
+    # -- requests (any thread) ------------------------------------------------------------
     def submit_text(self, task: TextTask, *, question: str | None = None,
                     max_tokens: int | None = None, req_id: str | None = None) -> str:
         """
-        Queue a text request; it reads the prefix of the next valid observation.
+        Queue a text request in the scheduler's waiting queue, or refuse it (thread-safe).
+
+        It is admitted onto a later valid observation's prefix, first come first served.
 
         :returns: the request id.
         :raises EngineClosedError: after ``shutdown``.
-        :raises EngineBusyError: ``max_pending_requests`` requests are already waiting.
-        :raises ValueError: ANSWER without a question, a question for another task, or a
-            budget < 1.
+        :raises QueueFullError: ``max_waiting_requests`` requests wait already (the refusal).
+        :raises ValueError: ANSWER without a question (or one empty after cleaning), a
+            question for another task, a budget < 1, a duplicate id, or a budget the KV pool
+            could never hold (``Scheduler.max_blocks_needed``).
         """
         self._check_open()
+        self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
         task = TextTask(task)
-        if task is TextTask.ANSWER and not (question and question.strip()):
-            raise ValueError('an ANSWER request needs a non-empty question')
-        if task is not TextTask.ANSWER and question is not None:
-            raise ValueError(f'a question is only used by ANSWER requests, not {task.name}')
         budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
-        if budget < 1:
-            raise ValueError(f'max_tokens must be >= 1, got {budget}')
-        if len(self._pending) >= self.config.max_pending_requests:
-            raise EngineBusyError(f'{len(self._pending)} text requests already wait for KV '
-                                  f'space (max_pending_requests)')
+        context = self.config.text_context(task)
         req_id = req_id or f'{task.value}-{next(self._req_ids)}'
-        self._pending.append(_Pending(req_id, task, question, budget))
+        request = self._texts.new_request(req_id, task, context, question, budget,
+                                          use_adapter=self.adapter is not None)
+        with self._lock:
+            self._check_open()
+            self.scheduler.add_request(request)
+            self._texts.add(req_id, task, context, question)
         return req_id
 
-    def abort(self, req_id: str) -> bool:
-        """Cancel a waiting or running text request; return whether it existed."""
-        for p in self._pending:
-            if p.req_id == req_id:
-                self._pending.remove(p)
-                return True
-        self._live.pop(req_id, None)
-        return self.scheduler.abort_request(req_id) is not None
+    def abort(self, req_id: str) -> TextOutput | None:
+        """
+        Cancel a waiting or running text request, freeing its KV blocks (thread-safe).
+
+        :returns: its output (``FinishReason.ABORT``, the text decoded so far), or None for
+            an unknown or already finished request, or after ``shutdown``.
+        """
+        with self._lock:
+            if self._closed:
+                return None
+            req = self.scheduler.abort_request(req_id)
+            if req is None:
+                return None
+            return self._texts.ended(req_id, tuple(req.output_token_ids), FinishReason.ABORT)
+
+    def set_max_waiting_requests(self, limit: int) -> None:
+        """
+        Change the bound of the waiting queue (from the next ``submit_text`` on; thread-safe).
+
+        Requests waiting beyond a lowered bound stay queued.
+
+        :raises ValueError: a bound < 1.
+        """
+        with self._lock:
+            self.scheduler.config = replace(self.scheduler.config, max_waiting_requests=limit)
+            self.config = replace(self.config, max_waiting_requests=limit)
 
     def set_control_period(self, seconds: float | None) -> None:
         """
@@ -217,27 +232,37 @@ class Engine:
         """
         if seconds is not None and seconds <= 0:
             raise ValueError(f'control period must be > 0 s, got {seconds}')
-        self.config = replace(self.config, control_period_s=seconds)
-        self.scheduler.config = replace(self.scheduler.config,
-                                        adapt_tokens_per_cycle=seconds is not None)
+        with self._lock:
+            self.config = replace(self.config, control_period_s=seconds)
+            self.scheduler.config = replace(self.scheduler.config,
+                                            adapt_tokens_per_cycle=seconds is not None)
 
     @property
     def num_running(self) -> int:
+        """Return the text requests decoding."""
         return self.scheduler.num_running
 
     @property
-    def num_pending(self) -> int:
-        return len(self._pending)
+    def num_waiting(self) -> int:
+        """Return the text requests waiting for admission (the scheduler's queue)."""
+        return self.scheduler.num_waiting
 
     @property
     def fallbacks(self) -> dict[str, str]:
         """
-        Return the compiled steps that fell back to eager execution: step -> reason.
+        Return what does not run as configured: compiled step -> reason, and ``quantization``.
 
-        Empty when nothing was compiled or everything compiled passed its parity gate. The
-        node reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
+        The compiled steps that fell back to eager execution (none when nothing was compiled
+        or everything compiled passed its parity gate), and ``config.QUANTIZATION_FALLBACK``
+        when the weights are not quantized as asked (``loading.load_model``). The node
+        reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
         """
-        return dict(self.backend.warmup_report.fallbacks)
+        return {**self.load_fallbacks, **self.backend.warmup_report.fallbacks}
+
+    def describe_quantization(self) -> str:
+        """Return the weights' quantization as it runs (``model/fp8.py``), e.g. ``none``."""
+        from oxygen_ros.model.fp8 import describe_quantization
+        return describe_quantization(self.model)
 
     # -- the control cycle ---------------------------------------------------------------
     @property
@@ -308,9 +333,17 @@ class Engine:
         frame, inputs, rejected = None, None, []
         if prepared is not None:
             frame, inputs = self._new_frame(prepared, now, rtc, deadline)
-            rejected = self._offer_pending(prepared)
-        self.scheduler.kv.pool.reset_peak()
-        plan = self.scheduler.schedule(frame, now)
+        with self._lock:
+            if prepared is not None:
+                rejected = self._texts.build_prompts(list(self.scheduler.waiting),
+                                                     prepared.instruction)
+                for text in rejected:
+                    self.scheduler.abort_request(text.req_id)
+                    _LOG.warning('text request %s rejected: %s', text.req_id, text.error)
+            self.scheduler.kv.pool.reset_peak()
+            plan = self.scheduler.schedule(frame, now)
+            for data in plan.new_requests:
+                self._texts.states[data.req_id].frame_stamp_ns = prepared.stamp_ns
         ready: list[ActionChunk | None] = []
         latency = [float('nan')]
 
@@ -319,34 +352,21 @@ class Engine:
             ready.append(self._action_chunk(actions, prepared, frame.frame_id,
                                             inputs.guidance is not None))
             if ready[0] is not None:
-                self.chunk_history.record(prepared.stamp_ns, actions[0], ready[0].actions)
+                self.chunk_history.record(prepared.stamp_ns, actions[0].float().cpu().numpy(),
+                                          ready[0].actions)
             latency[0] = time.perf_counter() - t0
             if on_action is not None and ready[0] is not None:
                 on_action(ready[0])
         result = self.backend.execute(plan, inputs, on_actions=actions_ready)
-        decoding = {req_id: self.scheduler.requests[req_id]
-                    for req_id in result.runner.sampled_token_ids
-                    if req_id in self.scheduler.requests}
-        num_before = {req_id: req.num_output_tokens for req_id, req in decoding.items()}
-        finished = self.scheduler.update_from_output(plan, result.runner)
-        deltas = self._text_deltas(decoding, num_before)
-        rejected += self._requeue(plan.deferred_req_ids, offered=prepared is not None)
-        texts = [self._text_output(r) for r in finished] + rejected
-        stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
-        return StepOutput(ready[0] if ready else None, tuple(texts), stats, deltas)
-
-    def _text_deltas(self, decoding: dict[str, Request],
-                     num_before: dict[str, int]) -> tuple[TextDelta, ...]:
-        """Return the tokens each request kept this cycle (streaming; no detokenization)."""
-        deltas = []
-        for req_id, req in decoding.items():
-            live = self._live.get(req_id)
-            new_ids = req.output_token_ids[num_before[req_id]:]
-            if live is not None and new_ids:
-                deltas.append(TextDelta(req_id, live.task, tuple(new_ids),
-                                        req.num_output_tokens, live.frame_stamp_ns,
-                                        req.is_finished))
-        return tuple(deltas)
+        with self._lock:
+            decoding = [(req, req.num_output_tokens) for req in map(
+                self.scheduler.requests.get, result.runner.sampled_token_ids) if req is not None]
+            finished = self.scheduler.update_from_output(plan, result.runner)
+            deltas = [self._texts.delta(req, num_before) for req, num_before in decoding]
+            texts = [self._texts.finished(req) for req in finished] + rejected
+            stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
+        return StepOutput(ready[0] if ready else None, tuple(texts), stats,
+                          tuple(d for d in deltas if d is not None))
 
     def _new_frame(self, prepared: PreparedObservation, now: float, rtc: RtcRequest | None,
                    deadline: float | None) -> tuple[FrameSpec, FrameInputs]:
@@ -363,63 +383,16 @@ class Engine:
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
         noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
                             generator=gen, dtype=torch.float32)
-        guidance = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
-                    if rtc is not None else None)
+        target = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                  if rtc is not None else None)
+        guidance = None if target is None else RtcGuidance.from_numpy(
+            target.target, target.soft_mask, target.max_guidance_weight)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 
     def reset_chunk_history(self) -> None:
         """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
         self.chunk_history.reset()
-
-    def _offer_pending(self, prepared: PreparedObservation) -> list[TextOutput]:
-        rejected = []
-        while self._pending:
-            p = self._pending.popleft()
-            context = self.config.text_context(p.task)
-            max_len = self.model_cfg.max_token_len
-            try:
-                if context is TextContext.ACTION_PREFIX:
-                    tp = tokenize_text_suffix(self.tokenizer, p.task, question=p.question,
-                                              max_len=max_len)
-                else:
-                    tp = tokenize_text_prompt(self.tokenizer, prepared.instruction, p.task,
-                                              question=p.question, max_len=max_len)
-            except ValueError as exc:
-                rejected.append(self._rejected(p, f'bad text prompt: {exc}'))
-                continue
-            kind = RequestKind.MEMORY if p.task is TextTask.MEMORY else RequestKind.TEXT
-            self.scheduler.add_request(Request(
-                p.req_id, kind, tuple(tp.ids), max_tokens=p.max_tokens, context=context,
-                use_adapter=kind is RequestKind.MEMORY and self.adapter is not None))
-            self._live[p.req_id] = _Live(p.task, prepared.stamp_ns)
-            self._offered[p.req_id] = p
-        return rejected
-
-    def _requeue(self, deferred: tuple[str, ...], offered: bool) -> list[TextOutput]:
-        """Put requests the scheduler did not admit back in line; reject the long waiters."""
-        rejected = []
-        for req_id in deferred:
-            self._live.pop(req_id, None)
-        if offered:
-            back = [self._offered[req_id] for req_id in deferred]
-        else:  # no valid frame: nothing was offered, everybody waited a cycle
-            back = list(self._pending)
-            self._pending.clear()
-        self._offered.clear()
-        for p in back:
-            p.waited_cycles += 1
-            if p.waited_cycles > self.config.max_wait_cycles:
-                rejected.append(self._rejected(
-                    p, f'not admitted for {p.waited_cycles} cycles (KV pool or decode batch '
-                       f'full, or no valid observation)'))
-            else:
-                self._pending.append(p)
-        return rejected
-
-    def _rejected(self, p: _Pending, why: str) -> TextOutput:
-        _LOG.warning('text request %s rejected: %s', p.req_id, why)
-        return TextOutput(p.req_id, p.task, '', (), None, 0, 0, why)
 
     def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
                       frame_id: int, guided: bool) -> ActionChunk | None:
@@ -431,13 +404,6 @@ class Engine:
         robot = self.normalizer.actions_to_robot(x, prepared.state)
         return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
                            frame_id, prepared.state, guided)
-
-    def _text_output(self, req: Request) -> TextOutput:
-        live = self._live.pop(req.req_id)
-        ids = tuple(req.output_token_ids)
-        return TextOutput(req.req_id, live.task, self.tokenizer.decode(ids), ids,
-                          req.finish_reason, live.frame_stamp_ns,
-                          req.finish_cycle - req.first_cycle + 1)
 
     def _stats(self, plan, result, total_s: float, action_latency_s: float) -> CycleStats:
         by_job: dict[str, float] = {}
@@ -455,7 +421,7 @@ class Engine:
             cycle_id=plan.cycle_id, total_s=total_s, forward_s=result.forward_seconds,
             seconds_by_job=by_job, tokens_per_cycle=plan.tokens_per_cycle,
             decode_batch=decode_batch, tokens_generated=generated,
-            num_running=self.scheduler.num_running, num_pending=len(self._pending),
+            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
             kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
             kv_used_bytes=kv.num_used_blocks * self.bytes_per_block,
             kv_peak_bytes=kv.pool.peak_used_blocks * self.bytes_per_block,
@@ -476,9 +442,14 @@ class Engine:
         delay is measured on a warm path.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
-        req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
-                                    if task is TextTask.ANSWER else None)
-                   for task in tasks.values()}
+        limit = self.config.max_waiting_requests
+        self.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
+        try:
+            req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
+                                        if task is TextTask.ANSWER else None)
+                       for task in tasks.values()}
+        finally:
+            self.set_max_waiting_requests(limit)
         for _ in range(3):
             out = self.step(observation)
             req_ids -= {t.req_id for t in out.texts}
@@ -492,20 +463,21 @@ class Engine:
         self.chunk_history.reset()
 
     def shutdown(self) -> list[TextOutput]:
-        """Abort every request, release the KV pool; later calls raise EngineClosedError."""
-        if self._closed:
-            return []
-        out = [self._rejected(p, 'engine shut down') for p in self._pending]
-        self._pending.clear()
-        for req in self.scheduler.abort_all():
-            live = self._live.pop(req.req_id, None)
-            if live is not None:
-                out.append(TextOutput(req.req_id, live.task, '', tuple(req.output_token_ids),
-                                      req.finish_reason, live.frame_stamp_ns, 0,
-                                      'engine shut down'))
-        self._closed = True
+        """
+        Abort every request, release the KV pool; later calls raise EngineClosedError.
+
+        :returns: the output of every waiting and running text request (``error``
+            ``engine shut down``; running ones with their text so far).
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            out = [self._texts.ended(req.req_id, tuple(req.output_token_ids),
+                                     req.finish_reason, 'engine shut down')
+                   for req in self.scheduler.abort_all()]
+            self._closed = True
         del self.backend
-        return out
+        return [t for t in out if t is not None]
 
     def _check_open(self) -> None:
         if self._closed:

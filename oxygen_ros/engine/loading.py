@@ -3,14 +3,18 @@ Building what an engine needs from its config: model weights and tokenizer.
 
 With no checkpoint the model gets seeded random weights and identity norm stats: the
 pipeline, timings and KV behaviour are real, the actions and texts are meaningless (logged).
+FP8 weights (``quantization: fp8``) are quantized here, after loading, and held to the action
+rule of ``backends/fp8_gate.py`` before the engine may use them (:func:`load_model`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import logging
 
+from oxygen_ros.backends.config import Quantization
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 import torch
@@ -49,6 +53,87 @@ def build_model(config: EngineConfig, model_cfg: ModelConfig) -> Pi05Model:
                  'are meaningless; pass a checkpoint for a real policy', model_cfg.name,
                  config.seed)
     return model
+
+
+@dataclass
+class LoadedModel:
+    """
+    The model an engine runs, and what its loading found.
+
+    :ivar reference: a float32 copy of the unquantized weights when one was made (the FP8
+        check's): the fast path's parity gate takes it (an FP8 model has no other float32
+        reference); None otherwise.
+    :ivar fallbacks: ``{QUANTIZATION_FALLBACK: reason}`` when the quantization asked for
+        does not run as asked (the weight-only reference path, or the unquantized weights
+        after a failed check); empty otherwise.
+    :ivar check: the FP8 action check's figures (``ActionCheck.as_dict``), or None.
+    """
+
+    model: Pi05Model
+    reference: Pi05Model | None = None
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    check: dict | None = None
+
+
+def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
+    """
+    Build the model of ``config`` (:func:`build_model`) and quantize it as asked.
+
+    FP8: the kernel is chosen for the device (``model/fp8.py`` ``fp8_kernel``), a float32
+    and a bf16 copy of the weights are made (one of them may be the model itself), the FP8
+    copy is checked against both (``fp8_gate.check_fp8_actions``) and kept when it passes;
+    else the unquantized model is returned. Either departure from "FP8 with
+    ``torch._scaled_mm``" is logged (ERROR for a failed check, WARNING for the reference
+    path) and returned in ``fallbacks``. Peak memory: the model, its float32 copy, a bf16 copy
+    (float32 models) and the FP8 weights; the float32 copy stays for the fast path's gate.
+
+    :raises Fp8Unsupported: FP8 on a CUDA device below compute capability 8.9.
+    :raises ValueError: as :func:`build_model`.
+    """
+    model = build_model(config, model_cfg)
+    if config.quantization is Quantization.NONE:
+        return LoadedModel(model)
+    from oxygen_ros.backends.fp8_gate import check_fp8_actions
+    from oxygen_ros.backends.parity_probe import model_copy
+    from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel, quantized_copy
+
+    kernel, why = fp8_kernel(model.device)
+    reference = model if model.dtype == torch.float32 else model_copy(model, torch.float32)
+    bf16 = model if model.dtype == torch.bfloat16 else model_copy(model, torch.bfloat16)
+    fp8 = quantized_copy(model, kernel)
+    check = check_fp8_actions(fp8, bf16, reference)
+    if check.passed:
+        _LOG.info('FP8 weights (%s) accepted: %s', describe_quantization(fp8), check.describe())
+        reason = f'fp8 runs the weight-only reference path ({why})' if why else ''
+        if reason:
+            _LOG.warning('%s', reason)
+        out, ref = fp8, reference
+    else:
+        reason = (f'FP8 weights ({kernel.value} kernel) refused by the action check: '
+                  f'{check.describe()}; running the unquantized {config.dtype} weights')
+        _LOG.error('%s', reason)
+        out, ref = model, (reference if reference is not model else None)
+    return LoadedModel(out, ref, {QUANTIZATION_FALLBACK: reason} if reason else {},
+                       check.as_dict())
+
+
+def check_quantization(config: EngineConfig, loaded: LoadedModel) -> None:
+    """
+    Refuse a shared model that is not quantized as ``config.quantization`` says.
+
+    One from :func:`load_model` may be unquantized after a reported fallback.
+
+    :raises ValueError: FP8 asked for and a plain model given, or FP8 weights not asked for.
+    """
+    from oxygen_ros.model.fp8 import fp8_kernel_of
+
+    fp8 = fp8_kernel_of(loaded.model) is not None
+    if fp8 and config.quantization is not Quantization.FP8:
+        raise ValueError(f'the model has FP8 weights but the config asks for quantization '
+                         f'{config.quantization.value!r}')
+    if not fp8 and config.quantization is Quantization.FP8 and not loaded.fallbacks:
+        raise ValueError('the config asks for quantization fp8 but the model given has no FP8 '
+                         'weights: build it with engine.loading.load_model')
 
 
 def load_tokenizer(config: EngineConfig) -> PaligemmaTokenizer:

@@ -22,7 +22,8 @@ from typing import Protocol
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.gemma import GemmaExpert
-from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
+from oxygen_ros.model.layers import (
+    attention, AttentionMask, fold_queries, QueryLayout, rope_cos_sin, unfold_queries)
 
 import torch
 
@@ -60,16 +61,17 @@ class DenoiseContext:
         (post-RoPE) at ``[:, :, :P]``; every :func:`velocity` overwrites ``[:, :, P:]`` with
         the suffix keys (one tensor per layer, not views of one: autograd through a call
         then works; a later call overwrites what the previous call's graph saved). With
-        ``append``: ``[B, Hkv, P, D]``, the prefix only.
+        ``split``: ``[B, Hkv, P, D]``, the prefix only (any float dtype: the guided call
+        passes float32 keys, converted once per chunk).
     :ivar values: the values, laid out as ``keys``.
     :ivar mask: H queries over P + H keys: the valid prefix tokens and every suffix token.
     :ivar cos: ``float32 [B, H, D/2]`` RoPE of the suffix positions ``num_tokens + arange(H)``.
     :ivar sin: same shape as ``cos``.
     :ivar prefix_len: P, prefix slots (padding included).
-    :ivar append: a velocity attends the prefix concatenated with the suffix K/V and writes
-        nothing in place (what ``torch.func`` transforms need: the guided denoise takes
-        its vector-Jacobian product with ``torch.func.vjp``); same values, one copy of the
-        prefix K/V per layer and call.
+    :ivar split: a velocity attends the prefix K/V and the suffix's own K/V apart
+        (:func:`split_prefix_attention`) and writes nothing in place (what ``torch.func``
+        transforms need: the guided denoise takes its vector-Jacobian product with
+        ``torch.func.vjp``); same values up to summation order.
     """
 
     keys: tuple[torch.Tensor, ...]
@@ -78,7 +80,7 @@ class DenoiseContext:
     cos: torch.Tensor
     sin: torch.Tensor
     prefix_len: int
-    append: bool = False
+    split: bool = False
 
     @property
     def horizon(self) -> int:
@@ -161,16 +163,53 @@ def expert_velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Te
     h = model.embed_actions(x_t)
     for i, layer in enumerate(model.expert.layers):
         q, k, v, gate = layer.project_qkv(h, ctx.cos, ctx.sin, mod_in[i])
-        if ctx.append:
-            keys = torch.cat([ctx.keys[i], k.transpose(1, 2)], 2)
-            values = torch.cat([ctx.values[i], v.transpose(1, 2)], 2)
+        if ctx.split:
+            attn = split_prefix_attention(q, k, v, ctx.keys[i], ctx.values[i], ctx.mask)
         else:
             ctx.keys[i][:, :, p:] = k.transpose(1, 2)
             ctx.values[i][:, :, p:] = v.transpose(1, 2)
-            keys, values = ctx.keys[i], ctx.values[i]
-        h = layer.finish(h, attention(q, keys, values, ctx.mask), gate, mod_post[i])
+            attn = attention(q, ctx.keys[i], ctx.values[i], ctx.mask)
+        h = layer.finish(h, attn, gate, mod_post[i])
     h, _ = model.expert.final_norm(h, mod_final)
     return model.project_actions(h)
+
+
+def split_prefix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           prefix_keys: torch.Tensor, prefix_values: torch.Tensor,
+                           mask: AttentionMask) -> torch.Tensor:
+    """
+    Attention of the suffix over the prefix and itself, the prefix K/V kept apart.
+
+    ``softmax([q Kp^T | q Ks^T] / sqrt(D) + bias) [Vp; Vs] = P_p Vp + P_s Vs``: one softmax
+    over both blocks of logits (float32, as ``layers.matmul_attention``), the probabilities
+    cast to the value dtype, two products summed. It equals :func:`layers.attention` over the
+    concatenated K/V up to summation order, without the concatenation (a copy of the prefix
+    K/V per layer and call); in a vector-Jacobian product in the suffix (RTC's guided step)
+    the prefix K/V are constants, so no key or value gradient is formed for their P rows
+    (docs/gpu.md, "RTC on the fast path").
+
+    :param q: ``[B, S, H, D]`` post-RoPE suffix queries.
+    :param k: ``[B, S, Hkv, D]`` post-RoPE suffix keys (``GemmaLayer.project_qkv``).
+    :param v: ``[B, S, Hkv, D]`` suffix values.
+    :param prefix_keys: ``[B, Hkv, P, D]``, any float dtype (converted to float32 here: pass
+        float32 to convert once per chunk).
+    :param prefix_values: ``[B, Hkv, P, D]`` in the dtype of ``v``.
+    :param mask: S queries over P + S keys (prefix first), as :func:`denoise_context` builds.
+    :returns: ``[B, S, H * D]`` in the dtype of ``v``.
+    """
+    s, h, d = q.shape[1:]
+    hkv, p = prefix_keys.shape[1], prefix_keys.shape[2]
+    bias = mask.bias
+    if mask.layout is QueryLayout.HEADS and h != hkv:   # one bias row per folded query row
+        bias = bias.repeat(1, 1, h // hkv, 1)
+    qf = fold_queries(q, hkv).float() * d ** -0.5
+    keys = k.transpose(1, 2).float()
+    logits = torch.cat([torch.matmul(qf, prefix_keys.float().transpose(-1, -2)),
+                        torch.matmul(qf, keys.transpose(-1, -2))], -1) + bias
+    probs = torch.softmax(logits, dim=-1).to(v.dtype)
+    out = torch.matmul(probs[..., :p], prefix_values) + \
+        torch.matmul(probs[..., p:], v.transpose(1, 2))
+    return unfold_queries(out, s)
 
 
 def velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Tensor,
@@ -218,4 +257,4 @@ def euler_loop(model: ActionExpertModel, ctx: DenoiseContext, noise: torch.Tenso
 
 __all__ = ['ActionExpertModel', 'DenoiseContext', 'Modulations', 'denoise_context',
            'euler_loop', 'euler_modulations', 'euler_step_modulations', 'expert_velocity',
-           'time_modulations', 'velocity']
+           'split_prefix_attention', 'time_modulations', 'velocity']

@@ -45,7 +45,8 @@ class FoldedGemmaLayer(nn.Module):
     Same ``project_qkv`` / ``finish`` interface and results as the layer it is built from.
     The output projection and the MLP's down projection are the original modules (shared).
 
-    :raises ValueError: the layer uses adaptive norms (their scale depends on t).
+    :raises ValueError: the layer uses adaptive norms (their scale depends on t), or its
+        Q/K/V or gate/up projection is no ``nn.Linear`` (e.g. FP8 weights).
     """
 
     def __init__(self, layer: GemmaLayer) -> None:
@@ -54,6 +55,9 @@ class FoldedGemmaLayer(nn.Module):
                                                                        RMSNorm):
             raise ValueError('only plain RMSNorm layers can be folded (adaRMS scales depend on '
                              'the flow-matching time)')
+        if not isinstance(layer.qkv, nn.Linear) or not isinstance(layer.mlp.gate_up, nn.Linear):
+            raise ValueError(f'only nn.Linear weights can take a norm scale, not '
+                             f'{type(layer.qkv).__name__} (FP8 weights are not folded)')
         self.num_heads, self.num_kv_heads, self.head_dim = (
             layer.num_heads, layer.num_kv_heads, layer.head_dim)
         self.eps = layer.input_norm.eps

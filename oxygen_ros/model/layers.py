@@ -265,8 +265,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask.bias,
                                              enable_gqa=hkv != h)
         return out.transpose(1, 2).reshape(b, s, h * d)
-    g = h // hkv
-    qf = q.view(b, s, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * s, d)
+    qf = fold_queries(q, hkv)
     use_matmul = _matmul_short_queries
     if use_matmul is None:
         use_matmul = qf.is_cuda and torch.compiler.is_compiling()
@@ -274,7 +273,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         out = matmul_attention(qf, k, v, mask.bias)
     else:
         out = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.bias)
-    return out.view(b, hkv, g, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, h * d)
+    return unfold_queries(out, s)
+
+
+def fold_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """
+    Lay the ``G = H / Hkv`` query heads of each kv head out as ``G * S`` rows of that head.
+
+    The FOLDED layout (:class:`QueryLayout`): row ``g * S + s`` is query head ``kv * G + g``
+    of token ``s`` (G-major, as :meth:`AttentionMask.build` lays out a folded bias).
+
+    :param q: ``[B, S, H, D]``.
+    :returns: ``[B, Hkv, G * S, D]`` (a copy unless S or G is 1).
+    """
+    b, s, h, d = q.shape
+    g = h // num_kv_heads
+    return q.view(b, s, num_kv_heads, g, d).permute(0, 2, 3, 1, 4).reshape(
+        b, num_kv_heads, g * s, d)
+
+
+def unfold_queries(out: torch.Tensor, num_queries: int) -> torch.Tensor:
+    """
+    Return attention outputs of :func:`fold_queries`' rows per token, head-major.
+
+    :param out: ``[B, Hkv, G * S, D]``.
+    :param num_queries: S.
+    :returns: ``[B, S, H * D]``.
+    """
+    b, hkv, rows, d = out.shape
+    g, s = rows // num_queries, num_queries
+    return out.view(b, hkv, g, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, hkv * g * d)
 
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -297,6 +325,6 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 __all__ = [
     'AdaRMSNorm', 'AttentionMask', 'GeGLU', 'MASK_ALIGN', 'QueryLayout', 'RMSNorm', 'apply_rope',
-    'attention', 'gated_residual', 'matmul_attention', 'matmul_short_queries', 'rms_normalize',
-    'rope_cos_sin',
+    'attention', 'fold_queries', 'gated_residual', 'matmul_attention', 'matmul_short_queries',
+    'rms_normalize', 'rope_cos_sin', 'unfold_queries',
 ]

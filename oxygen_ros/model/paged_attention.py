@@ -1,14 +1,16 @@
 """
-Where the cached-context calls attend the KV pool in place (the paged kernel) or gather it.
+Where the cached-context calls attend the KV pool in place (the Triton kernels) or gather it.
 
-``ExtendCall`` (decode steps, causal suffixes, ``model/static_calls.py``) attends each row's
-context in the pool. Two ways: gather the context slots of every row and layer
-(``index_select``), concatenate the new tokens' K/V and run ``layers.attention`` (what the
-eager model does; float32 K inside the matrix-product attention), or the Triton kernel
-``kernels/paged_decode.py``, which reads K and V in place by slot and takes the new tokens'
-K/V as they are. :func:`paged_kernel` chooses, while tracing (Dynamo guards on it, as on
-``layers.matmul_short_queries``); ``backends/attention.py`` enters it for the attention
-backend (``triton``; ``auto`` where compiled for CUDA).
+``ExtendCall`` (decode steps, causal suffixes) and ``DenoiseCall`` (the action expert's Euler
+loop; both ``model/static_calls.py``) attend a context in the pool. Two ways: gather the
+context slots of every row and layer (``index_select``), concatenate the new tokens' K/V and
+run ``layers.attention`` (what the eager model does; float32 K inside the matrix-product
+attention), or the Triton kernel ``kernels/paged_decode.py``, which reads K and V in place by
+slot and takes the new tokens' K/V as they are. The denoise with the kernels is the fused
+step of ``model/denoise_fused.py`` (the attention with RoPE on load, the adaRMS norms and
+gated residuals of ``kernels/adarms.py``). :func:`paged_kernel` chooses, while tracing
+(Dynamo guards on it, as on ``layers.matmul_short_queries``); ``backends/attention.py``
+enters it for the attention backend (``triton``; ``auto`` where compiled for CUDA).
 """
 
 from __future__ import annotations
@@ -16,39 +18,44 @@ from __future__ import annotations
 from contextlib import contextmanager
 import importlib
 import logging
+from types import ModuleType
 from typing import Callable, Iterator
 
 import torch
 
 PAGED_MAX_QUERIES = 64
-"""New tokens per row up to which the kernel serves a call (decode, suffixes); longer calls
-(a text prefill of up to 200 tokens) keep the gather and a fused SDPA kernel."""
+"""New tokens per row up to which the kernel serves a call (decode, suffixes, the action
+tokens of a denoise); longer calls (a text prefill of up to 200 tokens) keep the gather and
+a fused SDPA kernel."""
 
 _KERNEL_MODULE = 'oxygen_ros.model.kernels.paged_decode'
+_NORM_MODULE = 'oxygen_ros.model.kernels.adarms'
 _LOG = logging.getLogger(__name__)
 _enabled: bool | None = None
 """Set by :func:`paged_kernel`; None: the kernel where compiled for CUDA and it loaded."""
 _kernel: Callable[..., torch.Tensor] | None = None
+_norms: ModuleType | None = None
 _load_error: str | None = None
 
 
 def load_kernel(required: bool = True) -> bool:
     """
-    Import the Triton kernel (and Triton); return whether it is available.
+    Import the Triton kernels (and Triton); return whether they are available.
 
-    :param required: raise where it cannot be imported; else log a WARNING once and return
+    :param required: raise where they cannot be imported; else log a WARNING once and return
         False (the context is then gathered: slower, same results).
-    :raises ImportError: ``required`` and Triton (or the kernel) cannot be imported.
+    :raises ImportError: ``required`` and Triton (or a kernel) cannot be imported.
     """
-    global _kernel, _load_error
+    global _kernel, _norms, _load_error
     if _kernel is None and _load_error is None:
         try:
-            _kernel = importlib.import_module(_KERNEL_MODULE).paged_attention
+            norms = importlib.import_module(_NORM_MODULE)
+            _kernel, _norms = importlib.import_module(_KERNEL_MODULE).paged_attention, norms
         except ImportError as exc:
             _load_error = f'{type(exc).__name__}: {exc}'
             if not required:
-                _LOG.warning('paged attention kernel unavailable (%s): decode attention '
-                             'gathers the context instead', _load_error)
+                _LOG.warning('paged attention kernel unavailable (%s): decode and denoise '
+                             'attention gather the context instead', _load_error)
     if _kernel is None and required:
         raise ImportError(f'the paged attention kernel needs Triton ({_load_error}); install '
                           f'triton or choose another attention backend')
@@ -58,7 +65,7 @@ def load_kernel(required: bool = True) -> bool:
 @contextmanager
 def paged_kernel(enabled: bool | None = True) -> Iterator[None]:
     """
-    Choose how ``ExtendCall`` attends the context inside this context.
+    Choose how ``ExtendCall`` and ``DenoiseCall`` attend the context inside this context.
 
     :param enabled: True: the paged kernel (imported here; CUDA, or the CPU under
         ``TRITON_INTERPRET=1``); False: gather the context; None (the default outside any
@@ -93,19 +100,47 @@ def decode_attention(device: torch.device | str, compiled: bool) -> str:
     return 'paged' if _chosen(torch.device(device).type == 'cuda', compiled) else 'gathered'
 
 
+def denoise_attention(device: torch.device | str, compiled: bool, horizon: int) -> str:
+    """
+    Return how a denoise of ``horizon`` action tokens on ``device`` runs here.
+
+    :returns: ``'fused'`` (``denoise_fused.fused_velocity``: the paged kernel and the fused
+        norms) or ``'gathered'`` (``denoise.expert_velocity`` on the gathered prefix).
+    """
+    on_cuda = torch.device(device).type == 'cuda'
+    return 'fused' if horizon <= PAGED_MAX_QUERIES and _chosen(on_cuda, compiled) else \
+        'gathered'
+
+
 def paged_attention(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor,
                     v_pool: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor,
-                    k_new: torch.Tensor, v_new: torch.Tensor,
-                    new_valid: torch.Tensor) -> torch.Tensor:
+                    k_new: torch.Tensor, v_new: torch.Tensor, new_valid: torch.Tensor,
+                    cos: torch.Tensor | None = None, sin: torch.Tensor | None = None,
+                    causal: bool = True) -> torch.Tensor:
     """
     Return the kernel's attention: ``[B, Tq, Hq * D]`` (``kernels/paged_decode.py``).
 
     Arguments as ``paged_decode.paged_attention``; only after :func:`load_kernel`.
     """
     assert _kernel is not None, 'load_kernel() first'
-    out = _kernel(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid)
+    out = _kernel(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid,
+                  cos, sin, causal)
     return out.flatten(2)
 
 
-__all__ = ['PAGED_MAX_QUERIES', 'decode_attention', 'load_kernel', 'paged_attention',
-           'paged_kernel', 'use_paged_kernel']
+def ada_rms_norm(x: torch.Tensor, mod: torch.Tensor, eps: float) -> torch.Tensor:
+    """Return ``kernels/adarms.py``'s ``ada_rms_norm``; only after :func:`load_kernel`."""
+    assert _norms is not None, 'load_kernel() first'
+    return _norms.ada_rms_norm(x, mod, eps)
+
+
+def gated_ada_rms_norm(x: torch.Tensor, delta: torch.Tensor, gate_mod: torch.Tensor,
+                       mod: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``kernels/adarms.py``'s ``gated_ada_rms_norm``; only after :func:`load_kernel`."""
+    assert _norms is not None, 'load_kernel() first'
+    return _norms.gated_ada_rms_norm(x, delta, gate_mod, mod, eps)
+
+
+__all__ = ['PAGED_MAX_QUERIES', 'ada_rms_norm', 'decode_attention', 'denoise_attention',
+           'gated_ada_rms_norm', 'load_kernel', 'paged_attention', 'paged_kernel',
+           'use_paged_kernel']

@@ -1,24 +1,31 @@
 """
-Real-time chunking: flow-matching sampling guided toward the previous chunk (RTC).
+Real-time chunking's guided sampler: flow matching guided toward the previous chunk (RTC).
 
 Black, Galliker, Levine 2025, "Real-Time Execution of Action Chunking Flow Policies"
 (arXiv 2506.07339), Algorithm 1, in openpi's time convention (t = 1 noise, t = 0 data,
 ``x += dt * u`` with ``dt = -1/N``; the paper's ``tau = 1 - t`` and its velocity ``-u``).
-At each Euler step the data estimate ``x1 = x - t u(x)`` is compared with the target ``Y``
-(the previous chunk's still-to-come points, aligned to the new chunk) under the soft mask
+At each Euler step the data estimate ``x1 = x - t u(x)`` is compared with the guidance target
+``Y`` (the previous chunk's still-to-come points, aligned to the new chunk) under the soft mask
 ``W``; the velocity is corrected by the vector-Jacobian product of that error::
 
     e = W * (Y - x1)            (stop-gradient)
     g = (d x1 / d x)^T e        (autograd through the denoiser: one backward per step)
-    u' = u - w(t) g             (w(t) = guidance_weight, paper eq. 2 and §4.2)
+    u' = u - w(t) g             (w(t): the guidance weight, clipped at beta; paper eq. 2, §4.2)
 
-Where ``W`` is 0 the target is ignored (RTC never pulls toward a zero-padded leftover).
+Where ``W`` is 0 the target is ignored (RTC never pulls toward a zero-padded leftover). What
+``Y`` and ``W`` are (the frozen prefix of ``d`` points, the decaying soft mask, the previous
+chunk re-anchored and held past its end) is RTC's policy, ``control/rtc.py``; this module is
+the torch math that samples with them.
 
-Two forms of the same step: :func:`guided_sample` takes the denoiser as a callable and the
-product with ``torch.autograd.grad`` (eager; :func:`guided_denoise` runs it on the model: the
-reference); :func:`guided_velocity` takes it with ``torch.func.vjp``, functionally, so that
-``torch.compile(fullgraph=True)`` traces the forward and its vector-Jacobian product into one
-graph that a CUDA graph can capture (the fast path's guided denoise, ``model/guided_call.py``).
+Three forms of the same step:
+
+- :func:`guided_sample` takes the denoiser as a callable and the product with
+  ``torch.autograd.grad`` (eager; :func:`guided_denoise` runs it on the model: the reference);
+- :func:`guided_velocity` takes it with ``torch.func.vjp``, functionally, so that
+  ``torch.compile(fullgraph=True)`` traces the forward and its vector-Jacobian product into one
+  graph that a CUDA graph can capture;
+- :class:`GuidedDenoiseCall` is the static-shape guided denoise built on it, what the fast path
+  compiles and captures (``backends/guided_fast.py``; docs/gpu.md, "RTC on the fast path").
 """
 
 from __future__ import annotations
@@ -26,11 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+import numpy as np
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.model.denoise import DenoiseContext
+from oxygen_ros.model.denoise import (
+    denoise_context, DenoiseContext, euler_step_modulations, expert_velocity)
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import PrefixKV
+from oxygen_ros.model.layers import AttentionMask
+from oxygen_ros.model.pi05 import Pi05Model
 import torch
+from torch import nn
 
 Velocity = Callable[[torch.Tensor, int], torch.Tensor]
 """``velocity(x float32 [B, H, A], step) -> float32 [B, H, A]``, the flow at ``times[step]``."""
@@ -41,29 +53,48 @@ class RtcGuidance:
     """
     What a new chunk is guided toward.
 
-    :ivar target: ``float32 [B, H, A]`` the previous chunk's points for the new chunk's times,
-        in normalized model space (any value where ``weights`` is 0).
-    :ivar weights: ``float32 [H]`` the soft mask (``control.smoothing.rtc_prefix_weights``).
-    :ivar max_weight: ``beta``, the largest guidance weight (paper: 5).
+    :ivar target: ``float32 [B, H, A]`` the guidance target ``Y``: the previous chunk's points
+        for the new chunk's times, in normalized model space (any value where ``soft_mask``
+        is 0).
+    :ivar soft_mask: ``float32 [H]`` ``W`` (``control.rtc.soft_mask``).
+    :ivar max_guidance_weight: ``beta``, where the guidance weight is clipped (paper: 5).
     """
 
     target: torch.Tensor
-    weights: torch.Tensor
-    max_weight: float = 5.0
+    soft_mask: torch.Tensor
+    max_guidance_weight: float = 5.0
+
+    @classmethod
+    def from_numpy(cls, target: np.ndarray, soft_mask: np.ndarray,
+                   max_guidance_weight: float) -> RtcGuidance:
+        """
+        Return the guidance of one chunk from RTC's policy (``control.rtc.GuidanceTarget``).
+
+        :param target: ``float [H, A]``, copied to ``float32 [1, H, A]`` on the CPU.
+        :param soft_mask: ``float [H]``, copied to ``float32 [H]`` on the CPU.
+        """
+        return cls(torch.tensor(target, dtype=torch.float32)[None],
+                   torch.tensor(soft_mask, dtype=torch.float32), max_guidance_weight)
 
 
-def guidance_weight(t: float, max_weight: float) -> float:
+def guidance_weight(t: float, max_guidance_weight: float) -> float:
     """
-    Return RTC's guidance weight at flow time ``t`` (openpi convention: t = 1 is noise).
+    Return RTC's guidance weight ``w(t)`` at flow time ``t`` (openpi convention: t = 1 is noise).
 
-    With the paper's ``tau = 1 - t``: ``min(beta, (1 - tau) / (tau r²))``,
+    With the paper's ``tau = 1 - t`` (eq. 2): ``min(beta, (1 - tau) / (tau r²))``,
     ``r² = (1 - tau)² / (tau² + (1 - tau)²)``, i.e. ``min(beta, (tau² + (1 - tau)²) /
-    (tau (1 - tau)))``; ``beta`` at both ends.
+    (tau (1 - tau)))``; ``beta`` (``max_guidance_weight``) at both ends.
     """
     tau = 1.0 - t
     if tau <= 0.0 or tau >= 1.0:
-        return max_weight
-    return min(max_weight, (tau**2 + (1 - tau) ** 2) / (tau * (1 - tau)))
+        return max_guidance_weight
+    return min(max_guidance_weight, (tau**2 + (1 - tau) ** 2) / (tau * (1 - tau)))
+
+
+def guidance_weights(num_steps: int, max_guidance_weight: float) -> torch.Tensor:
+    """Return :func:`guidance_weight` at each of the ``num_steps`` Euler times: ``float32 [N]``."""
+    return torch.tensor([guidance_weight(t, max_guidance_weight)
+                         for t in euler_times(num_steps).tolist()], dtype=torch.float32)
 
 
 def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
@@ -83,18 +114,19 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
     """
     if num_steps < 1:
         raise ValueError(f'num_steps must be >= 1, got {num_steps}')
-    if guidance is not None and (
-            guidance.target.shape != noise.shape or guidance.weights.shape != noise.shape[1:2]):
-        raise ValueError(f'guidance target {tuple(guidance.target.shape)} / weights '
-                         f'{tuple(guidance.weights.shape)} do not fit noise {tuple(noise.shape)}')
+    if guidance is not None and (guidance.target.shape != noise.shape
+                                 or guidance.soft_mask.shape != noise.shape[1:2]):
+        raise ValueError(f'guidance target {tuple(guidance.target.shape)} / soft mask '
+                         f'{tuple(guidance.soft_mask.shape)} do not fit noise '
+                         f'{tuple(noise.shape)}')
     times = euler_times(num_steps).tolist()
     dt = torch.tensor(-1.0 / num_steps, dtype=torch.float32).item()
     with torch.inference_mode(False):
         x = noise.to(torch.float32).clone()
-        active = guidance is not None and bool((guidance.weights > 0).any())
+        active = guidance is not None and bool((guidance.soft_mask > 0).any())
         if active:
             target = guidance.target.to(torch.float32).clone()
-            w = guidance.weights.to(torch.float32).clone()[None, :, None]
+            w = guidance.soft_mask.to(torch.float32).clone()[None, :, None]
         for step, t in enumerate(times):
             if not active:
                 with torch.no_grad():
@@ -106,19 +138,13 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
                     x1 = xg - t * u
                     err = (w * (target - x1)).detach()
                     (g,) = torch.autograd.grad(x1, xg, err)
-                u = u.detach() - guidance_weight(t, guidance.max_weight) * g
+                u = u.detach() - guidance_weight(t, guidance.max_guidance_weight) * g
             x = (x + dt * u).detach()
     return x
 
 
-def guidance_weights(num_steps: int, max_weight: float) -> torch.Tensor:
-    """Return :func:`guidance_weight` at each of the ``num_steps`` Euler times: ``float32 [N]``."""
-    return torch.tensor([guidance_weight(t, max_weight) for t in euler_times(num_steps).tolist()],
-                        dtype=torch.float32)
-
-
 def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                    t: torch.Tensor, target: torch.Tensor, weights: torch.Tensor,
+                    t: torch.Tensor, target: torch.Tensor, soft_mask: torch.Tensor,
                     step_weight: torch.Tensor) -> torch.Tensor:
     """
     Return RTC's corrected velocity ``u - w(t) (d x1 / d x)^T (W (Y - x1))`` at one step.
@@ -126,13 +152,13 @@ def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.T
     The step of :func:`guided_sample` with the product by ``torch.func.vjp``: no autograd
     graph is kept between calls and nothing needs ``requires_grad``, so it compiles into one
     graph (forward and backward) and runs inside ``torch.inference_mode``. ``velocity`` must
-    not write into tensors it did not create (``DenoiseContext.append``).
+    not write into tensors it did not create (``DenoiseContext.split``).
 
     :param velocity: ``x float32 [B, H, A] -> float32 [B, H, A]``, the flow at this step.
     :param x: ``float32 [B, H, A]``.
     :param t: ``float32 []`` the step's flow time (``flow.euler_times``).
-    :param target: ``float32 [B, H, A]`` the previous chunk's points (``RtcGuidance``).
-    :param weights: ``float32 [H]`` the soft mask.
+    :param target: ``float32 [B, H, A]`` the guidance target ``Y`` (``RtcGuidance``).
+    :param soft_mask: ``float32 [H]`` ``W``.
     :param step_weight: ``float32 []`` the guidance weight at ``t`` (:func:`guidance_weights`).
     :returns: ``float32 [B, H, A]``.
     """
@@ -140,7 +166,7 @@ def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.T
         u = velocity(xg)
         return xg - t * u, u
     x1, vjp, u = torch.func.vjp(data_estimate, x, has_aux=True)
-    (g,) = vjp(weights[None, :, None] * (target - x1))
+    (g,) = vjp(soft_mask[None, :, None] * (target - x1))
     return u - step_weight * g
 
 
@@ -176,5 +202,86 @@ def guided_denoise(model: GuidableModel, prefix: PrefixKV, noise: torch.Tensor,
                          guidance)
 
 
-__all__ = ['GuidableModel', 'RtcGuidance', 'Velocity', 'guidance_weight', 'guidance_weights',
-           'guided_denoise', 'guided_sample', 'guided_velocity']
+GuidedStep = Callable[..., torch.Tensor]
+"""``(keys, values, bias, cos, sin, x, mod_in, mod_post, mod_final, t, target, soft_mask,
+step_weight) -> guided velocity``."""
+
+
+class GuidedDenoiseCall(nn.Module):
+    """
+    The guided denoise as a static-shape call: N Euler steps of one chunk in one call (batch 1).
+
+    ``static_calls.DenoiseCall`` with RTC's guidance at every Euler step: the velocity's
+    vector-Jacobian product is taken with ``torch.func.vjp`` (:func:`guided_velocity`), so the
+    step is a pure function of tensors that ``torch.compile(fullgraph=True)`` traces, forward
+    and backward, into one graph, and the N steps run as one CUDA-graph replay, like the plain
+    loop. Nothing in it syncs with the host or depends on a value: the soft mask, the target
+    and the guidance weights of the N steps are inputs, the Euler times and the adaRMS
+    modulations constants of the call. The suffix attends the prefix K/V apart from its own
+    (``denoise.split_prefix_attention``): no copy of the prefix K/V and no key or value
+    gradient for its rows in any step; the prefix keys are converted to float32 (the logits'
+    dtype) once per call, not once per layer and step.
+
+    ``forward(k_pool, v_pool, ctx_slots [1, C], ctx_mask [1, C], num_tokens [1],
+    noise [1, H, A], target [1, H, A], soft_mask [H], step_weights [N])`` returns the actions
+    ``float32 [1, H, A]``, as :func:`guided_denoise` with ``RtcGuidance(target, soft_mask)``
+    and ``step_weights = guidance_weights(N, beta)``: equal on the valid part (tests: float32,
+    1e-5); the parity gate holds each graph to it.
+
+    ``step`` is one guided velocity on plain tensors (:meth:`guided_step`); a compiler may
+    replace it, as ``DenoiseCall.step``.
+    """
+
+    def __init__(self, model: Pi05Model, num_steps: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        n = model.cfg.num_denoise_steps if num_steps is None else num_steps
+        self.num_steps = n
+        self.mods = euler_step_modulations(model, n, model.device)
+        self.times = euler_times(n).to(model.device)
+        self.dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
+        self.step: GuidedStep = self.guided_step
+
+    def guided_step(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                    bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor,
+                    mod_in: torch.Tensor, mod_post: torch.Tensor, mod_final: torch.Tensor,
+                    t: torch.Tensor, target: torch.Tensor, soft_mask: torch.Tensor,
+                    step_weight: torch.Tensor) -> torch.Tensor:
+        """
+        Return :func:`guided_velocity` on a prefix given as tensors (``[B, Hkv, P, D]``).
+
+        The suffix attends the prefix K/V apart from its own (``denoise.split_prefix_attention``):
+        the prefix K/V are constants of the vector-Jacobian product (no gradient, no copy).
+        ``keys`` may be float32 (what :meth:`forward` passes: converted once per chunk).
+        """
+        ex = self.model.cfg.expert
+        layout = AttentionMask.layout_for(x.shape[1], ex.num_heads, ex.num_kv_heads)
+        ctx = DenoiseContext(tuple(keys), tuple(values), AttentionMask(bias, layout), cos, sin,
+                             keys[0].shape[2], split=True)
+        return guided_velocity(
+            lambda xg: expert_velocity(self.model, ctx, xg, mod_in, mod_post, mod_final),
+            x, t, target, soft_mask, step_weight)
+
+    def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, ctx_slots: torch.Tensor,
+                ctx_mask: torch.Tensor, num_tokens: torch.Tensor, noise: torch.Tensor,
+                target: torch.Tensor, soft_mask: torch.Tensor,
+                step_weights: torch.Tensor) -> torch.Tensor:
+        horizon = noise.shape[1]
+        ctx = denoise_context(self.model, k_pool, v_pool, ctx_slots, ctx_mask, num_tokens,
+                              horizon)
+        p = ctx.prefix_len
+        keys = [k[:, :, :p].float() for k in ctx.keys]   # the logits' dtype, once per chunk
+        values = [v[:, :, :p] for v in ctx.values]
+        x = noise.to(torch.float32)
+        target = target.to(torch.float32)
+        soft_mask = soft_mask.to(torch.float32)
+        for s, (mod_in, mod_post, mod_final) in enumerate(self.mods):
+            u = self.step(keys, values, ctx.mask.bias, ctx.cos, ctx.sin, x, mod_in, mod_post,
+                          mod_final, self.times[s], target, soft_mask, step_weights[s])
+            x = x + self.dt * u
+        return x
+
+
+__all__ = ['GuidableModel', 'GuidedDenoiseCall', 'GuidedStep', 'RtcGuidance', 'Velocity',
+           'guidance_weight', 'guidance_weights', 'guided_denoise', 'guided_sample',
+           'guided_velocity']

@@ -21,7 +21,9 @@ call              padding
                   Triton kernel (``paged_attention.py``)
 ``DecodeCall``    ``ExtendCall`` with T = 1 plus the LM head and greedy argmax
 ``DenoiseCall``   the prefix context padded with masked slots; all N Euler steps in one call,
-                  the adaRMS modulations of the N fixed times computed once (constructor)
+                  the adaRMS modulations of the N fixed times computed once (constructor);
+                  the prefix gathered once per call, or read in place by the fused Triton
+                  kernels (``denoise_fused.py``)
 ``SeedCall``      LM head + argmax of a batch of hidden states
 ================  ==========================================================================
 
@@ -36,6 +38,7 @@ from typing import Callable
 
 from oxygen_ros.model.denoise import (
     denoise_context, DenoiseContext, euler_step_modulations, expert_velocity)
+from oxygen_ros.model.denoise_fused import action_tokens, fused_velocity
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
@@ -252,7 +255,8 @@ class SeedCall(nn.Module):
 
 
 VelocityStep = Callable[..., torch.Tensor]
-"""``(keys, values, bias, cos, sin, x, mod_in, mod_post, mod_final) -> v``."""
+"""``(*context, x, mod_in, mod_post, mod_final) -> v``: the context of
+``DenoiseCall.velocity_step`` or of ``DenoiseCall.fused_step``."""
 
 
 class DenoiseCall(nn.Module):
@@ -264,9 +268,16 @@ class DenoiseCall(nn.Module):
     The Euler times are fixed, so the time MLP and every adaRMS ``Dense`` are evaluated once,
     here, for the N times (the model's ``denoise`` does it once per call).
 
-    ``step`` is the velocity of one step on plain tensors (``velocity_step``); a compiler
-    may replace it (``torch.compile`` of one step compiles ~N times faster than of the loop,
-    and a CUDA graph of this whole ``forward`` still makes the loop one replay).
+    Two velocities, one result: :meth:`velocity_step` attends the prefix gathered once per
+    call (``denoise.denoise_context``; its suffix K/V written into the gathered buffers),
+    :meth:`fused_step` reads it in place from the pool with the Triton kernels
+    (``denoise_fused.py``: no gather, the norms and gated residuals fused). ``fused`` picks
+    one: True or False, or None (the default): as ``paged_attention.paged_kernel`` chooses
+    at each call (:func:`paged_attention.use_paged_kernel`: the kernels where the call is
+    compiled for CUDA, or forced). ``step`` is the velocity of one step on plain tensors; a
+    compiler may replace it (:meth:`use`; ``torch.compile`` of one step compiles ~N times
+    faster than of the loop, and a CUDA graph of this whole ``forward`` still makes the
+    loop one replay).
     """
 
     def __init__(self, model: Pi05Model, num_steps: int | None = None) -> None:
@@ -276,7 +287,23 @@ class DenoiseCall(nn.Module):
         self.num_steps = n
         self.mods = euler_step_modulations(model, n, model.device)
         self.dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
+        self.fused: bool | None = None
         self.step: VelocityStep = self.velocity_step
+
+    def use(self, fused: bool | None, step: VelocityStep | None = None) -> None:
+        """
+        Choose the velocity: fused (True), gathered (False) or per call (None).
+
+        :param step: what runs it (a compiled :meth:`fused_step` or :meth:`velocity_step`,
+            whichever ``fused`` names); default the method itself. With None, ``step`` must
+            be None.
+        :raises ValueError: a ``step`` without a decided ``fused``.
+        """
+        if fused is None and step is not None:
+            raise ValueError('a replacement step needs fused=True or False')
+        self.fused = fused
+        self.step = step if step is not None else \
+            self.fused_step if fused else self.velocity_step
 
     def velocity_step(self, keys: list[torch.Tensor], values: list[torch.Tensor],
                       bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor,
@@ -289,16 +316,34 @@ class DenoiseCall(nn.Module):
                              keys[0].shape[2] - x.shape[1])
         return expert_velocity(self.model, ctx, x, mod_in, mod_post, mod_final)
 
+    def fused_step(self, k_pool: torch.Tensor, v_pool: torch.Tensor, ctx_slots: torch.Tensor,
+                   ctx_mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   index: torch.Tensor, valid: torch.Tensor, x: torch.Tensor,
+                   mod_in: torch.Tensor, mod_post: torch.Tensor,
+                   mod_final: torch.Tensor) -> torch.Tensor:
+        """Return ``denoise_fused.fused_velocity``: the prefix read in place from the pool."""
+        return fused_velocity(self.model, k_pool, v_pool, ctx_slots, ctx_mask, cos, sin, index,
+                              valid, x, mod_in, mod_post, mod_final)
+
     def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, ctx_slots: torch.Tensor,
                 ctx_mask: torch.Tensor, num_tokens: torch.Tensor,
                 noise: torch.Tensor) -> torch.Tensor:
-        ctx = denoise_context(self.model, k_pool, v_pool, ctx_slots, ctx_mask, num_tokens,
-                              noise.shape[1])
+        horizon = noise.shape[1]
+        if self.fused is None:
+            fused = use_paged_kernel(noise, horizon)
+            step = self.fused_step if fused else self.velocity_step
+        else:
+            fused, step = self.fused, self.step
+        if fused:
+            context: tuple = (k_pool, v_pool, ctx_slots, ctx_mask,
+                              *action_tokens(noise, num_tokens, self.model))
+        else:
+            ctx = denoise_context(self.model, k_pool, v_pool, ctx_slots, ctx_mask, num_tokens,
+                                  horizon)
+            context = (list(ctx.keys), list(ctx.values), ctx.mask.bias, ctx.cos, ctx.sin)
         x = noise.to(torch.float32)
-        keys, values = list(ctx.keys), list(ctx.values)
         for mod_in, mod_post, mod_final in self.mods:
-            x = x + self.dt * self.step(keys, values, ctx.mask.bias, ctx.cos, ctx.sin, x,
-                                        mod_in, mod_post, mod_final)
+            x = x + self.dt * step(*context, x, mod_in, mod_post, mod_final)
         return x
 
 

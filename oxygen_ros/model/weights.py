@@ -18,6 +18,7 @@ import re
 from oxygen_ros.config import get_preset, ModelConfig, preset_names
 from oxygen_ros.model.checkpoint_keys import (
     checkpoint_dims, config_dims, key_map, LM_HEAD, VISION)
+from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.pi05 import Pi05Model
 
 from safetensors import safe_open, SafetensorError
@@ -69,7 +70,11 @@ def save_checkpoint(model: Pi05Model, out_dir: str | Path, *,
     :param dtype: on-disk dtype (default: the model's); in 16 bits the parameters of
         ``Pi05Model.float32_parameters`` are written in float32, as openpi's converter does.
     :returns: the path of the weights file.
+    :raises ValueError: a model with FP8 weights (quantized at load, never saved so).
     """
+    if fp8_kernel_of(model) is not None:
+        raise ValueError('the model has FP8 weights (quantized at load: model/fp8.py); save '
+                         'the unquantized model')
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix = LEROBOT_PREFIX if layout is CheckpointLayout.LEROBOT else ''

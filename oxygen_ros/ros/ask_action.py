@@ -1,21 +1,20 @@
 """
 The ``~/ask`` action server (``oxygen_ros_interfaces/action/Ask``) of the ``oxygen`` node.
 
-- **Goal** (goal callback): a goal the node cannot take is rejected at once (``accepted`` =
-  false): empty question, ``max_tokens`` over ``decode_budget``, question queue full
-  (``max_queued_questions``, shared with the ``~/ask`` topic), node not configured. The ROS 2
-  action protocol carries no reason with a rejection: the reason is logged (WARN) and shown
-  in ``/diagnostics`` (``last text rejection``). An accepted goal holds a queue slot from the
-  goal callback on, so the bound is exact.
-- **Execution**: the goal is EXECUTING from acceptance (queued, then decoding). Its execute
+- **Goal** (goal callback): the question is queued in the engine there and then, or the goal
+  is rejected at once (``accepted`` = false): empty question, ``max_tokens`` over
+  ``decode_budget``, waiting queue full (``max_waiting_requests``, shared with the ``~/ask``
+  topic and the periodic requests), node not configured. The ROS 2 action protocol carries no
+  reason with a rejection: the reason is logged (WARN) and shown in ``/diagnostics`` (``last
+  text rejection``). Queued before rclpy accepts the goal, the bound is exact.
+- **Execution**: the goal is EXECUTING from acceptance (waiting, then decoding). Its execute
   coroutine awaits a future that the text group completes when the answer ends; each cycle
   that decoded a piece of it publishes feedback (the piece, and the text so far).
-- **Cancel**: accepted while the answer is open; the request leaves the queue at once, or is
-  aborted in the engine (``Engine.abort``: its KV blocks are freed) before the next cycle's
-  planning. The result is CANCELED with the text decoded until then.
+- **Cancel**: accepted while the answer is open; the request is aborted in the engine at once
+  (``Engine.abort``: it leaves the queue, or its KV blocks are freed). The result is CANCELED
+  with the text decoded until then.
 - **Result**: the whole answer as a ``DecodedText`` plus a status and a reason; SUCCEEDED for
-  EOS / LENGTH, CANCELED, or ABORTED when the node dropped it (not admitted in time, engine
-  failed or cleaned up).
+  EOS / LENGTH, CANCELED, or ABORTED when the node dropped it (engine failed or cleaned up).
 
 The server lives as long as the node (not only while configured), so goals still open at
 cleanup get their result.
@@ -32,7 +31,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Callable
 
 from oxygen_ros.ros.endpoints import ASK_ACTION
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests, TextStatus
@@ -81,19 +79,15 @@ class AskAction:
     The ``~/ask`` action server.
 
     :param node: the node that owns the server.
-    :param texts: the node's text requests (the shared question queue).
+    :param texts: the node's text requests.
     :param callback_group: a ``ReentrantCallbackGroup`` (goals run concurrently).
-    :param abort: called with a request id after its cancel was accepted: aborts it in the
-        engine now if it can (else ``TextRequests.apply_cancels`` does in the next cycle).
     :param result_timeout_s: how long a finished goal's result is kept [s].
     """
 
-    def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup,
-                 abort: Callable[[str], None], *,
+    def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup, *,
                  result_timeout_s: float = RESULT_TIMEOUT_S) -> None:
         self._node = node
         self._texts = texts
-        self._abort = abort
         self._lock = threading.Lock()
         self._open: dict[bytes, tuple[TextJob, Future]] = {}
         self._server = ActionServer(
@@ -106,7 +100,8 @@ class AskAction:
     # -- rclpy callbacks (executor threads) --------------------------------------------
     def _on_goal(self, goal: Ask.Goal) -> GoalResponse:
         try:
-            reason = self._texts.reserve(goal.question, goal.max_tokens or None)
+            reason = self._texts.ask_goal(goal, goal.question, goal.max_tokens or None,
+                                          time.monotonic())
         except Exception as exc:  # noqa: B902 (rclpy would drop it silently: see the module)
             self._texts.record_error('the ~/ask goal callback', exc, traceback.format_exc())
             return GoalResponse.REJECT
@@ -114,16 +109,17 @@ class AskAction:
 
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
         future = Future(executor=self._node.executor)
-        job = None
+        key = bytes(handle.goal_id.uuid)
+        with self._lock:  # before its events can come (goal_accepted releases them)
+            self._open[key] = (None, future)
         try:
-            job = self._texts.enqueue(handle.request.question,
-                                      handle.request.max_tokens or None, time.monotonic(),
-                                      goal=handle)
+            job = self._texts.goal_accepted(handle)
         except Exception as exc:  # noqa: B902 (the goal must still end: DROPPED)
             future.set_result((TextStatus.DROPPED, self._internal_error(
                 'the ~/ask accepted callback', exc)))
-        with self._lock:
-            self._open[bytes(handle.goal_id.uuid)] = (job, future)
+        else:
+            with self._lock:
+                self._open[key] = (job, future)
         handle.execute()
 
     async def _execute(self, handle: ServerGoalHandle) -> Ask.Result:
@@ -173,7 +169,6 @@ class AskAction:
                 entry = self._open.get(bytes(handle.goal_id.uuid))
             if entry is None or entry[0] is None or not self._texts.cancel(entry[0].req_id):
                 return CancelResponse.REJECT  # already ending: its result is on its way
-            self._abort(entry[0].req_id)
         except Exception as exc:  # noqa: B902 (the cancel request must still be answered)
             self._texts.record_error('the ~/ask cancel callback', exc, traceback.format_exc())
             return CancelResponse.REJECT

@@ -3,12 +3,11 @@ The node's chunk-boundary smoothing (parameter ``chunk_smoothing``, ``control.sm
 
 - ``none``: chunks go out as the model made them.
 - ``ensemble``: every chunk is replaced by ACT's temporal ensemble before it is published.
-- ``rtc``: the engine denoises each chunk toward the previous one; the inference delay it
-  freezes is measured here, from the node clock at publication minus the observation stamp
-  (so it includes waiting for the control tick, vision, prefill and denoising, in the node
-  clock's time: sim time on a simulator). Only guided chunks are measured: an unguided one
-  (the first after activation) skips the guidance's cost and would make the delay too short.
-  Until a delay is measured, every point the previous chunk covers is frozen.
+- ``rtc``: the engine denoises each chunk toward the previous one (``control/rtc.py``); the
+  inference delay it freezes is measured here, from the node clock at publication minus the
+  observation stamp (so it includes waiting for the control tick, vision, prefill and
+  denoising, in the node clock's time: sim time on a simulator), on guided chunks only
+  (``control.rtc.InferenceDelay``).
 
 Control thread only (no lock).
 """
@@ -17,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from oxygen_ros.control.smoothing import ChunkSmoothing, DelayEstimator, TemporalEnsemble
-from oxygen_ros.engine.config import ActionChunk, RtcRequest
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.control.rtc import InferenceDelay, RtcRequest
+from oxygen_ros.control.smoothing import ChunkSmoothing, TemporalEnsemble
+from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.units import NS_PER_S
 
 
 class ChunkSmoother:
@@ -36,7 +36,7 @@ class ChunkSmoother:
         self.mode = ChunkSmoothing(mode)
         self.rtc_max_guidance_weight = rtc_max_guidance_weight
         self.ensemble = TemporalEnsemble(ensemble_decay)
-        self.delay = DelayEstimator()
+        self.delay = InferenceDelay(guided_only=self.mode is ChunkSmoothing.RTC)
 
     def reset(self) -> None:
         """Start over (at activation): no previous chunk, no delay sample."""
@@ -47,13 +47,12 @@ class ChunkSmoother:
         """
         Return the engine's RTC request for the next cycle (None: not RTC).
 
-        Its delay is None until a guided chunk's latency is measured (the engine then freezes
-        every point the previous chunk covers).
+        Its delay is None until a guided chunk's latency is measured
+        (``InferenceDelay.rtc_request``).
         """
         if self.mode is not ChunkSmoothing.RTC:
             return None
-        dt_ns = round(action_dt * NS_PER_S)
-        return RtcRequest(self.delay.steps(dt_ns), dt_ns, self.rtc_max_guidance_weight)
+        return self.delay.rtc_request(round(action_dt * NS_PER_S), self.rtc_max_guidance_weight)
 
     def delay_steps(self, action_dt: float) -> int | None:
         """Return the measured inference delay in action steps (None before a sample)."""
@@ -65,8 +64,7 @@ class ChunkSmoother:
 
         :param now_ns: node clock at publication.
         """
-        if chunk.guided or self.mode is not ChunkSmoothing.RTC:
-            self.delay.record(now_ns - chunk.stamp_ns)
+        self.delay.record(now_ns - chunk.stamp_ns, chunk.guided)
         if self.mode is not ChunkSmoothing.ENSEMBLE:
             return chunk
         smoothed = self.ensemble.apply(chunk.actions, chunk.stamp_ns,

@@ -8,8 +8,8 @@ Levels, worst first:
   is active and no action chunk was published for more than ``max_observation_age`` seconds.
 - WARN: inputs were rejected since the previous status, text requests were rejected since
   then, limits clipped an action chunk since then, the achieved control rate is below 90 % of
-  the target, the KV pool is over 90 % full, or a compiled step fell back to eager execution
-  (``Engine.fallbacks``, named).
+  the target, the KV pool is over 90 % full, a compiled step fell back to eager execution, or
+  the weights are not quantized as asked (``Engine.fallbacks``, named).
 - OK: acting at rate (or inactive / unconfigured with nothing wrong).
 
 Times are node-clock seconds (ROS time, ``/clock`` under ``use_sim_time``), so rates are in
@@ -27,7 +27,8 @@ from typing import Mapping
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import CycleStats
+from oxygen_ros.engine.config import QUANTIZATION_FALLBACK
+from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.observation_cache import InputIssue
 from std_msgs.msg import Header
 
@@ -100,13 +101,15 @@ class EngineDiagnostics:
             self._texts_rejected = 0
             self._period_texts_rejected = 0
             self._last_text_rejection = ''
-            self._questions_waiting = 0
-            self._period_questions_peak = 0
+            self._texts_waiting = 0
+            self._period_waiting_peak = 0
             self._texts_open = 0
             self._failure = ''
             self._fallbacks: dict[str, str] = {}
             self._text_contexts = ''
             self._memory_adapter = 'none'
+            self.quantization = 'none'
+            """The weights' quantization as it runs (``Engine.describe_quantization``)."""
 
     def set_text_setup(self, contexts: str, adapter: str) -> None:
         """Record what each text task reads and the memory adapter (``Engine.describe_*``)."""
@@ -152,17 +155,18 @@ class EngineDiagnostics:
             if reason:
                 self._last_text_rejection = reason
 
-    def record_questions(self, waiting: int, open_requests: int) -> None:
+    def record_texts(self, waiting: int, open_requests: int) -> None:
         """
-        Record the question queue (``TextRequests``, on every change).
+        Record the text requests (``TextRequests``, on every change).
 
-        :param waiting: questions not decoding yet (bounded by ``max_queued_questions``).
+        :param waiting: requests in the engine's waiting queue (bounded by
+            ``max_waiting_requests``), or the number a refusal found there.
         :param open_requests: text requests whose reply is still owed (waiting or decoding,
-            periodic ones and goal slots included).
+            periodic ones included).
         """
         with self._lock:
-            self._questions_waiting = waiting
-            self._period_questions_peak = max(self._period_questions_peak, waiting)
+            self._texts_waiting = waiting
+            self._period_waiting_peak = max(self._period_waiting_peak, waiting)
             self._texts_open = open_requests
 
     def record_clips(self, clips: ClipCount) -> None:
@@ -219,7 +223,7 @@ class EngineDiagnostics:
             self._period_rejections.clear()
             self._period_texts_rejected = 0
             self._period_clips = 0
-            self._period_questions_peak = self._questions_waiting
+            self._period_waiting_peak = self._texts_waiting
         return DiagnosticStatus(level=level.octet, name=STATUS_NAME, message=summary,
                                 hardware_id=self.preset,
                                 values=[KeyValue(key=k, value=v) for k, v in values])
@@ -238,8 +242,11 @@ class EngineDiagnostics:
                max_age_s: float) -> tuple[Level, str]:
         if self._failure:
             return Level.ERROR, f'engine failed: {self._failure}'
-        slow = (f'compiled step(s) running eagerly: {", ".join(sorted(self._fallbacks))}'
-                if self._fallbacks else '')
+        steps = sorted(k for k in self._fallbacks if k != QUANTIZATION_FALLBACK)
+        slow = '; '.join(
+            ([f'compiled step(s) running eagerly: {", ".join(steps)}'] if steps else [])
+            + (['quantization fell back (see "fallback: quantization")']
+               if QUANTIZATION_FALLBACK in self._fallbacks else []))
         if self._active_since is None:
             return (Level.WARN, f'{self._state}; {slow}') if slow else (Level.OK, self._state)
         since = max(self._last_chunk_s or self._active_since, self._active_since)
@@ -287,10 +294,9 @@ class EngineDiagnostics:
             ('limit clips: chunks', str(self._clips['chunks'])),
             ('tokens/s', f'{tokens_s:.1f}'),
             ('text requests running', str(s.num_running if s else 0)),
-            ('text requests pending', str(s.num_pending if s else 0)),
             ('text requests rejected', str(self._texts_rejected)),
-            ('questions waiting', str(self._questions_waiting)),
-            ('questions waiting peak', str(self._period_questions_peak)),
+            ('text requests waiting', str(self._texts_waiting)),
+            ('text requests waiting peak', str(self._period_waiting_peak)),
             ('text requests open', str(self._texts_open)),
             ('last text rejection', self._last_text_rejection),
             ('decode batch', str(s.decode_batch if s else 0)),
@@ -306,6 +312,7 @@ class EngineDiagnostics:
                    ('random weights', 'yes' if self.random_weights else 'no'),
                    ('text contexts', self._text_contexts),
                    ('memory adapter', self._memory_adapter),
+                   ('quantization', self.quantization),
                    ('DDS security', self.security)]
         values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
         if self._failure:

@@ -46,7 +46,7 @@ class Endpoint:
     :ivar peers: who may use it from the other end (none: only the node's own bookkeeping).
     :ivar suffix: appended after ``name`` is resolved (a compressed camera: its image topic
         is remapped, then ``/compressed`` appended, as image_transport does;
-        ``compressed.camera_input``).
+        ``images.transport.camera_input``).
     """
 
     kind: EndpointKind

@@ -22,9 +22,9 @@ from __future__ import annotations
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK as ACTION_CHUNK_KEY, ChunkOutput
 from oxygen_ros.ros.action_output import EE_DELTA_CHUNK as EE_DELTA_CHUNK_KEY
-from oxygen_ros.ros.compressed import COMPRESSED_SUFFIX
 from oxygen_ros.ros.endpoint_types import Endpoint, EndpointKind, Peer
-from oxygen_ros.ros.params import NodeConfig
+from oxygen_ros.ros.images.transport import COMPRESSED_SUFFIX
+from oxygen_ros.ros.node_config import NodeConfig
 from oxygen_ros.ros.topics import (
     CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, JOINT_STATE_TYPE, JOINT_STATES_TOPIC,
     STRING_TYPE)

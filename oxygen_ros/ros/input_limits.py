@@ -2,8 +2,8 @@
 Size bounds of the node's inputs, beyond which a message is refused with its reason.
 
 Every input the node acts on is bounded before it costs more than a look at its length: a
-``sensor_msgs/Image`` or ``CompressedImage`` by ``convert.MAX_IMAGE_SIDE`` per side (read from
-the message or the JPEG/PNG header before decoding), a ``JointState`` by
+``sensor_msgs/Image`` or ``CompressedImage`` by ``images.raw.MAX_IMAGE_SIDE`` per side (read
+from the message or the JPEG/PNG header before decoding), a ``JointState`` by
 ``MAX_JOINT_STATE_LENGTH`` entries, an instruction and a question by their UTF-8 bytes; an
 instruction whose action prompt does not fit the model's ``max_token_len`` is refused when
 the prompt is built (``engine.inputs``). docs/diagnostics.md lists what is refused and how it

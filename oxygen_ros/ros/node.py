@@ -3,15 +3,18 @@ The ROS 2 lifecycle node ``oxygen`` (architecture.md §4): observations in, acti
 
 Threads (one ``MultiThreadedExecutor``): subscriptions only store the newest message in an
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
-own MutuallyExclusive group runs the control cycle, the only code touching the engine; finished
-texts go through a queue to a guard condition in the text group, which publishes them and
-``/diagnostics``, so publishing never delays the action timer. Lifecycle services and the
-autostart timer use the default group. The executor is ``executor.NodeExecutor``.
+own MutuallyExclusive group runs the control cycle (``control_cycle``), the only code touching
+the engine; finished texts go through a queue to a guard condition in the text group, which
+publishes them and ``/diagnostics``, so publishing never delays the action timer. Lifecycle
+services, parameter changes (``param_handler``) and the autostart timer use the default group.
+The executor is ``executor.NodeExecutor``.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
-(``ask_action``) shares the question queue and its goals always get a result. Texts are also
-streamed as they decode (``~/<task>/stream``, ``oxygen_ros_interfaces/DecodedText``): the
-control cycle hands over token ids only, the text group detokenizes (``text_stream``). Text
+(``ask_action``) shares the engine's one waiting queue and its goals always get a result; a
+question is queued or refused in its own callback (``Engine.submit_text`` is thread-safe),
+never after a control cycle. Texts are also streamed as they decode (``~/<task>/stream``,
+``oxygen_ros_interfaces/DecodedText``): the engine detokenizes each cycle's tokens once, the
+text group publishes the pieces (``text_stream``). Text
 messages for a publisher that is not active (deactivated, or destroyed at cleanup) are held
 and go out at the next activation (``output_publishers``): questions still open at cleanup
 are refused (``no answer: engine shut down``) and that reply is sent then; at shutdown they
@@ -30,51 +33,36 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
-from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import ActionChunk
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
-from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.ask_action import AskAction
-from oxygen_ros.ros.chunk_smoother import ChunkSmoother
-from oxygen_ros.ros.compressed import camera_input, ImageTransport
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.endpoints import (
     ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
 from oxygen_ros.ros.executor import NodeExecutor, spin
 from oxygen_ros.ros.heap import release_freed_memory
-from oxygen_ros.ros.input_limits import instruction_refusal
-from oxygen_ros.ros.observation_cache import (
-    InputIssue, ObservationCache, RejectedInput, synthetic_observation)
+from oxygen_ros.ros.images.transport import camera_input, ImageTransport
+from oxygen_ros.ros.observation_cache import ObservationCache, synthetic_observation
 from oxygen_ros.ros.output_publishers import OutputPublishers
-from oxygen_ros.ros.params import (
-    build_configs, check_update, declare_parameters, NodeConfig, parameter_values,
-    ParameterError, SPECS)
+from oxygen_ros.ros.param_handler import ParameterHandler
+from oxygen_ros.ros.param_spec import OnChange, ParameterError
 from oxygen_ros.ros.security import SecuritySettings
 from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
-from rcl_interfaces.msg import SetParametersResult
+from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
-_LOG_EVERY_S = 5.0
-"""A rejection cause is logged when it starts and then at most this often."""
-CYCLE_SLACK = 0.1
-"""Fraction of the control period a cycle leaves free before the next tick: its text work
-(``Engine.step``'s deadline) ends that much earlier, for the cycle's bookkeeping after it and
-the executor's start of the next tick (3 ms and p99 10 ms at 10 Hz on the 2-core VM)."""
 _JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 """Best effort matches reliable and best-effort publishers alike."""
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -96,7 +84,12 @@ class OxygenNode(LifecycleNode):
         super().__init__(NODE_NAME, **kwargs)
         self._security = security if security is not None else \
             SecuritySettings.from_environment(sys.argv, os.environ)
-        declare_parameters(self)
+        self._params = ParameterHandler(self, {
+            OnChange.FRAME_ID: self._apply_frame_id,
+            OnChange.CONTROL_RATE: self._apply_control_rate,
+            OnChange.DIAGNOSTICS_PERIOD: self._apply_diagnostics_period,
+            OnChange.INSTRUCTION: self._apply_instruction,
+            OnChange.WAITING_BOUND: self._apply_waiting_bound})
         self.finished = threading.Event()
         """Set once the node reached the finalized state (main exits then)."""
         self._control_group = MutuallyExclusiveCallbackGroup()
@@ -105,15 +98,12 @@ class OxygenNode(LifecycleNode):
         self._engine_lock = threading.Lock()
         self._engine: Engine | None = None
         self._cache: ObservationCache | None = None
-        self._cfg: NodeConfig | None = None
-        self._output: ChunkOutput | None = None
-        self._smoother: ChunkSmoother | None = None
+        self._cycle: ControlCycle | None = None
         self._failed = False
         self._timer = None
         self._pubs = OutputPublishers(self)
         self._subs: list[object] = []
-        self._logged: dict[InputIssue | str | None, float] = {}
-        self._last_issue: InputIssue | None = None
+        self._instruction_logged = -1e9
         self._diag = EngineDiagnostics(self.get_parameter('preset').value)
         self._diag.security = self._security.describe()
         self._texts = TextRequests(self.get_logger(), self._diag, self._notify_texts)
@@ -122,10 +112,7 @@ class OxygenNode(LifecycleNode):
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
         self._text_out = TextOutputs(self._pubs.publish_text, AskAction(
-            self, self._texts, ReentrantCallbackGroup(), self._abort_now),
-            on_error=self._texts.record_error)
-        self.add_on_set_parameters_callback(self._on_set_parameters)
-        self.add_post_set_parameters_callback(self._after_set_parameters)
+            self, self._texts, ReentrantCallbackGroup()), on_error=self._texts.record_error)
         self._autostart = None
         if self.get_parameter('autostart').value:
             self._autostart = self.create_timer(0.0, self._on_autostart)
@@ -153,8 +140,9 @@ class OxygenNode(LifecycleNode):
             return self._configure_failed(f'DDS security: {security}')
         self._log_security()
         try:
-            engine_cfg, cfg = build_configs(parameter_values(self))
-            output = ChunkOutput(cfg)
+            engine_cfg, cfg = self._params.configs()
+            cycle = ControlCycle(cfg, self.get_logger(), self._diag, self._texts, self._pubs,
+                                 self._now_ns)
         except ParameterError as exc:
             return self._configure_failed(f'bad parameter: {exc}')
         self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value,
@@ -177,16 +165,15 @@ class OxygenNode(LifecycleNode):
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}; '
             f'{engine.describe_text()}')
         self._diag.set_fallbacks(engine.fallbacks)
+        self._diag.quantization = engine.describe_quantization()
         self._diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
-        self._engine, self._cfg, self._output, self._failed = engine, cfg, output, False
-        self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
-                                       cfg.rtc_max_guidance_weight)
+        self._engine, self._cycle, self._failed = engine, cycle, False
+        self._params.config = cfg
         self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction,
                                        prepare_image=engine.prepare_image)
-        self._pubs.create(output.publisher_keys)
-        self._text_out.configure(engine.tokenizer, cfg.frame_id)
-        self._texts.max_queued_questions = cfg.max_queued_questions
-        self._texts.max_tokens = engine.model_cfg.decode_budget
+        self._pubs.create(cycle.publisher_keys)
+        self._text_out.frame_id = cfg.frame_id
+        self._texts.connect(engine)
         sensor = qos_profile(QosRole.SENSOR_DATA)
         self._subs = []
         for slot in cfg.cameras:
@@ -231,14 +218,13 @@ class OxygenNode(LifecycleNode):
         if self._failed:
             self.get_logger().error('not activating: the engine failed; cleanup and configure')
             return _FAILURE
-        now = self._now_s()
+        now, cfg = self._now_s(), self._params.config
         self._texts.start(now)
-        self._smoother.reset()
-        self._engine.reset_chunk_history()
-        self._timer = self.create_timer(self._cfg.control_period_s, self._control_tick,
+        self._cycle.reset(self._engine)
+        self._timer = self.create_timer(cfg.control_period_s, self._control_tick,
                                         self._control_group)
         self._diag.set_state('active', now)
-        self.get_logger().info(f'active: {self._cfg.control_rate_hz:g} Hz')
+        self.get_logger().info(f'active: {cfg.control_rate_hz:g} Hz')
         result = self._pubs.activate(lambda: super(OxygenNode, self).on_activate(state))
         self._text_gc.trigger()
         return result
@@ -247,8 +233,8 @@ class OxygenNode(LifecycleNode):
         """
         Stop the control timer (after a running cycle); publishers go silent.
 
-        :returns: SUCCESS → inactive (running texts pause, questions wait in the inbox,
-            finished texts wait until the next activation).
+        :returns: SUCCESS → inactive (running texts pause, questions wait in the engine's
+            queue, finished texts wait until the next activation).
         """
         self._stop_timer()
         self._diag.set_state('inactive', self._now_s())
@@ -296,11 +282,11 @@ class OxygenNode(LifecycleNode):
 
     def _release(self) -> None:
         with self._engine_lock:
-            engine, self._engine, self._output = self._engine, None, None
+            engine, self._engine, self._cycle = self._engine, None, None
             for sub in self._subs:
                 self.destroy_subscription(sub)
             self._subs, self._cache = [], None
-            self._texts.max_tokens = 0  # refuse questions until configured again
+            self._texts.connect(None)  # refuse questions until configured again
             if engine is not None:
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
                 device = engine.config.device
@@ -339,141 +325,52 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info(f'instruction: {msg.data!r}')
             return
         now = time.monotonic()
-        if now - self._logged.get('instruction', -1e9) > _LOG_EVERY_S:
+        if now - self._instruction_logged > LOG_EVERY_S:
             self.get_logger().warning(f'instruction refused: {reason}; not acting until a '
                                       'valid one arrives')
-            self._logged['instruction'] = now
+            self._instruction_logged = now
 
     def _on_ask(self, msg: String) -> None:
         self._texts.ask_topic(msg.data, time.monotonic())
 
-    def _abort_now(self, req_id: str) -> None:
-        """Abort a cancelled request in the engine now, unless a control cycle runs."""
-        # a running cycle holds the lock: the next one applies the cancel before planning
-        locked = self._engine_lock.acquire(blocking=False) if self._timer is not None \
-            else self._engine_lock.acquire(timeout=1.0)
-        if locked:
-            try:
-                if self._engine is not None:
-                    self._texts.apply_cancels(self._engine)
-            finally:
-                self._engine_lock.release()
+    # -- parameters: what a change does (``param_handler``; the config is updated before) ---
+    def _apply_frame_id(self, frame_id: str) -> None:
+        self._text_out.frame_id = frame_id  # chunks: from the next cycle's ChunkOutput
 
-    # -- parameters ---------------------------------------------------------------------------
-    def _on_set_parameters(self, params: Sequence[Parameter]) -> SetParametersResult:
-        cfg = self._cfg
-        for p in params:
-            reason = check_update(cfg, p.name, p.value) if cfg is not None else None
-            if reason is None and p.name == 'instruction' and isinstance(p.value, str):
-                reason = instruction_refusal(p.value)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        return SetParametersResult(successful=True)
+    def _apply_control_rate(self, _rate_hz: float) -> None:
+        timer, cfg = self._timer, self._params.config
+        if timer is not None:
+            timer.timer_period_ns = round(cfg.control_period_s * NS_PER_S)
+            self.get_logger().info(f'control rate {cfg.control_rate_hz:g} Hz')
 
-    def _after_set_parameters(self, params: Sequence[Parameter]) -> None:
-        for p in params:
-            if p.name == 'instruction' and self._cache is not None:
-                self._cache.set_instruction(p.value)
-            elif p.name == 'max_queued_questions':
-                self._texts.max_queued_questions = p.value
-            elif p.name == 'frame_id':
-                self._text_out.frame_id = p.value
-            elif p.name == 'diagnostics_period':
-                self._diag_timer.timer_period_ns = round(p.value * NS_PER_S)
-            if self._cfg is not None and p.name in SPECS:
-                self._cfg = self._cfg.updated(p.name, p.value)
-        if self._cfg is not None and any(p.name in SPECS for p in params):
-            self._output = ChunkOutput(self._cfg)  # action_dt, frame_id: once per change
-        timer = self._timer
-        if timer is not None and any(p.name == 'control_rate_hz' for p in params):
-            timer.timer_period_ns = round(self._cfg.control_period_s * NS_PER_S)
-            self.get_logger().info(f'control rate {self._cfg.control_rate_hz:g} Hz')
+    def _apply_diagnostics_period(self, period_s: float) -> None:
+        self._diag_timer.timer_period_ns = round(period_s * NS_PER_S)
 
-    # -- the control cycle ----------------------------------------------------------------------
+    def _apply_instruction(self, instruction: str) -> None:
+        if self._cache is not None:
+            self._cache.set_instruction(instruction)
+
+    def _apply_waiting_bound(self, max_waiting_requests: int) -> None:
+        engine = self._engine
+        if engine is not None:
+            engine.set_max_waiting_requests(max_waiting_requests)
+
+    # -- the control cycle (``control_cycle``) ---------------------------------------------
     def _control_tick(self) -> None:
-        cfg, output, smoother, now = self._cfg, self._output, self._smoother, self._now_s()
-        deadline = self._cycle_deadline(cfg)
+        cfg, now, timer = self._params.config, self._now_s(), self._timer
+        deadline = cycle_deadline(timer, cfg.control_period_s) if cfg is not None else None
         with self._engine_lock:
-            engine = self._engine
-            if engine is None or cfg is None or output is None or smoother is None:
+            engine, cycle = self._engine, self._cycle
+            if engine is None or cycle is None or cfg is None:
                 return
             try:
-                self._texts.apply_cancels(engine)  # frees their KV before planning
-                if engine.config.control_period_s != cfg.control_period_s:
-                    engine.set_control_period(cfg.control_period_s)  # k adapts to it
-                prepared = self._prepare(engine, cfg)
-                self._texts.submit(engine, now, cfg.subtask_period, cfg.memory_period,
-                                   prepared is not None)
-                published = []
-
-                def publish(chunk: ActionChunk) -> None:
-                    # called as soon as the chunk is denoised, before this cycle's decoding
-                    chunk = smoother.before_publish(chunk, self._now_ns(), cfg.action_dt)
-                    out = output.messages(chunk)
-                    self._report_clips(out.clips)
-                    published.extend(key for key, msg in out.messages
-                                     if self._pubs.publish_chunk(key, msg))
-                out = engine.step(prepared, on_action=publish,
-                                  rtc=smoother.rtc_request(cfg.action_dt), deadline=deadline)
-                self._diag.record_cycle(now, out.stats, bool(published),
-                                        smoother.delay_steps(cfg.action_dt))
-                self._texts.finish(out)
+                cycle.run(engine, self._cache, cfg, now, deadline)
             except Exception:  # noqa: B902 (reported, then the node stops acting)
                 failure = traceback.format_exc()
             else:
                 failure = None
         if failure is not None:
             self._engine_failed(failure)
-
-    def _cycle_deadline(self, cfg: NodeConfig | None) -> float | None:
-        """
-        Return when this cycle's text work must end (monotonic seconds): the next tick.
-
-        The timer's next call (rcl advanced it before this callback), not this cycle's start
-        plus a period: a cycle that started late plans less text and the ticks stay on their
-        schedule, instead of every following cycle running late until rcl skips a period.
-        ``CYCLE_SLACK`` of a period is left for the rest of the cycle.
-        """
-        timer = self._timer
-        if cfg is None or timer is None:
-            return None
-        period = cfg.control_period_s
-        left_ns = timer.time_until_next_call()
-        left = period if left_ns is None else min(max(left_ns / NS_PER_S, 0.0), period)
-        return time.monotonic() + left - CYCLE_SLACK * period
-
-    def _prepare(self, engine: Engine, cfg: NodeConfig) -> PreparedObservation | None:
-        try:
-            prepared = engine.prepare(
-                self._cache.assemble(self._now_ns(), cfg.max_observation_age))
-            if self._last_issue is not None:
-                self.get_logger().info('inputs valid again: acting')
-                self._last_issue = None
-            return prepared
-        except RejectedInput as exc:
-            issue, reason = exc.cause, str(exc)
-        except ObservationError as exc:
-            issue, reason = InputIssue.from_fault(exc.cause), str(exc)
-        self._diag.record_rejection(issue, reason)
-        now = time.monotonic()
-        if issue is not self._last_issue or now - self._logged.get(issue, -1e9) > _LOG_EVERY_S:
-            self.get_logger().warning(f'not acting ({issue.value}): {reason}')
-            self._logged[issue] = now
-        self._last_issue = issue
-        return None
-
-    def _report_clips(self, clips: ClipCount) -> None:
-        if not clips.total:
-            return
-        self._diag.record_clips(clips)
-        now = time.monotonic()
-        if now - self._logged.get('clips', -1e9) > _LOG_EVERY_S:
-            names = [self._cfg.action_joint_names[d] for d in clips.dims]
-            self.get_logger().warning(
-                f'limits clipped an action chunk: {clips.position} position and '
-                f'{clips.velocity} velocity values, joints {names} (logged every '
-                f'{_LOG_EVERY_S:g} s; counted in /diagnostics)')
-            self._logged['clips'] = now
 
     def _engine_failed(self, failure: str) -> None:
         self.get_logger().error(f'engine failed in a control cycle; deactivating:\n{failure}')
@@ -489,7 +386,7 @@ class OxygenNode(LifecycleNode):
         self._text_out.handle(self._texts.take())
 
     def _publish_diagnostics(self) -> None:
-        cfg = self._cfg
+        cfg = self._params.config
         rate = cfg.control_rate_hz if cfg else self.get_parameter('control_rate_hz').value
         age = cfg.max_observation_age if cfg else \
             self.get_parameter('max_observation_age').value

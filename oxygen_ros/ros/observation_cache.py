@@ -30,10 +30,12 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.observation import Observation
-from oxygen_ros.ros.compressed import camera_image_to_rgb
-from oxygen_ros.ros.convert import (
-    ImageConversionError, joint_state_to_vector, JointStateError, NS_PER_S, stamp_to_ns)
+from oxygen_ros.ros.images.raw import ImageConversionError
+from oxygen_ros.ros.images.transport import camera_image_to_rgb
 from oxygen_ros.ros.input_limits import instruction_refusal
+from oxygen_ros.ros.joint_states import joint_state_to_vector, JointStateError
+from oxygen_ros.ros.stamps import stamp_to_ns
+from oxygen_ros.units import NS_PER_S
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 
@@ -175,9 +177,9 @@ class ObservationCache:
         Checks, in order: every camera has a message; image stamps are within
         ``max_age_s`` of ``now_ns`` and not older than an image of the same camera received
         before (while that one is within ``max_age_s``); images decoded and were prepared
-        when they arrived (``compressed.camera_image_to_rgb``: raw or JPEG/PNG); a joint state
-        exists, is recent, and holds finite positions for every joint name; the instruction
-        is not empty and was not refused.
+        when they arrived (``images.transport.camera_image_to_rgb``: raw or JPEG/PNG); a
+        joint state exists, is recent, and holds finite positions for every joint name; the
+        instruction is not empty and was not refused.
 
         :param now_ns: node clock time of the control tick.
         :param max_age_s: ``max_observation_age`` in seconds.

@@ -47,7 +47,8 @@ class TextJob:
     :ivar arrival_s: monotonic seconds when the request arrived (time_from_request counts
         from here).
     :ivar max_tokens: budget; None = the node's ``decode_budget``.
-    :ivar goal: the action's goal handle (``Origin.ACTION``), opaque here.
+    :ivar goal: the action's goal handle (``Origin.ACTION``), opaque here; None until rclpy
+        hands it over (``TextRequests.goal_accepted``).
     """
 
     req_id: str
@@ -61,10 +62,10 @@ class TextJob:
 
 @dataclass(frozen=True, slots=True)
 class TextPiece:
-    """The tokens a request decoded in one cycle (the text group detokenizes them)."""
+    """The text a request decoded in one cycle (``TextDelta.text``, detokenized by the engine)."""
 
     job: TextJob
-    token_ids: tuple[int, ...]
+    text: str
     num_tokens: int
     frame_stamp_ns: int
     final: bool
@@ -75,8 +76,8 @@ class TextDone:
     """
     The end of a request: its whole text, or why there is none.
 
-    :ivar text: the engine's decoded text (EOS, LENGTH); ``''`` otherwise (a cancelled
-        request's partial text is what its pieces said).
+    :ivar text: the engine's text of the request (``TextOutput.text``): whole (EOS,
+        LENGTH), or as far as it got (cancelled, dropped); ``''`` when it never decoded.
     :ivar frame_stamp_ns: 0 if it never read a frame.
     """
 

@@ -3,8 +3,8 @@ The text group's side of the node's texts: events in, messages and action result
 
 ``TextRequests.take`` gives ``TextPiece`` and ``TextDone`` events in order; per event:
 
-- a piece → ``TextStreams`` detokenizes it → ``~/<task>/stream`` (``DecodedText``), and the
-  ``~/ask`` action's feedback when the request is a goal;
+- a piece (text the engine detokenized) → ``TextStreams`` → ``~/<task>/stream``
+  (``DecodedText``), and the ``~/ask`` action's feedback when the request is a goal;
 - a done → the stream's last piece if one is owed, then the whole text: the goal's result
   (action), or ``~/<task>`` (``std_msgs/String``: every finished subtask and memory note, the
   answer of each ``~/ask`` topic question, ``no answer: <reason>`` for one that got none).
@@ -24,11 +24,10 @@ import time
 import traceback
 from typing import Callable, Iterable
 
-from oxygen_ros.model.detokenizer import SupportsDetokenize
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.text_requests import (
     NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
-from oxygen_ros.ros.text_stream import decoded_text, TextStreams
+from oxygen_ros.ros.text_stream import TextStreams
 from oxygen_ros_interfaces.msg import DecodedText
 from std_msgs.msg import String
 
@@ -49,20 +48,16 @@ class TextOutputs:
         self._publish = publish
         self.ask = ask
         self._on_error = on_error
-        self._streams: TextStreams | None = None
-
-    def configure(self, tokenizer: SupportsDetokenize, frame_id: str) -> None:
-        """Use a (new) engine's tokenizer; ``frame_id`` goes into every header."""
-        self._streams = TextStreams(tokenizer, frame_id)
+        self._streams = TextStreams()
 
     @property
     def frame_id(self) -> str:
-        return self._streams.frame_id if self._streams is not None else ''
+        """Return the ``header.frame_id`` of every message (the node's ``frame_id``)."""
+        return self._streams.frame_id
 
     @frame_id.setter
     def frame_id(self, value: str) -> None:
-        if self._streams is not None:
-            self._streams.frame_id = value
+        self._streams.frame_id = value
 
     def handle(self, events: Iterable[TextEvent]) -> None:
         """Publish the events of ``TextRequests.take``, in order."""
@@ -79,16 +74,11 @@ class TextOutputs:
         streams = self._streams
         job, now = event.job, time.monotonic()
         if isinstance(event, TextPiece):
-            if streams is not None:
-                piece = streams.piece(event, now)
-                self._piece(job, piece, lambda: streams.text_so_far(job.req_id))
+            piece = streams.piece(event, now)
+            self._piece(job, piece, lambda: streams.text_so_far(job.req_id))
             return
-        if streams is not None:
-            last, whole = streams.done(event, now)
-            self._piece(job, last, lambda: whole.text)
-        else:  # refused before the node was ever configured
-            whole = decoded_text(job, '', final=True, num_tokens=0, frame_stamp_ns=0,
-                                 frame_id='', now_s=now)
+        last, whole = streams.done(event, now)
+        self._piece(job, last, lambda: whole.text)
         self._done(event, whole)
 
     def _failed(self, done: TextDone, reason: str) -> None:

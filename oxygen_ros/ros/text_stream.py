@@ -1,21 +1,20 @@
 """
-Streaming text: token ids of each cycle → ``oxygen_ros_interfaces/DecodedText`` pieces.
+Streaming text: each cycle's text pieces → ``oxygen_ros_interfaces/DecodedText`` messages.
 
-Runs in the node's text callback group, never in the control cycle: the control cycle only
-hands over the token ids each request kept (``TextPiece`` events); here each request's
-``IncrementalDetokenizer`` turns them into text (a small window per cycle, multi-byte
-characters held back until complete) and the messages are built. The pieces of a request
-concatenate to the engine's decoded text (``tokenizer.decode`` of all its ids).
+Runs in the node's text callback group, never in the control cycle. The engine detokenizes
+(``TextDelta.text``, one ``IncrementalDetokenizer`` per request); here the pieces only become
+messages: a piece per cycle that completed some text, the last one ``is_final``. The pieces
+of a request concatenate to its whole text (``TextDone.text``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from oxygen_ros.model.detokenizer import IncrementalDetokenizer, SupportsDetokenize
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.ros.convert import NS_PER_S, ns_to_duration, ns_to_stamp
-from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece, TextStatus
+from oxygen_ros.ros.stamps import ns_to_duration, ns_to_stamp
+from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece
+from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
@@ -52,9 +51,14 @@ def decoded_text(job: TextJob, text: str, *, final: bool, num_tokens: int,
 
 @dataclass(slots=True)
 class _Stream:
-    detok: IncrementalDetokenizer
+    pieces: list[str] = field(default_factory=list)
     num_tokens: int = 0
     frame_stamp_ns: int = 0
+    closed: bool = False
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.pieces)
 
 
 class TextStreams:
@@ -63,52 +67,48 @@ class TextStreams:
 
     Text group only (not thread-safe).
 
-    :param tokenizer: the engine's tokenizer.
     :param frame_id: ``header.frame_id`` of the messages (the node's ``frame_id``).
     """
 
-    def __init__(self, tokenizer: SupportsDetokenize, frame_id: str = '') -> None:
-        self._tok = tokenizer
+    def __init__(self, frame_id: str = '') -> None:
         self.frame_id = frame_id
         self._streams: dict[str, _Stream] = {}
 
     def text_so_far(self, req_id: str) -> str:
         """Return the text of the pieces of ``req_id`` built so far ('' if none)."""
         stream = self._streams.get(req_id)
-        return stream.detok.text if stream is not None else ''
+        return stream.text if stream is not None else ''
 
     def piece(self, event: TextPiece, now_s: float) -> DecodedText | None:
         """
-        Detokenize one cycle's ids of a request.
+        Build the message of one cycle's piece of a request.
 
-        :returns: the piece to publish; None when these ids completed no text and are not the
-            last of the request.
+        :returns: the piece to publish; None when the cycle completed no text and is not the
+            request's last.
         """
-        stream = self._streams.get(event.job.req_id)
-        if stream is None:
-            stream = self._streams[event.job.req_id] = _Stream(IncrementalDetokenizer(self._tok))
+        stream = self._streams.setdefault(event.job.req_id, _Stream())
         stream.num_tokens, stream.frame_stamp_ns = event.num_tokens, event.frame_stamp_ns
-        text = stream.detok.push(event.token_ids, final=event.final)
-        if not text and not event.final:
+        stream.pieces.append(event.text)
+        stream.closed = event.final
+        if not event.text and not event.final:
             return None
-        return self._message(event.job, stream, text, event.final, now_s)
+        return self._message(event.job, stream, event.text, event.final, now_s)
 
     def done(self, event: TextDone, now_s: float) -> tuple[DecodedText | None, DecodedText]:
         """
         Close a request's stream.
 
         :returns: ``(last piece, whole text)``: the final piece still to publish (None if the
-            final piece was already built, or the request never decoded a token), and the
-            whole text as one message (``is_final``): the engine's text when it finished (EOS,
-            LENGTH), else what its pieces said until it ended (cancelled, dropped).
+            final piece was already built, or the request never decoded a token): the text
+            the engine let out at its end (cancelled, dropped: the rest of ``event.text``);
+            and the whole text as one message (``is_final``).
         """
         stream = self._streams.pop(event.job.req_id, None)
+        so_far = stream.text if stream is not None else ''
+        text = event.text or so_far
         last = None
-        if stream is not None and not stream.detok.closed:
-            last = self._message(event.job, stream, stream.detok.push((), final=True), True,
-                                 now_s)
-        finished = event.status in (TextStatus.EOS, TextStatus.LENGTH)
-        text = event.text if finished or stream is None else stream.detok.text
+        if stream is not None and not stream.closed:
+            last = self._message(event.job, stream, text[len(so_far):], True, now_s)
         num_tokens = event.num_tokens or (stream.num_tokens if stream is not None else 0)
         stamp = event.frame_stamp_ns or (stream.frame_stamp_ns if stream is not None else 0)
         whole = decoded_text(event.job, text, final=True, num_tokens=num_tokens,

@@ -193,8 +193,6 @@ class SchedulerOutput:
     :ivar finished_req_ids: requests finished or aborted since the previous plan (the backend
         drops its per-request state).
     :ivar freed_seg_ids: segments whose blocks went back to the pool since the previous plan.
-    :ivar deferred_req_ids: text requests not admitted this cycle (KV pool or batch full, or
-        no valid frame); the engine may offer them again next cycle.
     :ivar tokens_per_cycle: k actually used this cycle (may be below the configured k when the
         action deadline is tight).
     """
@@ -205,7 +203,6 @@ class SchedulerOutput:
     new_requests: tuple[NewRequestData, ...] = ()
     finished_req_ids: frozenset[str] = frozenset()
     freed_seg_ids: frozenset[int] = frozenset()
-    deferred_req_ids: tuple[str, ...] = ()
     tokens_per_cycle: int = 0
     block_size: int = 16
 

@@ -1,6 +1,8 @@
 """
 Requests: one action chunk per frame, text and memory notes of any length (stdlib only).
 
+``FrameSpec`` is the frame a cycle schedules them on.
+
 Naming follows vLLM v1 (``v1/request.py``): ``req_id``, ``RequestStatus``,
 ``num_computed_tokens``, ``output_token_ids``.
 """
@@ -135,3 +137,29 @@ class Request:
     @property
     def finish_reason(self) -> FinishReason | None:
         return _FINISH_REASON.get(self.status)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpec:
+    """
+    The newest valid observation, as far as the scheduler needs to know it.
+
+    :ivar num_image_tokens: image tokens of its valid cameras.
+    :ivar num_images: valid cameras (for the vision cost estimate).
+    :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
+    :ivar prompt_token_ids: the frame's action prompt, the prompt of its root (the prefix
+        that ACTION_PREFIX requests read); default (empty): the action's.
+    """
+
+    frame_id: int
+    num_image_tokens: int
+    num_images: int = 1
+    action: Request | None = None
+    prompt_token_ids: tuple[int, ...] = ()
+
+    @property
+    def root_prompt(self) -> tuple[int, ...]:
+        """Return the prompt of the frame's root (empty: none known, no ACTION_PREFIX text)."""
+        if self.prompt_token_ids or self.action is None:
+            return self.prompt_token_ids
+        return self.action.prompt_token_ids

@@ -2,7 +2,15 @@
 The per-cycle scheduler: OxyGen and the isolated baseline as two policies (stdlib only).
 
 Contract (vLLM v1 ``sched/interface.py``): ``add_request`` → ``schedule`` → a backend runs the
-plan → ``update_from_output``. One call of ``schedule`` plans one control cycle.
+plan → ``update_from_output``. One call of ``schedule`` plans one control cycle. Not
+thread-safe: the engine makes every call under its lock (engine/engine.py).
+
+**Admission** (vLLM v1 ``Scheduler``): text requests wait in one bounded queue
+(``request_queue.py``); ``schedule`` admits from its head and stops at the first request that
+does not fit now (KV pool, decode batch, or the time before the action deadline), as vLLM's
+``schedule`` stops where ``allocate_slots`` fails: first come first served, nobody overtakes.
+``add_request`` refuses a request the KV pool could never hold. Only a request on the action
+prefix of a frame without one is passed over (it keeps its place).
 
 ``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
@@ -29,7 +37,6 @@ to completion in its frame.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 import enum
 import itertools
@@ -40,7 +47,9 @@ from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
     SeedJob, SegmentKind, SuffixJob, SuffixRow, VisionJob)
-from oxygen_ros.sched.request import Request, RequestKind, RequestStatus, TextContext
+from oxygen_ros.sched.request import (
+    FrameSpec, Request, RequestKind, RequestStatus, TextContext)
+from oxygen_ros.sched.request_queue import RequestQueue
 
 
 class Policy(enum.Enum):
@@ -60,6 +69,8 @@ class SchedulerConfig:
     :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
         stall entirely while the action path needs the whole period).
     :param max_running_requests: the largest decode batch.
+    :param max_waiting_requests: text requests waiting for admission; ``add_request`` refuses
+        one more (``QueueFullError``).
     :param eos_token_id: ends a text request; None decodes every request to its budget.
     """
 
@@ -72,6 +83,7 @@ class SchedulerConfig:
     min_tokens_per_cycle: int = 1
     adapt_tokens_per_cycle: bool = True
     max_running_requests: int = 64
+    max_waiting_requests: int = 16
     eos_token_id: int | None = 1
 
     def __post_init__(self) -> None:
@@ -80,37 +92,11 @@ class SchedulerConfig:
         if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
             raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
                              f'got {self.min_tokens_per_cycle}')
-        if self.max_running_requests < 1:
-            raise ValueError(f'max_running_requests must be >= 1, '
-                             f'got {self.max_running_requests}')
+        for name in ('max_running_requests', 'max_waiting_requests'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.max_prefix_tokens < 1:
             raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
-
-
-@dataclass(frozen=True, slots=True)
-class FrameSpec:
-    """
-    The newest valid observation, as far as the scheduler needs to know it.
-
-    :ivar num_image_tokens: image tokens of its valid cameras.
-    :ivar num_images: valid cameras (for the vision cost estimate).
-    :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
-    :ivar prompt_token_ids: the frame's action prompt, the prompt of its root (the prefix
-        that ACTION_PREFIX requests read); default (empty): the action's.
-    """
-
-    frame_id: int
-    num_image_tokens: int
-    num_images: int = 1
-    action: Request | None = None
-    prompt_token_ids: tuple[int, ...] = ()
-
-    @property
-    def root_prompt(self) -> tuple[int, ...]:
-        """Return the prompt of the frame's root (empty: none known, no ACTION_PREFIX text)."""
-        if self.prompt_token_ids or self.action is None:
-            return self.prompt_token_ids
-        return self.action.prompt_token_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,37 +143,70 @@ class Scheduler:
                 f'cannot hold two action prefixes of {config.max_prefix_tokens} tokens '
                 f'({self.action_reserve_blocks} blocks each); give it more memory')
         self.requests: dict[str, Request] = {}
-        self.waiting: deque[Request] = deque()
+        self.waiting = RequestQueue()
         self.running: list[Request] = []
         self._cycle = itertools.count(1)
         self._emb_ids = itertools.count()
         self._action_req_id: str | None = None
         self._finished_since: set[str] = set()
         self._freed_since: set[int] = set()
-        self.num_deferred_total = 0
 
     # -- requests ------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         """
-        Queue a TEXT or MEMORY request; it is bound to the frame of the next ``schedule``.
+        Queue a TEXT or MEMORY request at the tail; it waits until ``schedule`` admits it.
 
-        :raises ValueError: an ACTION request (pass it in ``FrameSpec``) or a duplicate id.
+        :raises ValueError: an ACTION request (pass it in ``FrameSpec``), a duplicate id, or
+            a request the KV pool could never hold (``max_blocks_needed``).
+        :raises QueueFullError: ``max_waiting_requests`` requests wait already.
         """
         if request.kind is RequestKind.ACTION:
             raise ValueError('ACTION requests come with their frame: FrameSpec(action=...)')
         if request.req_id in self.requests:
             raise ValueError(f'duplicate request id {request.req_id!r}')
+        need = self.max_blocks_needed(request)
+        room = self.kv.capacity_blocks - 2 * self.action_reserve_blocks
+        if need > room:
+            raise ValueError(
+                f'{request.req_id}: needs up to {need} KV blocks (its prefix and a budget of '
+                f'{request.max_tokens} tokens), the pool has {room} beside the action path: it '
+                f'could never be admitted (lower max_tokens or give the KV pool more memory)')
+        self.waiting.add(request, self.config.max_waiting_requests)
         request.status = RequestStatus.WAITING
         self.requests[request.req_id] = request
-        self.waiting.append(request)
+
+    def check_room(self) -> None:
+        """Raise ``QueueFullError`` if the waiting queue is full (``add_request`` would)."""
+        self.waiting.check_room(self.config.max_waiting_requests)
+
+    def max_blocks_needed(self, request: Request) -> int:
+        """
+        Return the most KV blocks ``request`` can need at admission beside its frame's action.
+
+        Its decode budget (the last token is never fed back), its suffix on the action
+        prefix, and a prefix of its own: none under OXYGEN on the action prefix (the root is
+        the action's), else at most an action prefix (images + ``max_prefix_tokens``' prompt
+        slots, the size of ``action_reserve_blocks``). Admission keeps the reserve free while
+        the frame's action holds up to as much again, so a request needing at most
+        ``capacity_blocks - 2 * action_reserve_blocks`` is admitted once the running ones end.
+        """
+        shares_root = request.context is TextContext.ACTION_PREFIX
+        own = 0 if shares_root and self.config.policy is Policy.OXYGEN \
+            else self.action_reserve_blocks
+        suffix = self.kv.blocks_for(len(request.prompt_token_ids)) if shares_root else 0
+        return own + suffix + self.kv.blocks_for(request.max_tokens - 1)
 
     def abort_request(self, req_id: str) -> Request | None:
-        """Cancel a request and free its blocks; unknown or finished ids are ignored."""
+        """
+        Cancel a waiting or running request and free its blocks; return it (None: unknown).
+
+        A request aborted between ``schedule`` and ``update_from_output`` runs in that plan;
+        its tokens are ignored and the next plan lists it in ``finished_req_ids``.
+        """
         req = self.requests.pop(req_id, None)
         if req is None:
             return None
-        if req in self.waiting:
-            self.waiting.remove(req)
+        self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
             self._free(req.req_id)
@@ -218,20 +237,21 @@ class Scheduler:
         cycle_id = next(self._cycle)
         plan = _Plan()
         new_requests: list[NewRequestData] = []
-        deferred: list[str] = []
         if frame is not None and frame.action is not None:
             self._schedule_action(frame, plan)
-        waiting = list(self.waiting)
-        self.waiting.clear()
         isolated = self.config.policy is Policy.ISOLATED
-        for req in waiting:
-            data = self._admit(req, frame, plan, cycle_id) \
-                if frame is not None and self._fits(req, frame, plan, len(new_requests), now) \
-                else None
-            if data is None:
-                deferred.append(req.req_id)
-                del self.requests[req.req_id]
+        passed_over: list[Request] = []
+        while frame is not None and self.waiting:
+            req = self.waiting.peek()
+            if req.context is TextContext.ACTION_PREFIX and not frame.root_prompt:
+                passed_over.append(self.waiting.pop())  # no root: keeps its place
                 continue
+            if not self._fits(req, frame, plan, len(new_requests), now):
+                break
+            data = self._admit(req, frame, plan, cycle_id)
+            if data is None:
+                break  # first come first served: nobody overtakes the head
+            self.waiting.pop()
             new_requests.append(data)
             if isolated:
                 plan.flush_suffixes()
@@ -239,7 +259,7 @@ class Scheduler:
                 if req.max_tokens > 1:
                     plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
                                                self.config.eos_token_id))
-        self.num_deferred_total += len(deferred)
+        self.waiting.prepend(passed_over)
         k = self.config.tokens_per_cycle
         if not isolated:
             plan.flush_suffixes()
@@ -254,7 +274,7 @@ class Scheduler:
             cycle_id=cycle_id, frame_id=frame.frame_id if frame else None,
             jobs=tuple(plan.jobs), new_requests=tuple(new_requests),
             finished_req_ids=frozenset(self._finished_since),
-            freed_seg_ids=frozenset(self._freed_since), deferred_req_ids=tuple(deferred),
+            freed_seg_ids=frozenset(self._freed_since),
             tokens_per_cycle=k, block_size=self.config.block_size)
         self._finished_since.clear()
         self._freed_since.clear()
@@ -346,8 +366,7 @@ class Scheduler:
                 len(self.running) >= self.config.max_running_requests:
             return None
         chain = self._chain(frame, req)
-        if chain is None:
-            return None
+        assert chain is not None  # schedule passes over a request without a root
         # the last generated token is never fed back, so it needs no slot
         alloc = self.kv.allocate(req.req_id, chain, req.max_tokens - 1,
                                  keep_free=self.action_reserve_blocks)

@@ -34,8 +34,9 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor, ChunkRefused, JointLimits
-from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
-from oxygen_ros.ros.convert import ns_to_stamp, rgb_to_image
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
+from oxygen_ros.ros.images.raw import rgb_to_image
+from oxygen_ros.ros.stamps import ns_to_stamp
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.sim import endpoints, reports
 from oxygen_ros.sim.assets import panda_dir
@@ -44,6 +45,7 @@ from oxygen_ros.sim.physics import PandaPhysics
 from oxygen_ros.sim.render import CameraRenderer
 from oxygen_ros.sim.scene import (
     ARM_JOINTS, BASE_CAMERA, build_model, FINGER_JOINTS, GRIPPER, SceneConfig, WRIST_CAMERA)
+from oxygen_ros.units import NS_PER_S
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
@@ -64,7 +66,7 @@ class _Every:
     """A periodic deadline in integer sim-time ns."""
 
     def __init__(self, rate_hz: float) -> None:
-        self.period_ns = round(1e9 / rate_hz)
+        self.period_ns = round(NS_PER_S / rate_hz)
         self.next_ns = 0
 
     def due(self, now_ns: int) -> bool:
@@ -134,9 +136,9 @@ class SimNode(Node):
             items, self._inbox = list(self._inbox), deque()
         events = []
         for msg in items:
-            stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            stamp = msg.header.stamp.sec * NS_PER_S + msg.header.stamp.nanosec
             try:
-                chunk = chunk_from_trajectory(msg)
+                chunk = trajectory_from_msg(msg)
             except ChunkRefused as exc:
                 self.chunk_executor.reject(str(exc))
                 events.append(reports.refused_event(stamp, arrival, str(exc)))
@@ -155,7 +157,7 @@ class SimNode(Node):
         cfg, physics = self.cfg, self.physics
         clock, cams = _Every(cfg.clock_rate_hz), _Every(cfg.camera_rate_hz)
         joints, diag = _Every(cfg.joint_state_rate_hz), _Every(1.0 / cfg.diagnostics_period)
-        end_ns = round(cfg.sim_duration * 1e9) if cfg.sim_duration > 0 else None
+        end_ns = round(cfg.sim_duration * NS_PER_S) if cfg.sim_duration > 0 else None
         origin_wall, origin_sim = time.monotonic(), 0
         self._wall_start = origin_wall
         while not stop.is_set() and (end_ns is None or physics.time_ns < end_ns):
@@ -177,7 +179,7 @@ class SimNode(Node):
             if diag.due(now):
                 self._publish_diagnostics(now)
             physics.step()
-            target = origin_wall + (physics.time_ns - origin_sim) / 1e9 / cfg.real_time_factor
+            target = origin_wall + (physics.time_ns - origin_sim) / NS_PER_S / cfg.real_time_factor
             delay = target - time.monotonic()
             if delay > 0:
                 stop.wait(delay)
@@ -212,7 +214,7 @@ class SimNode(Node):
 
     def _publish_diagnostics(self, now_ns: int) -> None:
         stats = reports.SimStats(
-            sim_time_s=now_ns / 1e9, wall_time_s=time.monotonic() - self._wall_start,
+            sim_time_s=now_ns / NS_PER_S, wall_time_s=time.monotonic() - self._wall_start,
             frames_rendered=self._frames,
             render_s_per_frame=self._render_s / self._frames if self._frames else 0.0,
             num_lagging_resets=self._lag_resets)
@@ -228,9 +230,9 @@ class SimNode(Node):
 def summary_line(node: SimNode) -> str:
     """Return one line of the executor's counters (logged at exit)."""
     s = node.chunk_executor.stats
-    return (f'sim time {node.physics.time_ns / 1e9:.2f} s; chunks received {s.num_received}, '
+    return (f'sim time {node.physics.time_ns / NS_PER_S:.2f} s; chunks received {s.num_received}, '
             f'executed {s.num_executed}, refused {s.num_refused}; points skipped '
-            f'{s.num_points_skipped}; hold {s.hold_ns / 1e9:.2f} s')
+            f'{s.num_points_skipped}; hold {s.hold_ns / NS_PER_S:.2f} s')
 
 
 __all__ = ['ACTION_CHUNK_TOPIC', 'CAMERAS', 'COMMAND_JOINTS', 'NODE_NAME', 'SimNode',

@@ -1,5 +1,5 @@
 """
-Parameters of ``oxygen_sim`` (declared with descriptors) and the config read from them.
+Parameters of ``oxygen_sim`` (``ParamSpec`` rows, as the node's; all read-only) and their config.
 
 Velocity limits of the executor default to Franka's datasheet for the Panda (joints 1-4
 2.175 rad/s, joints 5-7 2.61 rad/s) and 20 /s for the gripper (0 open .. 1 closed: a full
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from oxygen_ros.ros.param_spec import ParamSpec, ParamType
 from rclpy.node import Node
 
 FRANKA_VELOCITY_LIMITS = (2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61)
@@ -48,21 +48,30 @@ class SimConfig:
                              f'gripper), got {list(self.velocity_limits)}')
 
 
-_DESCRIPTIONS = {
-    'real_time_factor': ('sim seconds per wall second; the loop never sprints to catch up',
-                         (0.01, 100.0)),
-    'camera_rate_hz': ('base and wrist camera frames per sim second', (0.1, 120.0)),
-    'joint_state_rate_hz': ('/joint_states and ~/joint_command per sim second', (1.0, 500.0)),
-    'clock_rate_hz': ('/clock messages per sim second', (1.0, 500.0)),
-    'diagnostics_period': ('sim seconds between /diagnostics messages', (0.05, 60.0)),
-    'image_size': ('camera image width = height (px)', (16, 1024)),
-    'panda_dir': ("Menagerie franka_emika_panda folder; '' = the one fetched by "
-                  'oxygen_fetch sim_assets', None),
-    'sim_duration': ('stop after this many sim seconds; 0 = run until stopped',
-                     (0.0, 1e6)),
-    'velocity_limits': ('executor velocity limits joint1..joint7 (rad/s), gripper (1/s); '
-                        'chunks beyond them are refused', None),
-}
+def _spec(name: str, text: str, limits: tuple[float, float] | None = None) -> ParamSpec:
+    default = getattr(SimConfig(), name)
+    if isinstance(default, tuple):
+        return ParamSpec(name, list(default), text, limits, param_type=ParamType.DOUBLE_ARRAY)
+    return ParamSpec(name, default, text, limits)
+
+
+SIM_PARAMETERS: tuple[ParamSpec, ...] = (
+    _spec('real_time_factor', 'sim seconds per wall second; the loop never sprints to catch up',
+          (0.01, 100.0)),
+    _spec('camera_rate_hz', 'base and wrist camera frames per sim second', (0.1, 120.0)),
+    _spec('joint_state_rate_hz', '/joint_states and ~/joint_command per sim second',
+          (1.0, 500.0)),
+    _spec('clock_rate_hz', '/clock messages per sim second', (1.0, 500.0)),
+    _spec('diagnostics_period', 'sim seconds between /diagnostics messages', (0.05, 60.0)),
+    _spec('image_size', 'camera image width = height (px)', (16, 1024)),
+    _spec('panda_dir', "Menagerie franka_emika_panda folder; '' = the one fetched by "
+          'oxygen_fetch sim_assets'),
+    _spec('sim_duration', 'stop after this many sim seconds; 0 = run until stopped',
+          (0.0, 1e6)),
+    _spec('velocity_limits', 'executor velocity limits joint1..joint7 (rad/s), gripper (1/s); '
+          'chunks beyond them are refused'),
+)
+"""The simulator's parameters, in declaration order (defaults: ``SimConfig``'s)."""
 
 
 def declare_sim_parameters(node: Node) -> SimConfig:
@@ -72,23 +81,12 @@ def declare_sim_parameters(node: Node) -> SimConfig:
     :raises rclpy.exceptions.InvalidParameterValueException: a value out of range.
     :raises ValueError: bad velocity limits.
     """
-    defaults = SimConfig()
     values = {}
-    for name, (text, limits) in _DESCRIPTIONS.items():
-        default = getattr(defaults, name)
-        if isinstance(default, tuple):
-            default = list(default)
-        desc = ParameterDescriptor(description=text, read_only=True)
-        if limits is not None and isinstance(default, float):
-            desc.floating_point_range = [FloatingPointRange(
-                from_value=float(limits[0]), to_value=float(limits[1]), step=0.0)]
-        elif limits is not None:
-            desc.integer_range = [IntegerRange(from_value=int(limits[0]),
-                                               to_value=int(limits[1]), step=1)]
-        value = node.declare_parameter(name, default, desc).value
-        values[name] = tuple(value) if isinstance(default, list) else value
+    for spec in SIM_PARAMETERS:
+        value = node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+        values[spec.name] = tuple(value) if spec.kind is ParamType.DOUBLE_ARRAY else value
     return SimConfig(**values)
 
 
-__all__ = ['FRANKA_VELOCITY_LIMITS', 'GRIPPER_VELOCITY_LIMIT', 'SimConfig',
+__all__ = ['FRANKA_VELOCITY_LIMITS', 'GRIPPER_VELOCITY_LIMIT', 'SIM_PARAMETERS', 'SimConfig',
            'declare_sim_parameters']

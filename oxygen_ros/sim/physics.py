@@ -17,6 +17,7 @@ import mujoco
 import numpy as np
 
 from oxygen_ros.sim.scene import ARM_JOINTS, FINGER_JOINTS, HOME_KEY, PANDA_PREFIX
+from oxygen_ros.units import NS_PER_S
 
 FINGER_OPEN_M = 0.04
 """Finger joint position when open (Menagerie ``hand``: range 0 .. 0.04 m)."""
@@ -39,7 +40,7 @@ class PandaPhysics:
     def __init__(self, model: mujoco.MjModel) -> None:
         self.model = model
         self.data = mujoco.MjData(model)
-        self.timestep_ns = round(model.opt.timestep * 1e9)
+        self.timestep_ns = round(model.opt.timestep * NS_PER_S)
         self._arm_qpos = np.array([model.joint(PANDA_PREFIX + j).qposadr[0] for j in ARM_JOINTS])
         self._arm_dof = np.array([model.joint(PANDA_PREFIX + j).dofadr[0] for j in ARM_JOINTS])
         self._finger_qpos = np.array([model.joint(PANDA_PREFIX + j).qposadr[0]

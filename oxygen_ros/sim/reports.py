@@ -16,6 +16,7 @@ from typing import Sequence
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 import numpy as np
 from oxygen_ros.control.chunk_executor import ExecutorStats, Switch
+from oxygen_ros.units import NS_PER_S
 
 EXECUTOR_STATUS = 'oxygen_sim: chunk executor'
 SIMULATION_STATUS = 'oxygen_sim: simulation'
@@ -47,7 +48,7 @@ def executor_status(stats: ExecutorStats) -> DiagnosticStatus:
         'chunks executed': stats.num_executed, 'chunks superseded': stats.num_superseded,
         'points skipped': stats.num_points_skipped,
         'chunks resumed after a hold': stats.num_resumed,
-        'hold time (s)': f'{stats.hold_ns / 1e9:.3f}',
+        'hold time (s)': f'{stats.hold_ns / NS_PER_S:.3f}',
         'latency p50 (ms)': f'{np.percentile(lat, 50):.1f}' if lat.size else 'n/a',
         'latency p99 (ms)': f'{np.percentile(lat, 99):.1f}' if lat.size else 'n/a',
     }

@@ -1,8 +1,9 @@
 """
 ``oxygen_convert``: an openpi JAX π0.5 checkpoint folder → an oxygen_ros checkpoint folder.
 
-Needs the ``convert`` extra (``pip install .[convert]``: tensorstore); not openpi, JAX, flax
-or transformers. What is written: ``oxygen_ros/convert/convert.py``; use: docs/checkpoints.md.
+The command line of ``oxygen_ros.checkpoint`` (checkpoint conversion). Needs the ``convert``
+extra (``pip install .[convert]``: tensorstore); not openpi, JAX, flax or transformers. What
+is written: ``oxygen_ros/checkpoint/jax_to_pytorch.py``; use: docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import argparse
 import logging
 import sys
 
+from oxygen_ros.checkpoint.jax_to_pytorch import convert_checkpoint, MANIFEST_FILE, PRECISIONS
+from oxygen_ros.checkpoint.orbax_reader import ConvertError
 from oxygen_ros.config import preset_names
-from oxygen_ros.convert.convert import convert_checkpoint, MANIFEST_FILE, PRECISIONS
-from oxygen_ros.convert.orbax_reader import ConvertError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

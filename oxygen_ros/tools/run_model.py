@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, preset_names
+from oxygen_ros.tools.bench.options import add_quantization_argument
 
 _BUNDLED = ('coffee', 'motorcycle_left', 'motorcycle_right')
 
@@ -50,6 +51,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--checkpoint', default=None, help='dir with model.safetensors + assets/')
     p.add_argument('--tokenizer', default=None, help='paligemma_tokenizer.model')
     p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
+    add_quantization_argument(p)
     p.add_argument('--device', default='cpu')
     p.add_argument('--image', action='append', default=[], metavar='SLOT=IMAGE',
                    help=f'camera image (slots {", ".join(CAMERA_SLOTS)}; IMAGE is '
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.observation import Observation
 
     cfg = EngineConfig(preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
-                       dtype=args.dtype, device=args.device, seed=args.seed)
+                       dtype=args.dtype, quantization=args.quantization, device=args.device,
+                       seed=args.seed)
     model_cfg = cfg.model_config()
     defaults = dict(zip(CAMERA_SLOTS, ('coffee', 'motorcycle_left', 'motorcycle_right')))
     specs = {s: defaults[s] for s in model_cfg.cameras}
@@ -109,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for t in texts:
         print(f'{t.task.value:8} {t.text!r}  ({len(t.token_ids)} tokens, '
               f'{t.finish_reason.value if t.finish_reason else t.error})')
+    print(f'weights {args.dtype}, quantization {engine.describe_quantization()}'
+          + ''.join(f'; FALLBACK {k}: {v}' for k, v in engine.fallbacks.items()))
     print(f'first cycle {1e3 * out.stats.total_s:.0f} ms, all text done after '
           f'{1e3 * total:.0f} ms' + ('' if args.checkpoint else
                                      '  [random weights: meaningless output]'))

@@ -4,19 +4,21 @@ from dataclasses import replace
 
 import numpy as np
 from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend, CompileMode, Step
-from oxygen_ros.backends.trt_profiles import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.kv_cache import KVCache
+from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.paged_attention import use_paged_kernel
 from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
 from paged_cases import interpreted_kernel
 import pytest
 import torch
+from torch._dynamo.backends.registry import lookup_backend
 
 
 def test_the_config_wins_then_the_environment_then_auto(monkeypatch):
@@ -101,3 +103,54 @@ def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(
     torch._dynamo.reset()
     assert sum(g.num_calls for g in fast._graphs[Step.DECODE].values()) == calls + 1
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_models):
+    """
+    The denoise graphs hold the paged kernel and the fused norms, gate and equal eager.
+
+    The guided denoise (RTC) beside them keeps the gathered velocity and its reference.
+    """
+    interpreted_kernel()
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
+    graphs, aot_eager = [], lookup_backend('aot_eager')
+
+    def record(gm, example_inputs):     # AOTAutograd lowers the guided step's vjp
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+    limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+                         only=[Step.DENOISE, Step.GUIDED_DENOISE], camera_counts=(1,),
+                         guided=True)
+    fast.shapes = replace(fast.shapes, denoise=fast.shapes.denoise[:1])  # one bucket: speed
+    pool = KVCache(model.cfg.vlm, 1024)
+    torch._dynamo.reset()
+    with sdpa_context(AttentionBackend.TRITON):
+        fast.warmup(pool, progress=False)
+        assert fast.fallbacks == {} and set(fast.parity) == {'denoise', 'guided_denoise'}
+        plain, guided = ([str(n.target) for n in gm.graph.nodes if n.op.startswith('call')]
+                         for gm in graphs)
+        assert plain.count('oxygen_ros.paged_attention.default') == model.cfg.expert.depth
+        assert plain.count('oxygen_ros.gated_ada_rms_norm.default') == \
+            2 * model.cfg.expert.depth
+        assert not [c for c in plain if 'index_select' in c or 'rsqrt' in c]
+        assert not [c for c in guided if 'oxygen_ros' in c]          # RTC: gathered
+        gen = torch.Generator().manual_seed(2)
+        pool.k.normal_(generator=gen)
+        pool.v.normal_(generator=gen)
+        p = fast.shapes.denoise[0] - 5
+        prefix = PrefixKV(pool, torch.arange(16, 16 + p)[None], torch.ones(1, p, dtype=bool),
+                          torch.tensor([p]), torch.zeros(1, model.cfg.vlm.width))
+        noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim, generator=gen)
+        guidance = RtcGuidance(torch.randn(noise.shape, generator=gen),
+                               torch.linspace(1, 0, model.cfg.action_horizon))
+        with torch.inference_mode():
+            want = model.denoise(prefix, noise)
+            got = fast.denoise(prefix, noise)
+            want_guided = guided_denoise(model, prefix, noise, guidance)
+            got_guided = fast.guided_denoise(prefix, noise, guidance)
+    torch._dynamo.reset()
+    assert sum(g.num_calls for g in fast._graphs[Step.DENOISE].values()) > 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_guided, want_guided, atol=1e-5, rtol=0)

@@ -25,14 +25,14 @@ from oxygen_ros.backends.graph_builder import Step
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
-from oxygen_ros.control.smoothing import rtc_prefix_weights
-from oxygen_ros.engine.config import EngineConfig, RtcRequest
+from oxygen_ros.control.rtc import RtcRequest, soft_mask
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.guided_call import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
 from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.model.rtc import guidance_weights, guided_denoise, RtcGuidance
+from oxygen_ros.model.rtc import (
+    guidance_weights, guided_denoise, GuidedDenoiseCall, RtcGuidance)
 from oxygen_ros.model.static_calls import DenoiseCall
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
@@ -431,7 +431,7 @@ def _guidance(model, seed=5):
     gen = torch.Generator().manual_seed(seed)
     h, a = model.cfg.action_horizon, model.cfg.action_dim
     return RtcGuidance(torch.randn(1, h, a, generator=gen),
-                       torch.tensor(rtc_prefix_weights(h, 1, h - 1), dtype=torch.float32))
+                       torch.tensor(soft_mask(h, 1, h - 1), dtype=torch.float32))
 
 
 def _prefix(model, pool, cams, num_tokens):
@@ -488,7 +488,7 @@ def test_the_guided_loop_is_one_graph_without_breaks(tiny_models):
     noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
     guidance = _guidance(model)
     args = (pool.k, pool.v, slots, mask, torch.tensor([129]), noise, guidance.target,
-            guidance.weights, guidance_weights(model.cfg.num_denoise_steps, 5.0))
+            guidance.soft_mask, guidance_weights(model.cfg.num_denoise_steps, 5.0))
     with torch.inference_mode():
         got = loop(*args)
         want = GuidedDenoiseCall(model)(*args)

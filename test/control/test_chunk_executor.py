@@ -3,8 +3,9 @@
 import math
 
 import numpy as np
-from oxygen_ros.control.chunk_executor import (
-    Chunk, ChunkExecutor, ChunkRefused, JointLimits, NS_PER_S)
+from oxygen_ros.control.chunk_executor import ChunkExecutor, ChunkRefused, JointLimits
+from oxygen_ros.control.trajectory import Trajectory
+from oxygen_ros.units import NS_PER_S
 import pytest
 
 MS = 1_000_000
@@ -16,8 +17,8 @@ def chunk(positions, stamp_ns=T0, dt_ms=100, names=('a', 'b'), velocities=None, 
     positions = np.asarray(positions, dtype=np.float64)
     if tfs is None:
         tfs = tuple(i * dt_ms * MS for i in range(positions.shape[0]))
-    return Chunk(tuple(names), stamp_ns, tuple(tfs), positions,
-                 None if velocities is None else np.asarray(velocities, dtype=np.float64))
+    return Trajectory(tuple(names), stamp_ns, tuple(tfs), positions,
+                      None if velocities is None else np.asarray(velocities, dtype=np.float64))
 
 
 def ramp(start, num_points=5, step=(0.1, -0.2)):
@@ -138,7 +139,7 @@ def test_a_due_waiting_chunk_takes_over_even_if_no_tick_came_in_between(executor
 
 
 def test_positions_given_as_lists_are_read_as_arrays(executor):
-    assert executor.submit(Chunk(('a',), T0, (0, 100 * MS), [[0.0], [0.1]]), T0)
+    assert executor.submit(Trajectory(('a',), T0, (0, 100 * MS), [[0.0], [0.1]]), T0)
     assert executor.command(T0 + 50 * MS).positions == pytest.approx([0.05, 0.0])
 
 

@@ -3,7 +3,7 @@
 from builtin_interfaces.msg import Duration, Time
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor, ChunkRefused
-from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 import pytest
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -23,8 +23,8 @@ def trajectory(rows, velocities=None, stamp=(12, 500_000_000), dt_ns=100_000_000
 
 
 def test_positions_times_and_stamp():
-    c = chunk_from_trajectory(trajectory([[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]],
-                                         dt_ns=700_000_000))
+    c = trajectory_from_msg(trajectory([[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]],
+                                       dt_ns=700_000_000))
     assert c.joint_names == ('a', 'b') and c.stamp_ns == 12_500_000_000
     assert c.times_from_start_ns == (0, 700_000_000, 1_400_000_000)
     assert c.positions.tolist() == [[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]]
@@ -33,8 +33,8 @@ def test_positions_times_and_stamp():
 
 
 def test_velocities_on_every_point_are_used():
-    c = chunk_from_trajectory(trajectory([[0.0, 0.0], [0.1, 0.0]],
-                                         velocities=[[1.0, 0.0], [1.0, 0.0]]))
+    c = trajectory_from_msg(trajectory([[0.0, 0.0], [0.1, 0.0]],
+                                       velocities=[[1.0, 0.0], [1.0, 0.0]]))
     assert c.velocities.tolist() == [[1.0, 0.0], [1.0, 0.0]]
 
 
@@ -45,12 +45,12 @@ def test_velocities_on_every_point_are_used():
 ])
 def test_malformed_messages_are_refused(rows, velocities, reason):
     with pytest.raises(ChunkRefused, match=reason):
-        chunk_from_trajectory(trajectory(rows, velocities))
+        trajectory_from_msg(trajectory(rows, velocities))
 
 
 def test_executor_runs_a_message():
     executor = ChunkExecutor(('a', 'b'), (0.0, 0.0))
     msg = trajectory([[0.0, 1.0], [0.2, 1.0]])
-    assert executor.submit(chunk_from_trajectory(msg), 12_500_000_000)
+    assert executor.submit(trajectory_from_msg(msg), 12_500_000_000)
     cmd = executor.command(12_550_000_000)
     assert np.allclose(cmd.positions, [0.1, 1.0]) and np.allclose(cmd.velocities, [2.0, 0.0])

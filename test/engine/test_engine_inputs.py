@@ -1,15 +1,17 @@
 """Bad input, shutdown, full pool: clear errors, nothing lost, the engine keeps serving."""
 
 from dataclasses import replace
+import threading
 
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, PromptFormat
 from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.engine import Engine, EngineBusyError, EngineClosedError
+from oxygen_ros.engine.engine import Engine, EngineClosedError
 from oxygen_ros.engine.inputs import InputFault, ObservationError
 from oxygen_ros.model.norm_stats import identity_norm_stats
 from oxygen_ros.model.prompt import action_prompt_ids, TextTask
 from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
 
@@ -105,7 +107,7 @@ def test_requests_after_shutdown_are_refused(engine):
 
 def test_submit_errors(tiny_models, tokenizer):
     cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, max_pending_requests=2)
+                       cameras=CAMS, max_waiting_requests=2)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     with pytest.raises(ValueError, match='needs a non-empty question'):
@@ -114,28 +116,73 @@ def test_submit_errors(tiny_models, tokenizer):
         engine.submit_text(TextTask.SUBTASK, question='why?')
     with pytest.raises(ValueError, match='max_tokens must be >= 1'):
         engine.submit_text(TextTask.SUBTASK, max_tokens=0)
+    engine.submit_text(TextTask.SUBTASK, req_id='a')
+    with pytest.raises(ValueError, match="duplicate request id 'a'"):
+        engine.submit_text(TextTask.SUBTASK, req_id='a')
     engine.submit_text(TextTask.SUBTASK)
-    engine.submit_text(TextTask.SUBTASK)
-    with pytest.raises(EngineBusyError, match='2 text requests already wait'):
+    with pytest.raises(QueueFullError, match=r'^queue full \(2 requests waiting, '
+                                             r'max_waiting_requests 2\)$'):
         engine.submit_text(TextTask.SUBTASK)
+    engine.set_max_waiting_requests(3)  # the node's dynamic parameter
+    engine.submit_text(TextTask.SUBTASK)
+    assert engine.num_waiting == 3
+    with pytest.raises(ValueError, match='max_waiting_requests must be >= 1'):
+        engine.set_max_waiting_requests(0)
 
 
-def test_full_pool_rejects_text_after_waiting_while_actions_flow(tiny_models, tokenizer):
-    # room for two action prefixes and little more: long requests never fit
+def test_the_bound_holds_for_submits_from_many_threads(engine):
+    engine.set_max_waiting_requests(8)
+    accepted, refused = [], []
+
+    def ask(t):
+        for i in range(10):
+            try:
+                accepted.append(engine.submit_text(TextTask.SUBTASK, req_id=f'{t}-{i}'))
+            except QueueFullError:
+                refused.append(f'{t}-{i}')
+    threads = [threading.Thread(target=ask, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == engine.num_waiting == 8 and len(refused) == 32
+    assert [r.req_id for r in engine.scheduler.waiting] == accepted
+
+
+def test_a_request_the_pool_could_never_hold_is_refused_at_submit(tiny_models, tokenizer):
+    # room for two action prefixes and little more: a long request could never fit
     cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, kv_cache_mb=0.06, max_wait_cycles=3, block_size=16)
+                       cameras=CAMS, kv_cache_mb=0.06, block_size=16)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
-    engine.submit_text(TextTask.SUBTASK, max_tokens=400, req_id='huge')
-    rejected = []
-    for f in range(6):
-        out = engine.step(obs(f))
-        assert out.action is not None
-        rejected += out.texts
-    huge, = rejected
-    assert huge.req_id == 'huge' and huge.finish_reason is None
-    assert 'not admitted for 4 cycles' in huge.error
-    assert engine.num_pending == 0 and engine.num_running == 0
+    with pytest.raises(ValueError, match=r'huge: needs up to \d+ KV blocks \(its prefix and a '
+                       r'budget of 400 tokens\), the pool has \d+ beside the action path: it '
+                       r'could never be admitted'):
+        engine.submit_text(TextTask.SUBTASK, max_tokens=400, req_id='huge')
+    assert engine.num_waiting == 0
+    for f in range(2):
+        assert engine.step(obs(f)).action is not None
+
+
+def test_text_waits_in_order_for_a_decode_slot_while_actions_flow(tiny_models, tokenizer):
+    # one decode slot: the others wait (no timeout) and are admitted in arrival order as the
+    # running one ends, and every cycle publishes its chunk
+    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False,
+                       max_running_requests=1)
+    engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
+                    tokenizer=tokenizer)
+    for i in range(3):
+        engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id=f't{i}')
+    started, done, cycles = [], [], 0
+    while len(done) < 3 and cycles < 20:
+        out = engine.step(obs(cycles))
+        assert out.action is not None and engine.num_running <= 1
+        started += [d.req_id for d in out.text_deltas if d.req_id not in started]
+        done += [t.req_id for t in out.texts]
+        cycles += 1
+    assert started == done == ['t0', 't1', 't2']
+    assert cycles == 3 * 3  # one after another, 6 tokens at k = 2 each
 
 
 def test_kv_use_grows_with_live_requests_not_steps(engine):

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import numpy as np
 from oxygen_ros.config import get_preset, PrefixAttention, RobotAdapter
-from oxygen_ros.control.smoothing import rtc_prefix_weights
-from oxygen_ros.engine.config import EngineConfig, RtcRequest
+from oxygen_ros.control.rtc import RtcRequest, soft_mask
+from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.norm_stats import NormStats
 from oxygen_ros.model.normalize import Normalizer, QuantityNorm
@@ -52,10 +52,10 @@ def test_the_target_is_the_previous_chunk_at_the_new_chunks_times(engine):
     first = engine.step(observation(0), rtc=rtc)
     prev = history.previous.model
     guidance = history.guidance(2 * DT, state, rtc)  # two steps later: H = 4 -> 2 points left
-    torch.testing.assert_close(guidance.target[0, :2], prev[2:])
-    np.testing.assert_allclose(guidance.weights.numpy(), rtc_prefix_weights(4, 1, 2))
+    torch.testing.assert_close(guidance.target[:2], prev[2:])
+    np.testing.assert_allclose(guidance.soft_mask, soft_mask(4, 1, 2))
     half = history.guidance(DT // 2, state, rtc)  # half a step: interpolated, 3 points left
-    torch.testing.assert_close(half.target[0, :3], (prev[:3] + prev[1:]) / 2)
+    torch.testing.assert_close(half.target[:3], (prev[:3] + prev[1:]) / 2)
     assert history.guidance(-DT, state, rtc) is None  # time went back
     assert history.guidance(5 * DT, state, replace(rtc, delay_steps=0)) is None  # all gone
     assert first.action is not None
@@ -64,14 +64,14 @@ def test_the_target_is_the_previous_chunk_at_the_new_chunks_times(engine):
 def test_guided_chunks_keep_the_frozen_points_of_the_previous_chunk(engine, tokenizer):
     rtc = RtcRequest(delay_steps=2, action_dt_ns=DT, max_guidance_weight=50.0)
     engine.step(observation(0, seed=1), rtc=rtc)
-    prev = engine.chunk_history.previous.model.clone()
+    prev = engine.chunk_history.previous.model.copy()
     guided = engine.step(observation(DT, seed=2), rtc=rtc).action.actions
     free_engine = Engine(EngineConfig(preset='tiny', seed=2), model=engine.model,
                          tokenizer=tokenizer)
     free_engine.step(observation(0, seed=1))
     free = free_engine.step(observation(DT, seed=2)).action.actions
     # robot units = normalized here (identity stats); new points 0, 1 are previous 1, 2
-    want = prev[1:3, :7].numpy()
+    want = prev[1:3, :7]
     assert np.abs(guided[:2] - want).mean() < 0.5 * np.abs(free[:2] - want).mean()
     engine.reset_chunk_history()
     assert engine.chunk_history.previous is None
@@ -151,7 +151,7 @@ def test_the_same_frame_twice_is_guided_over_the_whole_chunk(engine, tokenizer):
     guidance = seen[1][0]
     assert guidance is not None
     torch.testing.assert_close(guidance.target[0], seen[0][1])
-    np.testing.assert_allclose(guidance.weights.numpy(), rtc_prefix_weights(4, 1, 4))
+    np.testing.assert_allclose(guidance.soft_mask.numpy(), soft_mask(4, 1, 4))
     free_engine = Engine(EngineConfig(preset='tiny', seed=2), model=engine.model,
                          tokenizer=tokenizer)
     free_engine.step(observation(0, seed=1))
@@ -169,7 +169,7 @@ def test_points_executed_past_the_previous_chunks_end_are_guided_to_its_held_las
     engine.step(observation(0, seed=1), rtc=rtc)
     late = engine.step(observation(3 * DT, seed=2), rtc=rtc).action.actions
     guidance, prev = seen[1][0], seen[0][1]
-    np.testing.assert_allclose(guidance.weights.numpy(), [1.0, 1.0, 1.0, 0.0])
+    np.testing.assert_allclose(guidance.soft_mask.numpy(), [1.0, 1.0, 1.0, 0.0])
     torch.testing.assert_close(guidance.target[0, :3], prev[3:].expand(3, -1))
     free_engine = Engine(EngineConfig(preset='tiny', seed=2), model=engine.model,
                          tokenizer=tokenizer)
@@ -204,4 +204,4 @@ def test_the_warm_up_of_an_rtc_engine_runs_the_guided_path_and_forgets_its_chunk
     assert not out.action.guided and seen[-1][0] is None    # no previous chunk yet
     out = engine.step(observation(2 * DT, seed=3), rtc=RtcRequest(None, DT))
     assert out.action.guided                                # the node measures this one
-    np.testing.assert_allclose(seen[-1][0].weights.numpy(), [1.0, 1.0, 1.0, 0.0])  # frozen
+    np.testing.assert_allclose(seen[-1][0].soft_mask.numpy(), [1.0, 1.0, 1.0, 0.0])  # frozen

@@ -1,9 +1,11 @@
 """
 The engine's streaming hook (``StepOutput.text_deltas``) and ``Engine.abort`` freeing KV.
 
-Deltas are the tokens each request kept per cycle: they concatenate to the finished
-``TextOutput.token_ids`` in both policies, with EOS and budget cuts, and the last one says
-``finished``. Aborting a running request returns its KV blocks before the next cycle.
+Deltas are the tokens each request kept per cycle and their text, detokenized once in the
+engine: the ids concatenate to the finished ``TextOutput.token_ids`` and the pieces to its
+``text`` (= ``tokenizer.decode`` of the ids) in both policies, with EOS and budget cuts, and
+the last one says ``finished``. Aborting a running request returns its KV blocks before the
+next cycle, and its text so far.
 """
 
 from dataclasses import replace
@@ -14,6 +16,7 @@ from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.observation import Observation
+from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.scheduler import Policy
 import pytest
 
@@ -39,6 +42,7 @@ def test_deltas_concatenate_to_the_finished_texts(policy, tiny_models, tokenizer
     engine = make_engine(tiny_models, tokenizer, policy)
     budgets = {'a0': 5, 's0': 1, 'm0': 4, 'a1': 7}
     streamed: dict[str, list[int]] = {}
+    pieces: dict[str, list[str]] = {}
     counts: dict[str, list[int]] = {}
     finished_flags: dict[str, list[bool]] = {}
     outputs = {}
@@ -54,6 +58,7 @@ def test_deltas_concatenate_to_the_finished_texts(policy, tiny_models, tokenizer
         for d in out.text_deltas:
             assert d.frame_stamp_ns == (1 if d.req_id != 'a1' else 2) * 100_000_000
             streamed.setdefault(d.req_id, []).extend(d.token_ids)
+            pieces.setdefault(d.req_id, []).append(d.text)
             counts.setdefault(d.req_id, []).append(d.num_tokens)
             finished_flags.setdefault(d.req_id, []).append(d.finished)
         outputs.update({t.req_id: t for t in out.texts})
@@ -65,7 +70,7 @@ def test_deltas_concatenate_to_the_finished_texts(policy, tiny_models, tokenizer
         assert counts[req_id][-1] == len(out.token_ids)
         assert counts[req_id] == sorted(counts[req_id])
         assert finished_flags[req_id][-1] and not any(finished_flags[req_id][:-1])
-        assert tokenizer.decode(streamed[req_id]) == out.text
+        assert tokenizer.decode(streamed[req_id]) == out.text == ''.join(pieces[req_id])
     if policy is Policy.OXYGEN:  # k = 2 tokens per cycle: budgets stream over several cycles
         assert len(counts['a1']) == 4
 
@@ -91,12 +96,42 @@ def test_abort_frees_kv_blocks_at_once(tiny_models, tokenizer):
     engine = make_engine(tiny_models, tokenizer, k=1)
     engine.submit_text(TextTask.ANSWER, question='what is on the table?', max_tokens=40,
                        req_id='q')
-    engine.step(observation(0))
+    [delta] = engine.step(observation(0)).text_deltas
     kv = engine.scheduler.kv
     held = kv.num_used_blocks
     assert engine.num_running == 1 and held > 0
-    assert engine.abort('q') is True
+    aborted = engine.abort('q')
+    assert (aborted.req_id, aborted.finish_reason, aborted.token_ids) == (
+        'q', FinishReason.ABORT, delta.token_ids)
+    assert aborted.text == tokenizer.decode(delta.token_ids) and aborted.text.startswith(
+        delta.text)
     assert kv.num_used_blocks == 0 and engine.num_running == 0
-    assert engine.abort('q') is False
+    assert engine.abort('q') is None
     out = engine.step(None)
     assert out.text_deltas == () and out.texts == ()
+
+
+def test_abort_of_a_waiting_request_frees_its_place(tiny_models, tokenizer):
+    engine = make_engine(tiny_models, tokenizer)
+    engine.submit_text(TextTask.SUBTASK, max_tokens=4, req_id='w')
+    aborted = engine.abort('w')
+    assert (aborted.text, aborted.token_ids) == ('', ())
+    assert aborted.finish_reason is FinishReason.ABORT
+    assert engine.num_waiting == 0
+    out = engine.step(observation(0))
+    assert out.texts == () and out.text_deltas == ()
+
+
+def test_abort_while_the_cycle_runs_drops_the_request_from_that_cycle(tiny_models, tokenizer):
+    """A cancel from another thread lands between planning and booking: the cycle skips it."""
+    engine = make_engine(tiny_models, tokenizer, k=2)
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='a')
+    engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='b')
+    aborted = []
+    out = engine.step(observation(0), on_action=lambda chunk: aborted.append(engine.abort('a')))
+    [a] = aborted
+    assert a.req_id == 'a' and a.token_ids == ()     # admitted, not decoded yet
+    assert [d.req_id for d in out.text_deltas] == ['b'] and out.texts == ()
+    out = engine.step(observation(1))
+    assert [d.req_id for d in out.text_deltas] == ['b'] and engine.num_running == 1
+    engine.scheduler.kv.check_consistency()

@@ -24,9 +24,13 @@ kernel = interpreted_kernel()
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _args(x, q_index):
+    return (x['q'], q_index, x['k_pool'], x['v_pool'], x['ctx_slots'], x['ctx_mask'],
+            x['k_new'], x['v_new'], x['new_valid'])
+
+
 def _run(x, q_index):
-    return kernel.paged_attention(x['q'], q_index, x['k_pool'], x['v_pool'], x['ctx_slots'],
-                                  x['ctx_mask'], x['k_new'], x['v_new'], x['new_valid'])
+    return kernel.paged_attention(*_args(x, q_index))
 
 
 CASES = {
@@ -56,6 +60,43 @@ def test_kernel_equals_eager_attention_over_the_gathered_context(case, dtype):
         eager = gathered_attention(x, every, torch.float16).view(b, t, hq, d).float()
         bound = 2 * (eager - want).abs().max().item() + 1e-3
         assert (got.float() - want).abs().max().item() <= bound
+
+
+DENOISE_CASES = {
+    # b, H action tokens, Hq, Hkv, D, C: the tiny preset (D 8), pi05's heads at a short
+    # context and 15 action tokens (120 query rows: 8 row blocks), two kv heads
+    'tiny': (1, 4, 2, 1, 8, 90),
+    'pi05_heads': (1, 15, 8, 1, 256, 70),
+    'two_kv_heads_two_rows': (2, 5, 4, 2, 16, 40),
+}
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16], ids=['fp32', 'fp16'])
+@pytest.mark.parametrize('case', list(DENOISE_CASES))
+def test_bidirectional_tokens_rotated_on_load_equal_rope_then_attention(case, dtype):
+    """Denoise's call: q/k/v views of one Q/K/V row, RoPE on load, action tokens see all."""
+    b, t, hq, hkv, d, c = DENOISE_CASES[case]
+    valid = torch.ones(b, t, dtype=torch.bool)
+    if b > 1:
+        valid[1, -2:] = False                    # padding tokens in the second row
+    x = make_inputs(b, t, hq, hkv, d, c, dtype, valid=valid, rope=True)
+    assert not x['q'].is_contiguous()            # read in place from the fused row
+    every = torch.arange(t).expand(b, t)
+    got = kernel.paged_attention(x['q'], every, x['k_pool'], x['v_pool'], x['ctx_slots'],
+                                 x['ctx_mask'], x['k_new'], x['v_new'], x['new_valid'],
+                                 x['cos'], x['sin'], causal=False)
+    want = gathered_attention(x, every, causal=False).view(b, t, hq, d)
+    if dtype is torch.float32:
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    else:
+        eager = gathered_attention(x, every, torch.float16, causal=False).view(b, t, hq, d)
+        bound = 2 * (eager.float() - want).abs().max().item() + 1e-3
+        assert (got.float() - want).abs().max().item() <= bound
+    # the same rows attended causally differ: the flag is read
+    causal = kernel.paged_attention(x['q'], every, x['k_pool'], x['v_pool'], x['ctx_slots'],
+                                    x['ctx_mask'], x['k_new'], x['v_new'], x['new_valid'],
+                                    x['cos'], x['sin'])
+    assert (causal.float() - got.float()).abs().max() > 1e-2
 
 
 def test_the_last_query_alone_equals_its_row_of_all_queries():
@@ -98,12 +139,20 @@ def test_wrong_inputs_raise_naming_the_argument():
                   v_new=x['v_new'][..., :8]), every)
     with pytest.raises(ValueError, match=r'q_index must be \[2, 1\]'):
         _run(x, every[:1])
+    cos = torch.zeros(2, 1, 8)
+    with pytest.raises(ValueError, match='cos and sin go together'):
+        kernel.paged_attention(*_args(x, every), cos)
+    with pytest.raises(ValueError, match=r'sin must be \[2, 1, 8\], got \[2, 1, 4\]'):
+        kernel.paged_attention(*_args(x, every), cos, cos[..., :4])
+    with pytest.raises(ValueError, match='cos and sin must be float32'):
+        kernel.paged_attention(*_args(x, every), cos.double(), cos.double())
 
 
 def _python(code):
     """Run ``code`` in a fresh interpreter without ``TRITON_INTERPRET``; return its stdout."""
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    env['PYTHONPATH'] = os.pathsep.join([str(ROOT), env.get('PYTHONPATH', '')])
+    env['PYTHONPATH'] = os.pathsep.join([str(ROOT), str(ROOT / 'test'),
+                                         env.get('PYTHONPATH', '')])
     proc = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -127,22 +176,12 @@ def test_on_the_cpu_without_the_interpreter_the_kernel_refuses():
 
 
 TRACE_FOR_HOPPER = """
-    import subprocess, tempfile
-    import torch, triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import torch
     from torch._dynamo.backends.common import aot_autograd
+    from hopper_builds import resources, use_hopper
     from oxygen_ros.model.kernels import paged_decode as pd
 
-    HOPPER = GPUTarget('cuda', 90, 32)
-
-    class Hopper:          # what the analysis of a kernel's writes asks of Triton's driver
-        def get_current_target(self):
-            return HOPPER
-
-        def is_active(self):
-            return True
-    triton.runtime.driver.set_active(Hopper())
+    use_hopper()
     graphs = []
 
     def record(gm, example_inputs):
@@ -173,36 +212,24 @@ TRACE_FOR_HOPPER = """
     print('CLONED', sorted(set(p for n in kernels for p in n.kwargs['tensors_to_clone'])))
     print('SYMBOLIC_GRID', all(not str(n.kwargs['grid'][0][0]).isdigit() for n in kernels))
     print('OTHER', sorted(str(n.target) for n in calls if n not in kernels))
-    # both kernels build for sm_90 (Triton's bundled ptxas; no GPU needed)
-    common = dict(GROUP=8, KV_HEADS=1, HEAD_DIM=256, BLOCK_R=pd.BLOCK_R, BLOCK_D=256,
-                  IEEE=False)
-    kinds = {'q_ptr': '*bf16', 'k_ptr': '*bf16', 'v_ptr': '*bf16', 'out_ptr': '*bf16',
-             'slots_ptr': '*i64', 'index_ptr': '*i64', 'keep_ptr': '*i1', 'valid_ptr': '*i1',
-             'acc_ptr': '*fp32', 'm_ptr': '*fp32', 'l_ptr': '*fp32', 'scale': 'fp32'}
-    for fn, extra, stages in ((pd._context_partials, {'BLOCK_N': pd.BLOCK_N}, 2),
-                              (pd._new_tokens_and_merge, {'BLOCK_T': pd.BLOCK_T}, 1)):
-        consts = dict(common, **extra)
-        signature = {a: 'constexpr' if a in consts else kinds.get(a, 'i32')
-                     for a in fn.arg_names}
-        compiled = triton.compile(
-            ASTSource(fn=fn, signature=signature,
-                      constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()}),
-            target=HOPPER, options={'num_warps': 4, 'num_stages': stages})
-        with tempfile.NamedTemporaryFile(suffix='.cubin') as f:
-            f.write(compiled.asm['cubin'])
-            f.flush()
-            tool = Path(triton.__file__).parent / 'backends/nvidia/bin/cuobjdump'
-            usage = subprocess.run([str(tool), '-res-usage', f.name], capture_output=True,
-                                   text=True).stdout
-        print('BUILT', fn.fn.__name__, [ln.split()[-1] for ln in usage.splitlines()
-                                     if 'REG:' in ln][:1] or usage[-300:],
-              'LOCAL:0' in usage)
+    # both kernels build for sm_90 (Triton's bundled ptxas; no GPU needed), as decode and
+    # as denoise launch them (RoPE on load, bidirectional new tokens)
+    for rope in (False, True):
+        common = dict(GROUP=8, KV_HEADS=1, HEAD_DIM=256, BLOCK_R=pd.BLOCK_R, BLOCK_D=256,
+                      IEEE=False, ROPE=rope)
+        context, merge = pd.launch_options(rope)
+        for fn, extra, options in (
+                (pd._context_partials, {'BLOCK_N': pd.BLOCK_N}, context),
+                (pd._new_tokens_and_merge, {'BLOCK_T': pd.BLOCK_T, 'CAUSAL': not rope}, merge)):
+            used = resources(fn, dict(common, **extra), **options)
+            print('BUILT', fn.fn.__name__, 'rope' if rope else 'plain', used['REG'],
+                  used['STACK'] == used['LOCAL'] == 0)
 """
 
 
 @pytest.mark.timeout(300)
 def test_traced_for_hopper_the_kernels_read_the_pool_in_place_and_build():
-    out = _python('from pathlib import Path\n' + textwrap.dedent(TRACE_FOR_HOPPER))
+    out = _python(TRACE_FOR_HOPPER)
     lines = dict(ln.split(' ', 1) for ln in out.splitlines() if ' ' in ln)
     assert lines['KERNELS'] == '2', out
     # the functional graph copies what a kernel writes: only the workspace and the output
@@ -210,4 +237,4 @@ def test_traced_for_hopper_the_kernels_read_the_pool_in_place_and_build():
     assert lines['SYMBOLIC_GRID'] == 'True', out           # one compile for every bucket
     assert 'index_select' not in lines['OTHER'] and 'cat' not in lines['OTHER'], out
     built = [ln for ln in out.splitlines() if ln.startswith('BUILT')]
-    assert len(built) == 2 and all(ln.endswith('True') for ln in built), out  # no spills
+    assert len(built) == 4 and all(ln.endswith('True') for ln in built), out  # no spills

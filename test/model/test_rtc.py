@@ -1,7 +1,7 @@
 """RTC guided sampling against plain Euler and an explicit Jacobian (a small toy denoiser)."""
 
 import numpy as np
-from oxygen_ros.control.smoothing import rtc_prefix_weights
+from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.rtc import guidance_weight, guided_sample, RtcGuidance
 import pytest
@@ -41,8 +41,8 @@ def test_one_guided_step_is_the_vector_jacobian_product_of_the_error():
     velocity = toy_velocity()
     noise = torch.randn(B, H, A, generator=torch.Generator().manual_seed(2))
     target = torch.randn(B, H, A, generator=torch.Generator().manual_seed(3))
-    weights = torch.tensor(rtc_prefix_weights(H, delay=2, overlap=5), dtype=torch.float32)
-    got = guided_sample(velocity, noise, 1, RtcGuidance(target, weights, max_weight=5.0))
+    weights = torch.tensor(soft_mask(H, delay=2, overlap=5), dtype=torch.float32)
+    got = guided_sample(velocity, noise, 1, RtcGuidance(target, weights, max_guidance_weight=5.0))
     t = float(euler_times(1)[0])
 
     def x1(x):
@@ -58,7 +58,7 @@ def test_guidance_pulls_the_frozen_points_toward_the_previous_chunk():
     noise = torch.randn(B, H, A, generator=torch.Generator().manual_seed(5))
     target = torch.randn(B, H, A, generator=torch.Generator().manual_seed(6))
     free = guided_sample(velocity, noise, 10, None)
-    weights = torch.tensor(rtc_prefix_weights(H, delay=2, overlap=4), dtype=torch.float32)
+    weights = torch.tensor(soft_mask(H, delay=2, overlap=4), dtype=torch.float32)
     guided = guided_sample(velocity, noise, 10, RtcGuidance(target, weights, 5.0))
     gap_free = (free - target)[:, :2].abs().mean()
     gap_guided = (guided - target)[:, :2].abs().mean()
@@ -122,7 +122,7 @@ def test_guided_denoise_of_the_model_follows_the_previous_chunk(tiny_prefix):
     model, prefix, noise = tiny_prefix
     n, horizon = model.cfg.num_denoise_steps, model.cfg.action_horizon
     target = torch.randn(noise.shape, generator=torch.Generator().manual_seed(7))
-    weights = torch.tensor(rtc_prefix_weights(horizon, delay=1, overlap=3), dtype=torch.float32)
+    weights = torch.tensor(soft_mask(horizon, delay=1, overlap=3), dtype=torch.float32)
     with torch.inference_mode():
         velocity = model_velocity(model, prefix, horizon, n)
         free = guided_sample(velocity, noise, n, None)

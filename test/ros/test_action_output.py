@@ -5,11 +5,12 @@ import math
 import numpy as np
 from oxygen_ros.config import ActionSpace
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import ActionChunk
+from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
-from oxygen_ros.ros.convert import axis_angle_to_quaternion, trajectory_to_actions
-from oxygen_ros.ros.params import build_configs, ParameterError
+from oxygen_ros.ros.node_config import build_configs
+from oxygen_ros.ros.param_spec import ParameterError
+from oxygen_ros.ros.trajectories import axis_angle_to_quaternion, trajectory_to_actions
 import pytest
 from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 import yaml

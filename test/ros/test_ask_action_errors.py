@@ -13,6 +13,8 @@ import threading
 import time
 
 from action_msgs.msg import GoalStatus, GoalStatusArray
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.executor import NodeExecutor, spin
@@ -30,15 +32,14 @@ pytestmark = pytest.mark.ros
 class Server:
     """An ``~/ask`` action server in node ``/oxygen`` of this process (its own context)."""
 
-    def __init__(self, domain_id, **action_kwargs):
+    def __init__(self, domain_id, engine, **action_kwargs):
         self.context = Context()
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node('oxygen', context=self.context)
         self.diag = EngineDiagnostics('tiny')
         self.texts = TextRequests(self.node.get_logger(), self.diag, lambda: None)
-        self.texts.max_tokens = 8  # configured
-        self.ask = AskAction(self.node, self.texts, ReentrantCallbackGroup(), lambda req: None,
-                             **action_kwargs)
+        self.texts.connect(engine)  # configured (no control cycle runs: questions wait)
+        self.ask = AskAction(self.node, self.texts, ReentrantCallbackGroup(), **action_kwargs)
         self.executor = NodeExecutor(num_threads=2, context=self.context)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=spin, args=(self.executor,), daemon=True)
@@ -52,8 +53,15 @@ class Server:
 
 
 @pytest.fixture
-def server(ros_domain_id):
-    srv = Server(ros_domain_id)
+def engine(tiny_models, tokenizer):
+    cfg = EngineConfig(preset='tiny')
+    return Engine(cfg, model=tiny_models(cfg.model_config().prefix_attention,
+                                         cfg.model_config().cameras), tokenizer=tokenizer)
+
+
+@pytest.fixture
+def server(ros_domain_id, engine):
+    srv = Server(ros_domain_id, engine)
     yield srv
     srv.close()
 
@@ -73,7 +81,7 @@ def test_a_failing_callback_still_answers_the_goal_and_is_logged(ros_node, serve
     assert ros_node.spin_until(client.server_is_ready)
 
     # the accepted callback fails: the goal ends DROPPED with the reason (it used to hang)
-    server.texts.enqueue = boom
+    server.texts.goal_accepted = boom
     handle = send(ros_node, client, 'what is on the table?')
     assert handle.accepted
     result = handle.get_result_async()
@@ -88,7 +96,7 @@ def test_a_failing_callback_still_answers_the_goal_and_is_logged(ros_node, serve
         'internal error in the ~/ask accepted callback: RuntimeError: boom'
 
     # the goal callback fails: the goal is rejected (no response at all before)
-    server.texts.reserve = boom
+    server.texts.ask_goal = boom
     assert not send(ros_node, client, 'and now?').accepted
     logged = capfd.readouterr()
     assert 'internal error in the ~/ask goal callback (the request still gets its reply)' in \
@@ -121,13 +129,14 @@ def test_the_node_executor_logs_a_callback_exception_and_goes_on(ros_domain_id, 
     assert 'Traceback' in err and 'in boom' in err
 
 
-def test_finished_goals_leave_the_status_after_the_result_timeout(ros_node, ros_domain_id):
-    server = Server(ros_domain_id, result_timeout_s=1.0)
+def test_finished_goals_leave_the_status_after_the_result_timeout(
+        ros_node, ros_domain_id, engine):
+    server = Server(ros_domain_id, engine, result_timeout_s=1.0)
     try:
         statuses = ros_node.collect('/oxygen/ask/_action/status', GoalStatusArray, 10)
         client = ActionClient(ros_node.node, Ask, '/oxygen/ask')
         assert ros_node.spin_until(client.server_is_ready)
-        server.texts.enqueue = boom  # every accepted goal ends at once (DROPPED)
+        server.texts.goal_accepted = boom  # every accepted goal ends at once (DROPPED)
 
         def finish_goal(question):
             handle = send(ros_node, client, question)

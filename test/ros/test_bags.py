@@ -15,12 +15,14 @@ import sys
 import time
 
 import numpy as np
-from oxygen_ros.ros.convert import image_to_rgb, NS_PER_S, stamp_to_ns
+from oxygen_ros.ros.images.raw import image_to_rgb
+from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.tools.bag import make_demo
 from oxygen_ros.tools.bag.make_demo import camera_frame, JOINT_NAMES, joint_positions
 from oxygen_ros.tools.bag.record import subscription_qos
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole, typestore)
+from oxygen_ros.units import NS_PER_S
 import pytest
 from rclpy.duration import Duration
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy

@@ -1,8 +1,9 @@
 """The node's smoothing state: measured delay, RTC requests, ensembled chunks."""
 
 import numpy as np
+from oxygen_ros.control.rtc import RtcRequest
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import ActionChunk, RtcRequest
+from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 
 DT = 0.1

@@ -1,7 +1,9 @@
 """The ``compile_mode`` parameter: the fast path by default on CUDA, eager on the CPU."""
 
 from oxygen_ros.engine.config import CompileMode
-from oxygen_ros.ros.params import build_configs, ParameterError, SPECS
+from oxygen_ros.ros.node_config import build_configs
+from oxygen_ros.ros.param_spec import ParameterError
+from oxygen_ros.ros.params import SPECS
 import pytest
 
 

@@ -5,14 +5,17 @@ import struct
 import zlib
 
 import numpy as np
-from oxygen_ros.ros.compressed import (
-    camera_image_to_rgb, camera_input, Codec, codec_of_format, compressed_to_rgb,
-    CompressedImageError, encode_rgb, ImageTransport, rgb_to_compressed)
-from oxygen_ros.ros.convert import ImageConversionError, NS_PER_S, stamp_to_ns
+from oxygen_ros.ros.images.compressed import (
+    Codec, codec_of_format, compressed_to_rgb, CompressedImageError, encode_rgb, rgb_to_compressed)
+from oxygen_ros.ros.images.raw import ImageConversionError
+from oxygen_ros.ros.images.transport import camera_image_to_rgb, camera_input, ImageTransport
+from oxygen_ros.ros.node_config import build_configs
 from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
-from oxygen_ros.ros.params import build_configs, ParameterError
+from oxygen_ros.ros.param_spec import ParameterError
+from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.tools.bag import make_demo
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, Storage
+from oxygen_ros.units import NS_PER_S
 from PIL import Image as PilImage
 import pytest
 import rclpy
@@ -189,7 +192,7 @@ def test_image_transport_parameters():
                              'image_transport.right_wrist_0_rgb': 'compressed'})
     assert node.compressed_cameras == ('left_wrist_0_rgb',)  # tiny has no right wrist
     assert node.transport('left_wrist_0_rgb') is ImageTransport.COMPRESSED
-    with pytest.raises(ParameterError, match=r"image_transport.base_0_rgb must be 'raw' or "
+    with pytest.raises(ParameterError, match=r"image_transport.base_0_rgb must be one of 'raw', "
                                              r"'compressed', got 'theora'"):
         build_configs({'preset': 'tiny', 'image_transport.base_0_rgb': 'theora'})
 

@@ -28,3 +28,20 @@ def test_no_fallback_no_warning():
     diag.set_fallbacks(FALLBACKS)
     diag.reset('tiny', False)                      # configure again: forgotten
     assert diag.status(2.0, 10.0, 0.5).level == Level.OK.octet
+
+
+def test_a_quantization_fallback_is_named_apart_from_the_compiled_steps():
+    diag = EngineDiagnostics('tiny')
+    reason = 'FP8 weights (scaled_mm kernel) refused by the action check: ...'
+    diag.set_fallbacks({'quantization': reason})
+    diag.quantization = 'none'
+    diag.set_state('inactive', 0.0)
+    status = diag.status(1.0, 10.0, 0.5)
+    assert status.level == Level.WARN.octet
+    assert status.message == 'inactive; quantization fell back (see "fallback: quantization")'
+    assert status_values(status)['fallback: quantization'] == reason
+    assert status_values(status)['quantization'] == 'none'
+    diag.set_fallbacks({**FALLBACKS, 'quantization': reason})
+    assert diag.status(2.0, 10.0, 0.5).message == (
+        'inactive; compiled step(s) running eagerly: decode; quantization fell back (see '
+        '"fallback: quantization")')

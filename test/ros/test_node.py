@@ -17,12 +17,14 @@ from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 import numpy as np
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import (
-    duration_to_ns, NS_PER_S, ns_to_stamp, rgb_to_image, stamp_to_ns, trajectory_to_actions)
 from oxygen_ros.ros.diagnostics import Level, status_values
+from oxygen_ros.ros.images.raw import rgb_to_image
+from oxygen_ros.ros.stamps import duration_to_ns, ns_to_stamp, stamp_to_ns
+from oxygen_ros.ros.trajectories import trajectory_to_actions
 from oxygen_ros.tools.bag.make_demo import JOINT_NAMES
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
+from oxygen_ros.units import NS_PER_S
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.srv import SetParameters

@@ -17,11 +17,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole, typestore)
+from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
@@ -227,7 +228,7 @@ def change_state(ros_node, transition_id):
 
 def test_cancel_frees_kv_and_goals_beyond_capacity_are_rejected(ros_node, ros_processes):
     proc = start_node(ros_processes, 'memory_period:=0.0', 'decode_budget:=400',
-                      'stop_on_eos:=false', 'max_queued_questions:=1')
+                      'stop_on_eos:=false', 'max_waiting_requests:=1')
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 100)
     chunks = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
     client = ActionClient(ros_node.node, Ask, '/oxygen/ask')
@@ -261,20 +262,20 @@ def test_cancel_frees_kv_and_goals_beyond_capacity_are_rejected(ros_node, ros_pr
                                          for _, v in status_after(t_result)), 2.0)
     assert freed, [v['KV blocks used'] for _, v in status_after(t_fb)]
 
-    # capacity: an inactive node drains no queue; one slot (max_queued_questions 1)
+    # capacity: an inactive node drains no queue; one slot (max_waiting_requests 1)
     change_state(ros_node, Transition.TRANSITION_DEACTIVATE)
     first = Goal(client, QUESTIONS[1], max_tokens=8)
     assert first.accepted(inputs, proc)
     t_full = time.time_ns()
     assert not Goal(client, 'one too many?').accepted(inputs, proc)
     assert inputs.run_until(lambda: any(
-        v['last text rejection'] == 'question refused: queue full (1 questions waiting, '
-                                    'max_queued_questions 1)'
+        v['last text rejection'] == 'question refused: queue full (1 requests waiting, '
+                                    'max_waiting_requests 1)'
         for _, v in status_after(t_full)), 5.0)
     asker = ros_processes.start('oxygen_ros.tools.ask', 'still full?')
     assert inputs.run_until(lambda: asker.popen.poll() is not None, 30.0), asker.output()
     assert asker.popen.returncode == 1
-    assert 'oxygen_ask: rejected: question refused: queue full (1 questions waiting' in \
+    assert 'oxygen_ask: rejected: question refused: queue full (1 requests waiting' in \
         asker.output()
     t_budget = time.time_ns()
     assert not Goal(client, 'long?', max_tokens=401).accepted(inputs, proc)
@@ -288,7 +289,7 @@ def test_cancel_frees_kv_and_goals_beyond_capacity_are_rejected(ros_node, ros_pr
 
 
 def test_a_burst_of_questions_gets_exactly_one_reply_each(ros_node, ros_processes):
-    proc = start_node(ros_processes, 'memory_period:=0.0', 'max_queued_questions:=16')
+    proc = start_node(ros_processes, 'memory_period:=0.0', 'max_waiting_requests:=16')
     answers = ros_node.collect('/oxygen/answer', String, DEEP)
     chunks = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
     ask = ros_node.node.create_publisher(String, '/oxygen/ask', DEEP)
@@ -304,5 +305,5 @@ def test_a_burst_of_questions_gets_exactly_one_reply_each(ros_node, ros_processe
     assert len(replies) == n
     refused = [r for r in replies if r.startswith('no answer: ')]
     assert replies.count('no answer: empty question') == n // 10
-    assert any(r.startswith('no answer: queue full (16 questions waiting') for r in refused)
+    assert any(r.startswith('no answer: queue full (16 requests waiting') for r in refused)
     assert len(replies) - len(refused) >= 16  # the queue's worth at least was answered

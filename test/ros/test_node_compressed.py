@@ -11,10 +11,11 @@ from lifecycle_msgs.msg import State
 from lxml import etree
 import numpy as np
 from oxygen_ros.resources import share_dir
-from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
-from oxygen_ros.ros.convert import (
-    duration_to_ns, ns_to_stamp, stamp_to_ns, trajectory_to_actions)
 from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.images.compressed import Codec, rgb_to_compressed
+from oxygen_ros.ros.images.transport import compressed_topic
+from oxygen_ros.ros.stamps import duration_to_ns, ns_to_stamp, stamp_to_ns
+from oxygen_ros.ros.trajectories import trajectory_to_actions
 from oxygen_ros.tools.bag.make_demo import DemoBagConfig, JOINT_NAMES, write_demo_bag
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)

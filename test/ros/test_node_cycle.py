@@ -12,16 +12,18 @@ import time
 import numpy as np
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import trajectory_to_actions
+from oxygen_ros.ros.control_cycle import CYCLE_SLACK
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
-from oxygen_ros.ros.node import CYCLE_SLACK, OxygenNode
+from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.ros.trajectories import trajectory_to_actions
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from ros_inputs import image, joint_state, JOINTS
 
 
@@ -183,6 +185,34 @@ def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided
         assert int(values['inference delay (action steps)']) >= 1
     finally:
         node.destroy_node()
+
+
+def test_every_dynamic_parameter_takes_effect_through_the_handler(tiny_node):
+    node = tiny_node
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    published = []
+    node._pubs['action'].publish = published.append
+    changes = {'frame_id': 'table', 'action_dt': 0.02, 'control_rate_hz': 4.0,
+               'diagnostics_period': 0.25, 'max_waiting_requests': 3,
+               'instruction': 'stack the cups', 'max_observation_age': 0.3,
+               'subtask_period': 2.0, 'memory_period': 0.0}
+    results = node.set_parameters([Parameter(name, value=v) for name, v in changes.items()])
+    assert [r.successful for r in results] == [True] * len(changes)
+    cfg = node._params.config
+    assert {name: getattr(cfg, name) for name in changes} == changes
+    assert node._timer.timer_period_ns == 250_000_000              # retimed at once
+    assert node._diag_timer.timer_period_ns == 250_000_000
+    assert node._engine.config.max_waiting_requests == 3
+    assert node._text_out.frame_id == 'table'
+    feed(node, node._now_ns())
+    assert node._cache.assemble(node._now_ns(), 0.5).prompt == 'stack the cups'
+    node._control_tick()
+    [chunk] = published                                            # the next cycle's chunk
+    assert chunk.header.frame_id == 'table'
+    assert [p.time_from_start.nanosec for p in chunk.points] == [0, 20_000_000, 40_000_000,
+                                                                 60_000_000]
+    assert node._engine.config.control_period_s == 0.25            # the deadline follows
 
 
 def test_engine_failure_deactivates(tiny_node):

@@ -23,7 +23,7 @@ PUBLISHER = f"""
 import time
 import numpy as np
 import rclpy
-from oxygen_ros.ros.convert import rgb_to_image
+from oxygen_ros.ros.images.raw import rgb_to_image
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 rclpy.init()

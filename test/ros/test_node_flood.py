@@ -1,7 +1,7 @@
 """
 Overload of ``~/ask`` over real DDS: bursts of 200 questions in 1 s, 100 then 5/s, 20/s.
 
-The node runs in a subprocess (tiny preset, config/test.yaml: 10 Hz, ``max_queued_questions``
+The node runs in a subprocess (tiny preset, config/test.yaml: 10 Hz, ``max_waiting_requests``
 16, ``max_running_requests`` 8, a memory note every second) fed by ``oxygen_bag replay --loop`` of
 the demo bag in its own process, so the flood never delays the node's inputs. The test process
 floods ``~/ask`` with ``tools.stress.flood_client.FloodClient`` (the ``oxygen_stress flood``
@@ -28,10 +28,10 @@ import re
 import time
 
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC
 from oxygen_ros.tools.stress.flood_client import FloodClient, Phase, Via
+from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 
@@ -40,14 +40,14 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 NODE = 'oxygen_ros.ros.node'
 CAMERAS = ('base_0_rgb', 'left_wrist_0_rgb')  # config/test.yaml (tiny preset)
 RATE_HZ = 10.0  # config/test.yaml control_rate_hz
-MAX_QUEUED = 16  # max_queued_questions (default)
+MAX_WAITING = 16  # max_waiting_requests (default)
 MAX_RUNNING = 8  # config/test.yaml max_running_requests
 STALL_FRACTION = 0.7
 """The chunk rate over a flood stays above this fraction of the rate before (a stall guard)."""
 AFTER_S = 4.0
 START_TIMEOUT_S = 90.0
-QUEUE_FULL = re.compile(rf'no answer: queue full \((\d+) questions waiting, max_queued_questions '
-                        rf'{MAX_QUEUED}\)')
+QUEUE_FULL = re.compile(rf'no answer: queue full \((\d+) requests waiting, '
+                        rf'max_waiting_requests {MAX_WAITING}\)')
 
 
 def start(ros_node, ros_processes, demo_bag, *params):
@@ -113,7 +113,7 @@ def settled(client):
     """Spin until /diagnostics shows no question waiting and nothing open but a memory note."""
     since = time.time_ns()
     return client.spin_until(lambda: any(
-        v['questions waiting'] == '0' and int(v['text requests open']) <= 1
+        v['text requests waiting'] == '0' and int(v['text requests open']) <= 1
         for v in diagnostics_between(client, since)), 10.0)
 
 
@@ -143,18 +143,18 @@ def test_a_burst_of_200_string_questions_in_1s(ros_node, ros_processes, demo_bag
     replies = [text for _, text in client.replies]
     assert len(replies) == 200 and tally.answered + tally.num_refused == 200
     # a refusal says why, at once: the queue was full (16 waiting); none was accepted and then
-    # dropped (engine busy, not admitted), so every accepted question was answered
+    # dropped, so every accepted question was answered
     refusals = [r for r in replies if r.startswith('no answer: ')]
     assert len(refusals) == tally.num_refused == tally.refused.get('queue full', 0) > 0, \
         tally.refused
-    assert {QUEUE_FULL.fullmatch(r).group(1) for r in refusals} == {str(MAX_QUEUED)}, refusals[:3]
-    assert tally.answered >= MAX_QUEUED
+    assert {QUEUE_FULL.fullmatch(r).group(1) for r in refusals} == {str(MAX_WAITING)}, refusals[:3]
+    assert tally.answered >= MAX_WAITING
     # each answer is one decoded request: as many requests streamed to their final piece
     finals = {m.request_id for m in stream.msgs if m.is_final}
     assert len(finals) == tally.answered and len(stream.msgs) >= tally.answered
     # /diagnostics: the queue filled to its bound and never beyond; every refusal counted
     during = diagnostics_between(client, t0)
-    assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED
+    assert max(int(v['text requests waiting peak']) for v in during) == MAX_WAITING
     assert rejected_count(client) - rejected_before == tally.num_refused
     assert_actions_first(client, tally, base, rate, window_s, proc)
 
@@ -197,14 +197,14 @@ def test_a_burst_of_200_goals_in_1s_from_8_action_clients(ros_node, ros_processe
     rejected = sum(g.accepted is False for g in goals)
     assert tally.refused == {'goal rejected': rejected} and rejected > 0, tally.refused
     # accepted goals all SUCCEEDED (none dropped after acceptance)
-    assert tally.answered == 200 - rejected >= MAX_QUEUED
+    assert tally.answered == 200 - rejected >= MAX_WAITING
     assert {g.outcome for g in goals if g.accepted} <= {'EOS', 'token budget'}
     # the protocol carries no reason: /diagnostics counts each rejection, names the cause
     during = diagnostics_between(client, t0)
     assert rejected_count(client) - rejected_before == rejected
-    assert any(v['last text rejection'].startswith('question refused: queue full (16 questions '
+    assert any(v['last text rejection'].startswith('question refused: queue full (16 requests '
                                                    'waiting') for v in during)
-    assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED
+    assert max(int(v['text requests waiting peak']) for v in during) == MAX_WAITING
     assert_actions_first(client, tally, base, rate, window_s, proc)
 
 
@@ -254,11 +254,12 @@ def test_20_questions_per_second_for_25s_twice_what_it_answers(
     assert rejected_count(client) - rejected_before == tally.num_refused
     assert 100 <= tally.answered <= 400, tally  # about its capacity, 10/s: half of them
 
-    # bounded: never more than max_queued_questions waiting, nor more requests open than
-    # waiting + decoding (max_running_requests) + the memory note
+    # bounded: never more than max_waiting_requests waiting (the memory note among them), nor
+    # more requests open than waiting + decoding (max_running_requests) + one in flight
     during = diagnostics_between(client, t0, tally.last_reply_ns)
     assert len(during) >= 40  # a status every 0.5 s
-    assert max(int(v['questions waiting peak']) for v in during) == MAX_QUEUED  # full, no more
-    assert max(int(v['text requests open']) for v in during) <= MAX_QUEUED + MAX_RUNNING + 1
-    assert max(int(v['text requests pending']) for v in during) <= MAX_QUEUED + 1
+    # full, no more
+    assert max(int(v['text requests waiting peak']) for v in during) == MAX_WAITING
+    assert max(int(v['text requests open']) for v in during) <= MAX_WAITING + MAX_RUNNING + 1
+    assert max(int(v['text requests waiting']) for v in during) <= MAX_WAITING
     assert_actions_first(client, tally, base, rate, window_s, proc)

@@ -25,9 +25,11 @@ from fuzz_inputs import build, cases, DEFECTS, JOINTS, MAX_AGE_S, StampKind, Top
 from hypothesis import given, HealthCheck, Phase, settings
 from lifecycle_msgs.msg import State
 import numpy as np
-from oxygen_ros.ros.compressed import Codec, compressed_topic, rgb_to_compressed
-from oxygen_ros.ros.convert import ns_to_stamp, rgb_to_image, stamp_to_ns
 from oxygen_ros.ros.diagnostics import status_values
+from oxygen_ros.ros.images.compressed import Codec, rgb_to_compressed
+from oxygen_ros.ros.images.raw import rgb_to_image
+from oxygen_ros.ros.images.transport import compressed_topic
+from oxygen_ros.ros.stamps import ns_to_stamp, stamp_to_ns
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
 from oxygen_ros.tools.common.node_client import LifecycleClient

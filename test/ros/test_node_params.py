@@ -1,15 +1,19 @@
 """The node's parameters without DDS traffic: specs, configs, descriptors, files, docs."""
 
+from dataclasses import fields
 import math
 
 from oxygen_ros.config import CAMERA_SLOTS, PromptFormat
+from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.ros import param_docs
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.ros.params import (
-    build_configs, check_update, declare_parameters, ParameterError, PARAMETERS, SPECS)
+from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
+from oxygen_ros.ros.param_handler import ParameterHandler
+from oxygen_ros.ros.param_spec import Into, OnChange, ParameterError, ParamType
+from oxygen_ros.ros.params import declare_parameters, PARAMETERS, SPECS
 from oxygen_ros.ros.security import SecuritySettings
 import pytest
 import rclpy
@@ -77,11 +81,11 @@ def test_test_yaml_values():
     ({'control_rate_hz': 0.0}, r'control_rate_hz must be in \[0.1, 1000.0\], got 0.0'),
     ({'max_observation_age': math.nan}, r'max_observation_age must be a finite number'),
     ({'tokens_per_cycle': 0}, r'tokens_per_cycle must be in \[1, 1024\], got 0'),
-    ({'prompt_format': 'pi05'}, r"prompt_format must be one of 'pi05_state', 'pi0', "
+    ({'prompt_format': 'pi05'}, r"prompt_format must be '' or one of 'pi05_state', 'pi0', "
                                 r"'pi05_no_state', got 'pi05'"),
     ({'quantile_eps': -0.5}, r"quantile_eps must be -1 \(the stats' own\) or in \[0, 1\], "
                              r'got -0.5'),
-    ({'state_prompt_pad': 300}, r'state_prompt_pad must be in 0..256, got 300'),
+    ({'state_prompt_pad': 300}, r'state_prompt_pad must be in \[0, 256\], got 300'),
     ({'instruction': 'é' * 2049}, r'instruction of 4098 bytes is longer than the 4096-byte '
                                   r'limit'),
 ])
@@ -108,6 +112,40 @@ def test_check_update():
         "parameter 'preset' cannot change while the node runs"
     assert check_update(node, 'action_dt', -1.0) == 'action_dt must be in [0.001, 10.0], got -1.0'
     assert node.updated('control_rate_hz', 5.0).control_period_s == 0.2
+    assert check_update(None, 'instruction', 'x' * 4097) == \
+        'instruction of 4097 bytes is longer than the 4096-byte limit'  # before configure
+    assert check_update(None, 'frame_id', 'table') is None
+
+
+def test_every_row_names_its_config_fields_and_every_dynamic_one_its_change():
+    node_fields = {f.name for f in fields(NodeConfig)}
+    engine_fields = {f.name for f in fields(EngineConfig)}
+    for spec in PARAMETERS:
+        assert Into.NODE not in spec.into or spec.name in node_fields, spec.name
+        assert Into.ENGINE not in spec.into or spec.name in engine_fields, spec.name
+        assert spec.read_only or Into.NODE in spec.into, spec.name  # updated() replaces it
+    fed = {spec.name for spec in PARAMETERS if Into.NODE in spec.into}
+    assert node_fields - fed == {'preset', 'cameras', 'action_space', 'gripper_dims', 'limits',
+                                 'ee_scale', 'compressed_cameras'}  # build_configs derives them
+    assert {spec.on_change for spec in PARAMETERS if not spec.read_only} == set(OnChange)
+
+
+def test_a_row_turns_a_value_into_its_config_field():
+    assert SPECS['decode_budget'].field_value(0) is None            # unset: the preset's
+    assert SPECS['checkpoint'].field_value('') is None
+    assert SPECS['quantile_eps'].field_value(-1.0) is None
+    assert SPECS['quantile_eps'].field_value(0) == 0.0
+    kv = SPECS['kv_cache_mb'].field_value(64)
+    assert kv == 64.0 and isinstance(kv, float)
+    assert SPECS['backend'].field_value('torch') is BackendKind.TORCH
+    assert SPECS['prompt_format'].field_value('pi0') is PromptFormat.PI0
+    assert SPECS['joint_names'].field_value(['a', 'b']) == ('a', 'b')
+    assert SPECS['stop_on_eos'].field_value(False) is False
+    assert SPECS['prefix_attention'].kind is ParamType.STRING
+    assert SPECS['velocity_limits'].kind is ParamType.DOUBLE_ARRAY
+    desc = SPECS['tokens_per_cycle'].descriptor()
+    assert (desc.integer_range[0].from_value, desc.integer_range[0].to_value) == (1, 1024)
+    assert not desc.floating_point_range and desc.read_only
 
 
 @pytest.fixture
@@ -139,6 +177,17 @@ def test_declared_parameters_from_params_file(context, name):
         assert not result.successful and 'read-only' in result.reason
         result = node.set_parameters([Parameter('control_rate_hz', value=5000.0)])[0]
         assert not result.successful and 'out of range' in result.reason
+    finally:
+        node.destroy_node()
+
+
+def test_the_handler_needs_a_function_for_every_kind_of_change(context):
+    node = Node('oxygen', context=context)
+    try:
+        apply = {change: print for change in OnChange
+                 if change not in (OnChange.NEXT_CYCLE, OnChange.FRAME_ID)}
+        with pytest.raises(ValueError, match=r"no function applies \['frame id'\]"):
+            ParameterHandler(node, apply)
     finally:
         node.destroy_node()
 

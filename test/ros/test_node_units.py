@@ -5,13 +5,13 @@ import math
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
-from oxygen_ros.engine.config import CycleStats
 from oxygen_ros.engine.inputs import InputFault
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
+from oxygen_ros.units import NS_PER_S
 import pytest
 from ros_inputs import image, joint_state, JOINTS
 
@@ -165,7 +165,7 @@ def test_engine_faults_map_to_issues():
 def stats(total_s=0.02, tokens=3, kv_used=10, kv_capacity=100):
     return CycleStats(cycle_id=0, total_s=total_s, forward_s=total_s, seconds_by_job={},
                       tokens_per_cycle=4, decode_batch=2, tokens_generated=tokens,
-                      num_running=2, num_pending=1, kv_used_blocks=kv_used,
+                      num_running=2, num_waiting=1, kv_used_blocks=kv_used,
                       kv_capacity_blocks=kv_capacity, kv_used_bytes=kv_used * 2**20)
 
 
@@ -190,8 +190,8 @@ def test_diagnostics_ok_when_acting_at_rate():
     assert values['tokens/s'] == '30.0' and values['action chunks published'] == '40'
     assert (values['KV use (%)'], values['KV used (MiB)'], values['KV blocks used']) == \
         ('10.0', '10.00', '10')
-    assert (values['text requests running'], values['text requests pending'],
-            values['decode batch'], values['tokens per cycle (k)']) == ('2', '1', '2', '4')
+    assert (values['text requests running'], values['decode batch'],
+            values['tokens per cycle (k)']) == ('2', '2', '4')
     assert values['random weights'] == 'yes' and values['state'] == 'active'
     assert {f'rejected: {i.value}' for i in InputIssue} <= set(values)
     assert status.level == DiagnosticStatus.OK

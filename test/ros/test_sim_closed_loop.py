@@ -12,9 +12,10 @@ times reproduces the simulator's ``~/joint_command``.
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 from oxygen_ros.control.chunk_executor import ChunkExecutor
-from oxygen_ros.control.trajectory_msg import chunk_from_trajectory
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.ros.topics import INSTRUCTION_TOPIC, qos_profile, QosRole
 from oxygen_ros.tools.demo.sim import node_args
+from oxygen_ros.units import NS_PER_S
 import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -22,14 +23,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-NS = 1_000_000_000
 SIM_SECONDS = 4.0
 NODE_MODULE = 'oxygen_ros.ros.node'
 INSTRUCTION = 'pick up the red cup'  # config/sim.yaml's
 
 
 def stamp_ns(header):
-    return header.stamp.sec * NS + header.stamp.nanosec
+    return header.stamp.sec * NS_PER_S + header.stamp.nanosec
 
 
 @pytest.mark.ros
@@ -58,12 +58,14 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     instruction.publish(String(data=INSTRUCTION))
 
     def sim_now():
-        return clock.msgs[-1].clock.sec * NS + clock.msgs[-1].clock.nanosec if clock.msgs else 0
+        if not clock.msgs:
+            return 0
+        return clock.msgs[-1].clock.sec * NS_PER_S + clock.msgs[-1].clock.nanosec
 
     assert ros_node.spin_until(lambda: len(chunks) > 0, timeout_s=120), \
         f'no chunk:\n{node.output()[-3000:]}\n{sim.output()[-2000:]}'
     first_ns = stamp_ns(chunks.msgs[0].header)
-    end_ns = first_ns + round(SIM_SECONDS * NS)
+    end_ns = first_ns + round(SIM_SECONDS * NS_PER_S)
     assert ros_node.spin_until(lambda: sim_now() >= end_ns, timeout_s=60), sim.output()[-2000:]
     assert sim.stop() == 0, sim.output()
     assert node.stop() == 0, node.output()
@@ -99,7 +101,7 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     for t_ns, recorded in zip(cmd_t, cmd_q):
         while k < len(arrivals) and arrivals[k][0] <= t_ns:
             arrival, msg = arrivals[k]
-            assert replay.submit(chunk_from_trajectory(msg), arrival)
+            assert replay.submit(trajectory_from_msg(msg), arrival)
             k += 1
         expected = replay.command(int(t_ns)).positions
         # Up to end_ns only: the sim ran on after it, so every event of that span had arrived

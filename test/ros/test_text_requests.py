@@ -1,13 +1,19 @@
 """
 The node's text requests (ros/text_requests.py) and text outputs (text_stream, text_outputs).
 
-Driven with a fake engine and recorded publishers, no DDS: one bounded question queue for the
-``~/ask`` topic and action, exactly one reply per question, cancels, periodic requests, and
-pieces that concatenate to the whole text.
+Driven with a real tiny engine and recorded publishers, no DDS: questions of the ``~/ask``
+topic and action go into the engine's one waiting queue or are refused at once, exactly one
+reply per question, cancels of waiting and decoding requests, periodic requests, and pieces
+(detokenized once, by the engine) that concatenate to the whole text.
 """
 
-from oxygen_ros.engine.config import CycleStats, StepOutput, TextDelta, TextOutput
-from oxygen_ros.engine.engine import EngineBusyError
+from types import SimpleNamespace
+
+from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextDelta, TextOutput
+from oxygen_ros.model.detokenizer import IncrementalDetokenizer
 from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.input_limits import MAX_QUESTION_BYTES
@@ -15,36 +21,47 @@ from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import (
     Origin, TextDone, TextPiece, TextRequests, TextStatus)
 from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros_interfaces.msg import DecodedText
+import pytest
 from rclpy.logging import get_logger
 
+CAMS = CAMERA_SLOTS[:2]
+MODE = PrefixAttention.BIDIRECTIONAL
 STATS = CycleStats(0, 0.0, 0.0, {}, 4, 0, 0, 0, 0, 0, 1, 0)
+BUDGET = 8  # the tiny preset's decode_budget
 
 
-class FakeEngine:
-    """``submit_text`` / ``abort`` of ``Engine``: refuses like it, records the rest."""
-
-    def __init__(self, busy_after=None):
-        self.busy_after, self.submitted, self.aborted = busy_after, [], []
-
-    def submit_text(self, task, *, question=None, max_tokens=None, req_id=None):
-        if self.busy_after is not None and len(self.submitted) >= self.busy_after:
-            raise EngineBusyError(f'{len(self.submitted)} text requests already wait')
-        self.submitted.append((req_id, task, question, max_tokens))
-        return req_id
-
-    def abort(self, req_id):
-        known = any(r == req_id for r, *_ in self.submitted)
-        self.aborted.append(req_id)
-        return known
+@pytest.fixture
+def make_engine(tiny_models, tokenizer):
+    def make(**changes):
+        cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                           tokens_per_cycle=2, stop_on_eos=False, **changes)
+        return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
+    return make
 
 
-def make_texts(max_queued=4, max_tokens=20):
+def make_texts(engine, max_waiting=4):
     notified = []
     diag = EngineDiagnostics('tiny')
     texts = TextRequests(get_logger('test_text_requests'), diag, lambda: notified.append(1))
-    texts.max_queued_questions, texts.max_tokens = max_queued, max_tokens
+    if engine is not None:
+        engine.set_max_waiting_requests(max_waiting)
+    texts.connect(engine)
     return texts, diag, notified
+
+
+def obs(frame):
+    return make_observation(frame, CAMS, 8)
+
+
+def run_cycles(texts, engine, n, first=1):
+    """Run ``n`` control cycles the way the node does; return the events they made."""
+    events = []
+    for f in range(first, first + n):
+        texts.finish(engine.step(obs(f)))
+        events += texts.take()
+    return events
 
 
 def step(deltas=(), texts=()):
@@ -55,127 +72,193 @@ def finished(req_id, task, text, ids, reason=FinishReason.STOP, error=''):
     return TextOutput(req_id, task, text, tuple(ids), reason, 7, 2, error)
 
 
-def test_bounded_queue_refuses_at_once_and_every_question_gets_one_reply():
-    texts, diag, notified = make_texts(max_queued=4)
+def test_a_full_queue_refuses_at_once_and_every_question_gets_one_reply(make_engine):
+    engine = make_engine()
+    texts, diag, notified = make_texts(engine, max_waiting=4)
     jobs = [texts.ask_topic(f'question {i}?', 0.0) for i in range(10)]
     jobs.append(texts.ask_topic('   ', 0.0))
     refused = texts.take()
     assert [d.job for d in refused] == jobs[4:]
     assert {d.status for d in refused} == {TextStatus.REFUSED}
-    assert refused[0].reason == 'queue full (4 questions waiting, max_queued_questions 4)'
+    assert refused[0].reason == 'queue full (4 requests waiting, max_waiting_requests 4)'
     assert refused[-1].reason == 'empty question' and notified
-    engine = FakeEngine()
-    texts.submit(engine, 0.0, 0.0, 0.0, valid_observation=False)  # questions need no frame
-    assert [r for r, *_ in engine.submitted] == [j.req_id for j in jobs[:4]]
+    assert engine.num_waiting == 4 and set(texts.live) == {j.req_id for j in jobs[:4]}
     assert len({j.req_id for j in jobs}) == 11
+    # the control cycles admit and decode them: one reply each, its pieces its whole text
+    events = run_cycles(texts, engine, 8)
+    done = [e for e in events if isinstance(e, TextDone)]
+    assert [d.job for d in done] == jobs[:4]
+    for d in done:
+        pieces = [e.text for e in events if isinstance(e, TextPiece) and e.job is d.job]
+        assert d.status is TextStatus.LENGTH and d.num_tokens == BUDGET
+        assert d.text == ''.join(pieces) and d.frame_stamp_ns > 0
+    assert texts.live == {} and engine.num_waiting == engine.num_running == 0
+    assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == '7'
+
+
+def test_how_a_request_ends_sets_its_reply(make_engine):
+    texts, diag, _ = make_texts(make_engine(), max_waiting=4)
+    jobs = [texts.ask_topic(f'question {i}?', 0.0) for i in range(4)]
     ends = [finished(jobs[0].req_id, TextTask.ANSWER, 'a cup', [9, 1]),
-            finished(jobs[1].req_id, TextTask.ANSWER, '', [], None, 'not admitted for 51 cycles'),
+            finished(jobs[1].req_id, TextTask.ANSWER, '', [], None, 'bad text prompt: x'),
             finished(jobs[2].req_id, TextTask.ANSWER, 'two', [5, 6], FinishReason.LENGTH),
-            finished(jobs[3].req_id, TextTask.ANSWER, '', [], FinishReason.ABORT)]
+            finished(jobs[3].req_id, TextTask.ANSWER, 'par', [4], FinishReason.ABORT)]
     texts.finish(step(texts=ends))
-    done = texts.take()
-    assert [(d.status, d.text, d.reason) for d in done] == [
-        (TextStatus.EOS, 'a cup', ''), (TextStatus.DROPPED, '', 'not admitted for 51 cycles'),
-        (TextStatus.LENGTH, 'two', ''), (TextStatus.DROPPED, '', 'request aborted')]
-    assert texts.live == {} and texts.num_queued == 0
-    values = status_values(diag.status(0.0, 10.0, 0.5))
-    assert values['text requests rejected'] == str(7 + 2)
-    assert values['last text rejection'] == f'{jobs[3].req_id}: request aborted'
+    assert [(d.status, d.text, d.reason) for d in texts.take()] == [
+        (TextStatus.EOS, 'a cup', ''), (TextStatus.DROPPED, '', 'bad text prompt: x'),
+        (TextStatus.LENGTH, 'two', ''), (TextStatus.DROPPED, 'par', 'request aborted')]
+    assert texts.live == {}
+    assert status_values(diag.status(0.0, 10.0, 0.5))['last text rejection'] == \
+        f'{jobs[3].req_id}: request aborted'
 
 
-def test_a_question_over_the_byte_bound_is_refused_with_the_reason():
-    texts, diag, _ = make_texts()
+def test_a_question_over_the_byte_bound_is_refused_with_the_reason(make_engine):
+    texts, diag, _ = make_texts(make_engine())
     reason = (f'question of {MAX_QUESTION_BYTES + 2} bytes is longer than the '
               f'{MAX_QUESTION_BYTES}-byte limit')
     long = 'a' * (MAX_QUESTION_BYTES - 1) + '€'                      # € is 3 bytes
     job = texts.ask_topic(long, 0.0)
     [done] = texts.take()
     assert (done.job, done.status, done.reason) == (job, TextStatus.REFUSED, reason)
-    assert texts.reserve(long, None) == reason                        # the action: rejected
+    assert texts.ask_goal(object(), long, None, 0.0) == reason       # the action: rejected
     assert status_values(diag.status(0.0, 10.0, 0.5))['last text rejection'] == \
         f'question refused: {reason}'
-    assert texts.reserve('a' * MAX_QUESTION_BYTES, None) is None       # at the bound
+    assert texts.ask_goal(object(), 'a' * MAX_QUESTION_BYTES, None, 0.0) is None  # the bound
 
 
-def test_engine_busy_drops_the_rest_with_a_reason():
-    texts, _, _ = make_texts(max_queued=8)
-    jobs = [texts.ask_topic(f'q{i}', 0.0) for i in range(3)]
-    texts.submit(FakeEngine(busy_after=1), 0.0, 0.0, 0.0, True)
-    [a, b] = texts.take()
-    assert (a.job, b.job) == (jobs[1], jobs[2]) and a.status is TextStatus.DROPPED
-    assert a.reason == 'engine busy: 1 text requests already wait'
-    assert list(texts.live) == [jobs[0].req_id]
+def test_a_question_the_kv_pool_could_never_hold_is_refused_with_the_reason(make_engine):
+    # a pool with room for two action prefixes and little more: an answer with a prompt of
+    # its own could never fit (it used to wait and be dropped after max_wait_cycles)
+    engine = make_engine(kv_cache_mb=0.06, answer_context='own_prompt')
+    texts, _, _ = make_texts(engine)
+    job = texts.ask_topic('what is on the table?', 0.0)
+    [done] = texts.take()
+    assert (done.job, done.status) == (job, TextStatus.REFUSED)
+    assert done.reason.startswith(f'{job.req_id}: needs up to ')
+    assert done.reason.endswith('it could never be admitted (lower max_tokens or give the KV '
+                                'pool more memory)')
+    assert texts.live == {} and engine.num_waiting == 0
 
 
-def test_goal_slots_are_reserved_and_budgets_checked():
-    texts, _, _ = make_texts(max_queued=2, max_tokens=20)
-    assert texts.reserve('where?', None) is None
-    assert texts.reserve('where?', 21) == 'max_tokens 21 outside [1, 20] (decode_budget)'
-    assert texts.reserve('', None) == 'empty question'
-    assert texts.reserve('and?', 20) is None
-    assert texts.num_queued == 2
-    assert texts.ask_topic('one more', 0.0).req_id.startswith('answer-')
+def test_goals_are_queued_in_the_goal_callback_and_budgets_checked(make_engine):
+    engine = make_engine()
+    texts, _, _ = make_texts(engine, max_waiting=2)
+    first, second = object(), object()
+    assert texts.ask_goal(first, 'where?', None, 1.5) is None
+    assert texts.ask_goal(object(), 'where?', BUDGET + 1, 0.0) == \
+        f'max_tokens {BUDGET + 1} outside [1, {BUDGET}] (decode_budget)'
+    assert texts.ask_goal(object(), '', None, 0.0) == 'empty question'
+    assert texts.ask_goal(second, 'and?', BUDGET, 0.0) is None
+    assert engine.num_waiting == 2          # queued before rclpy accepts them: bound exact
+    texts.ask_topic('one more', 0.0)
     [refused] = texts.take()
-    assert refused.reason.startswith('queue full (2 questions waiting')
+    assert refused.reason == 'queue full (2 requests waiting, max_waiting_requests 2)'
+    handle = SimpleNamespace(request=first)  # rclpy hands the goal request back on the handle
+    job = texts.goal_accepted(handle)
+    assert (job.origin, job.goal, job.arrival_s, job.question) == (Origin.ACTION, handle, 1.5,
+                                                                   'where?')
+    with pytest.raises(RuntimeError, match='the goal came more than 5 s after its request'):
+        texts.goal_accepted(SimpleNamespace(request=object()))
+    texts.connect(None)  # cleaned up: nothing is taken
+    assert texts.ask_goal(object(), 'where?', None, 0.0) == 'the node is not configured'
+
+
+def test_events_of_a_goal_wait_for_its_handle(make_engine):
+    engine = make_engine()
+    texts, _, _ = make_texts(engine)
     goal = object()
-    job = texts.enqueue('where?', None, 1.5, goal=goal)
-    assert (job.origin, job.goal, job.arrival_s) == (Origin.ACTION, goal, 1.5)
-    assert texts.num_queued == 2
-    texts.max_tokens = 0  # cleaned up: nothing is taken
-    assert texts.reserve('where?', None) == 'the node is not configured'
+    assert texts.ask_goal(goal, 'where?', 2, 0.0) is None
+    events = run_cycles(texts, engine, 1)     # decoded and finished before rclpy handed it
+    assert events == [] and texts.live == {}
+    job = texts.goal_accepted(SimpleNamespace(request=goal))
+    piece, done = texts.take()
+    assert (piece.job, done.job, done.status) == (job, job, TextStatus.LENGTH)
+    assert piece.final and piece.text == done.text
 
 
-def test_cancel_while_queued_and_while_decoding():
-    texts, _, notified = make_texts()
-    queued = texts.ask_topic('first?', 0.0)
-    assert texts.cancel(queued.req_id)
+def test_cancel_while_waiting_and_while_decoding(make_engine):
+    engine = make_engine()
+    texts, _, _ = make_texts(engine)
+    waiting = texts.ask_topic('first?', 0.0)
+    assert texts.cancel(waiting.req_id)
     [done] = texts.take()
-    assert (done.job, done.status) == (queued, TextStatus.CANCELED)
+    assert (done.job, done.status, done.text) == (waiting, TextStatus.CANCELED, '')
+    assert engine.num_waiting == 0 and texts.live == {}
     running = texts.ask_topic('second?', 0.0)
-    engine = FakeEngine()
-    texts.submit(engine, 0.0, 0.0, 0.0, True)
-    assert texts.cancel(running.req_id) and texts.take() == []  # waits for the engine
-    texts.apply_cancels(engine)
-    assert engine.aborted == [running.req_id]
+    pieces = [e.text for e in run_cycles(texts, engine, 1)]
+    assert engine.num_running == 1 and engine.scheduler.kv.num_used_blocks > 0
+    assert texts.cancel(running.req_id)     # at once, no control cycle needed
     [done] = texts.take()
-    assert (done.job, done.status) == (running, TextStatus.CANCELED)
+    assert (done.job, done.status, done.num_tokens) == (running, TextStatus.CANCELED, 2)
+    assert done.text.startswith(''.join(pieces))
+    assert engine.num_running == 0 and engine.scheduler.kv.num_used_blocks == 0
     assert not texts.cancel(running.req_id) and texts.live == {}
 
 
-def test_periodic_requests_wait_for_valid_input_and_the_previous_one():
-    texts, _, _ = make_texts()
-    engine = FakeEngine()
+def test_periodic_requests_wait_for_valid_input_and_the_previous_one(make_engine):
+    engine = make_engine()
+    texts, diag, _ = make_texts(engine)
     texts.start(10.0)
-    texts.submit(engine, 10.0, 2.0, 0.0, valid_observation=False)
-    assert engine.submitted == []
-    texts.submit(engine, 10.1, 2.0, 0.0, valid_observation=True)
-    [(first, task, _, _)] = engine.submitted  # memory_period 0: never
-    assert task is TextTask.SUBTASK
-    texts.submit(engine, 12.5, 2.0, 0.0, True)  # due, but the first one still decodes
-    assert len(engine.submitted) == 1
+    texts.ask_periodic(10.0, 2.0, 0.0, valid_observation=False)
+    assert texts.live == {}
+    texts.ask_periodic(10.1, 2.0, 0.0, valid_observation=True)
+    [(first, task)] = texts.live.items()  # memory_period 0: never
+    assert task is TextTask.SUBTASK and engine.num_waiting == 1
+    texts.ask_periodic(12.5, 2.0, 0.0, True)  # due, but the first one is still open
+    assert list(texts.live) == [first]
     texts.finish(step(texts=[finished(first, TextTask.SUBTASK, 'grasp the cup', [3, 1])]))
-    texts.submit(engine, 12.6, 2.0, 0.0, True)
-    second = engine.submitted[1][0]
+    texts.ask_periodic(12.6, 2.0, 0.0, True)
+    [second] = texts.live
     texts.finish(step(texts=[finished(second, TextTask.SUBTASK, '', [], None,
                                       'bad text prompt')]))
     assert [(d.job.origin, d.status) for d in texts.take()] == [
         (Origin.PERIODIC, TextStatus.EOS), (Origin.PERIODIC, TextStatus.DROPPED)]
-    texts.submit(engine, 13.0, 2.0, 0.0, True)  # next due at 14.6
-    assert len(engine.submitted) == 2
+    texts.ask_periodic(13.0, 2.0, 0.0, True)  # next due at 14.6
+    assert texts.live == {}
+    # a full queue: the due request is asked again every cycle, not refused
+    for i in range(4):
+        texts.ask_topic(f'q{i}?', 0.0)
+    rejected = status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected']
+    texts.ask_periodic(14.6, 2.0, 0.0, True)
+    assert TextTask.SUBTASK not in texts.live.values()
+    assert texts.cancel(next(iter(texts.live)))
+    texts.ask_periodic(14.7, 2.0, 0.0, True)
+    assert TextTask.SUBTASK in texts.live.values()
+    assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == rejected
 
 
-def test_drop_all_ends_every_open_request():
-    texts, _, _ = make_texts()
+def test_drop_all_ends_every_open_request(make_engine):
+    engine = make_engine()
+    texts, _, _ = make_texts(engine)
     running = texts.ask_topic('running?', 0.0)
-    texts.submit(FakeEngine(), 0.0, 0.0, 0.0, True)
-    assert texts.reserve('queued?', None) is None
-    queued = texts.enqueue('queued?', None, 0.0, goal=object())
-    last_words = [finished(running.req_id, TextTask.ANSWER, '', [4], FinishReason.ABORT,
-                           'engine shut down')]
-    texts.drop_all(last_words, 'engine shut down (node cleanup)')
+    pieces = [e.text for e in run_cycles(texts, engine, 1)]
+    goal = object()
+    assert texts.ask_goal(goal, 'waiting?', None, 0.0) is None
+    texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
+    [done] = texts.take()
+    assert (done.job, done.status, done.reason) == (running, TextStatus.DROPPED,
+                                                    'engine shut down')
+    assert done.text.startswith(''.join(pieces)) and done.num_tokens == 2
+    job = texts.goal_accepted(SimpleNamespace(request=goal))  # its result was waiting for it
+    [done] = texts.take()
+    assert (done.job, done.status, done.reason) == (job, TextStatus.DROPPED, 'engine shut down')
+    assert texts.live == {}
+
+
+def test_a_question_racing_the_cleanup_gets_one_reply(make_engine):
+    """Cleanup ends the request between its registration and the engine's refusal."""
+    engine = make_engine()
+    texts, _, _ = make_texts(engine)
+    submit = engine.submit_text
+
+    def cleanup_first(*args, **kwargs):  # the node's cleanup runs in between
+        texts.connect(None)
+        texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
+        return submit(*args, **kwargs)     # EngineClosedError
+    engine.submit_text = cleanup_first
+    job = texts.ask_topic('just in time?', 0.0)
     assert [(d.job, d.status, d.reason) for d in texts.take()] == [
-        (running, TextStatus.DROPPED, 'engine shut down'),
-        (queued, TextStatus.DROPPED, 'engine shut down (node cleanup)')]
+        (job, TextStatus.DROPPED, 'engine shut down (node cleanup)')]
     assert texts.live == {}
 
 
@@ -194,37 +277,47 @@ class FakeAsk:
         self.results.append((done.job.req_id, done.status, whole))
 
 
-def outputs(tok):
+def outputs():
     published, ask = [], FakeAsk()
     out = TextOutputs(lambda key, msg: published.append((key, msg)), ask)
-    out.configure(tok, 'base_link')
+    out.frame_id = 'base_link'
     return out, published, ask
 
 
-def test_pieces_stream_and_concatenate_to_the_whole_text(tok):
-    texts, _, _ = make_texts()
-    out, published, ask = outputs(tok)
+def deltas(tok, req_id, chunks, stamp):
+    """Return the TextDelta of each chunk of ids, detokenized as the engine does."""
+    detok, out, num = IncrementalDetokenizer(tok), [], 0
+    for i, chunk in enumerate(chunks):
+        last, num = i == len(chunks) - 1, num + len(chunk)
+        out.append(TextDelta(req_id, TextTask.ANSWER, tuple(chunk),
+                             detok.push(chunk, final=last), num, stamp, last))
+    return out, detok.text
+
+
+def test_pieces_stream_and_concatenate_to_the_whole_text(tok, make_engine):
+    texts, _, _ = make_texts(make_engine())
+    out, published, ask = outputs()
     job = texts.ask_topic('what is on the table?', 100.0)
-    assert texts.reserve('and?', None) is None
-    goal_job = texts.enqueue('and?', None, 100.0, goal=object())
-    texts.submit(FakeEngine(), 0.0, 0.0, 0.0, True)
+    goal = object()
+    assert texts.ask_goal(goal, 'and?', None, 100.0) is None
+    goal_job = texts.goal_accepted(SimpleNamespace(request=goal))
     euro = [tok.piece_to_id(f'<0x{b:02X}>') for b in '€'.encode()]
     ids = [*tok.encode(' a red', add_bos=False), euro[0], euro[1], euro[2],
            *tok.encode(' cup', add_bos=False), tok.eos_id]
     chunks = [ids[:2], ids[2:4], ids[4:5], ids[5:]]  # '€' split over three cycles
     stamp = 1_700_000_000_123_456_789
-    for i, chunk in enumerate(chunks):
+    per_request = {r: deltas(tok, r, chunks, stamp) for r in (job.req_id, goal_job.req_id)}
+    for i in range(len(chunks)):
         last = i == len(chunks) - 1
-        deltas = [TextDelta(r, TextTask.ANSWER, tuple(chunk), sum(map(len, chunks[:i + 1])),
-                            stamp, last) for r in (job.req_id, goal_job.req_id)]
-        ends = [finished(r, TextTask.ANSWER, tok.decode(ids), ids)
-                for r in (job.req_id, goal_job.req_id)] if last else []
-        texts.finish(step(deltas, ends))
+        ends = [finished(r, TextTask.ANSWER, whole, ids) for r, (_, whole) in
+                per_request.items()] if last else []
+        texts.finish(step([d[i] for d, _ in per_request.values()], ends))
         out.handle(texts.take())
     stream = [m for key, m in published if key == 'answer/stream' and m.request_id == job.req_id]
     assert ''.join(m.text for m in stream) == tok.decode(ids) == ' a red€ cup'
     assert [m.is_final for m in stream] == [False] * (len(stream) - 1) + [True]
-    assert all(m.text for m in stream[:-1]) and stream[-1].num_tokens == len(ids)
+    assert [m.text for m in stream] == [' a red', '€', ' cup']  # no empty piece published
+    assert stream[-1].num_tokens == len(ids)
     first = stream[0]
     assert (first.task, first.header.frame_id) == (DecodedText.TASK_ANSWER, 'base_link')
     assert (first.header.stamp.sec, first.header.stamp.nanosec) == (1_700_000_000, 123_456_789)
@@ -238,19 +331,20 @@ def test_pieces_stream_and_concatenate_to_the_whole_text(tok):
     assert ask.feedback_calls[-1][2] == ' a red€ cup'
 
 
-def test_cancelled_goal_gets_its_partial_text_and_a_final_piece(tok):
-    texts, _, _ = make_texts()
-    out, published, ask = outputs(tok)
-    assert texts.reserve('where?', None) is None
-    job = texts.enqueue('where?', None, 0.0, goal=object())
-    engine = FakeEngine()
-    texts.submit(engine, 0.0, 0.0, 0.0, True)
+def test_cancelled_goal_gets_its_partial_text_and_a_final_piece(tok, make_engine):
+    texts, _, _ = make_texts(make_engine())
+    out, published, ask = outputs()
+    goal = object()
+    assert texts.ask_goal(goal, 'where?', None, 0.0) is None
+    job = texts.goal_accepted(SimpleNamespace(request=goal))
     ids = tok.encode(' on the', add_bos=False) + [tok.piece_to_id('<0xE2>')]
-    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, tuple(ids), len(ids), 5, False)]))
+    piece = IncrementalDetokenizer(tok).push(ids)             # the byte is held back
+    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, tuple(ids), piece, len(ids), 5,
+                                 False)]))
     out.handle(texts.take())
-    texts.cancel(job.req_id)
-    texts.apply_cancels(engine)
-    out.handle(texts.take())
+    # the engine's abort lets the held-back byte out: its text is ' on the\ufffd'
+    out.handle([TextDone(job, TextStatus.CANCELED, ' on the\ufffd', len(ids), 5,
+                         reason='cancelled')])
     stream = [m for key, m in published if key == 'answer/stream']
     assert [(m.text, m.is_final) for m in stream] == [(' on the', False), ('\ufffd', True)]
     [(_, status, whole)] = ask.results
@@ -259,22 +353,30 @@ def test_cancelled_goal_gets_its_partial_text_and_a_final_piece(tok):
     assert [key for key, _ in published] == ['answer/stream', 'answer/stream']
 
 
-def test_refused_topic_question_is_answered_no_answer(tok):
-    texts, _, _ = make_texts(max_queued=1)
-    out, published, ask = outputs(tok)
+def test_refused_topic_question_is_answered_no_answer(make_engine):
+    texts, _, _ = make_texts(make_engine(), max_waiting=1)
+    out, published, ask = outputs()
     texts.ask_topic('one', 0.0)
     texts.ask_topic('two', 0.0)
     out.handle(texts.take())
     assert [(k, m.data) for k, m in published] == [
-        ('answer', 'no answer: queue full (1 questions waiting, max_queued_questions 1)')]
+        ('answer', 'no answer: queue full (1 requests waiting, max_waiting_requests 1)')]
     assert texts.take() == [] and ask.results == []
 
 
-def test_text_done_and_piece_events_carry_the_job():
-    texts, _, _ = make_texts()
+def test_a_question_before_the_node_is_configured_is_answered_no_answer():
+    texts, _, _ = make_texts(None)
+    out, published, _ = outputs()
+    texts.ask_topic('anyone?', 0.0)
+    out.handle(texts.take())
+    assert [(k, m.data) for k, m in published] == [
+        ('answer', 'no answer: the node is not configured')]
+
+
+def test_text_done_and_piece_events_carry_the_job(make_engine):
+    texts, _, _ = make_texts(make_engine())
     job = texts.ask_topic('q', 0.0)
-    texts.submit(FakeEngine(), 0.0, 0.0, 0.0, True)
-    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, (5,), 1, 9, True)],
+    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, (5,), 'x', 1, 9, True)],
                       [finished(job.req_id, TextTask.ANSWER, 'x', [5])]))
     piece, done = texts.take()
     assert isinstance(piece, TextPiece) and isinstance(done, TextDone)

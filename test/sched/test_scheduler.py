@@ -1,4 +1,8 @@
-"""Scheduler: job programs of both policies, budgets, EOS, cancellation, deadline, full pool."""
+"""
+Scheduler: job programs of both policies, budgets, EOS, cancellation, deadline, full pool.
+
+Admission: one bounded waiting queue, first come first served.
+"""
 
 from dataclasses import replace
 import math
@@ -9,6 +13,7 @@ from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, PrefillJob, RunnerOutput, SeedJob, SegmentKind,
     VisionJob)
 from oxygen_ros.sched.request import FinishReason, Request, RequestKind, RequestStatus
+from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
 import pytest
 from sched_plans import ACTION_PROMPT, EOS, frame, IMG, make, run, SUBTASK_PROMPT, text
@@ -207,38 +212,40 @@ def test_admissions_stop_where_the_measured_times_leave_no_decode_step():
     # for a step of 3 rows (30 ms)
     out = sched.schedule(frame(0, deadline=0.100), now=0.0)
     assert [d.req_id for d in out.new_requests] == ['t0', 't1']
-    assert out.deferred_req_ids == ('t2', 't3')
+    assert waiting(sched) == ['t2', 't3']                 # still queued, in order
     assert out.jobs_of(JobKind.SEED)[0].req_ids == ('t0', 't1')
     run(sched, out)
-    for i in (2, 3):  # the engine offers the deferred ones again
-        sched.add_request(text(f't{i}', budget=30, prompt=(2, 10, 30 + i, 21)))
     # a cycle that starts after its deadline still admits one: nobody waits forever
     out = sched.schedule(frame(1, deadline=1.0), now=1.2)
-    assert [d.req_id for d in out.new_requests] == ['t2'] and out.deferred_req_ids == ('t3',)
+    assert [d.req_id for d in out.new_requests] == ['t2'] and waiting(sched) == ['t3']
     assert out.jobs_of(JobKind.DENOISE)
     run(sched, out)
-    sched.add_request(text('t3', budget=30, prompt=(2, 10, 33, 21)))
     out = sched.schedule(frame(2), now=2.0)  # no deadline: no limit
     assert [d.req_id for d in out.new_requests] == ['t3']
     assert len(sched.running) == 4
 
 
-def test_full_pool_defers_text_while_actions_keep_flowing():
-    # reserve = 5 blocks (40 tokens) + 1; pool of 16 usable blocks
-    sched = make(num_blocks=17, k=1, eos_token_id=None)
-    admitted, deferred = [], []
+def waiting(sched):
+    return [r.req_id for r in sched.waiting]
+
+
+def test_full_pool_keeps_text_waiting_in_order_while_actions_keep_flowing():
+    # reserve = 5 blocks (40 tokens) + 1; 21 usable blocks: a request may need up to 6 + 3
+    sched = make(num_blocks=22, k=1, eos_token_id=None)
+    admitted, ever_waited = [], set()
     for i in range(12):
         sched.add_request(text(f't{i}', budget=24))      # 1 text block + 3 decode blocks
         out = sched.schedule(frame(i))
         assert out.jobs_of(JobKind.DENOISE), f'cycle {i}: action starved'
         admitted += [d.req_id for d in out.new_requests]
-        deferred += list(out.deferred_req_ids)
+        ever_waited |= set(waiting(sched))
         run(sched, out)
         assert sched.kv.num_free_blocks >= sched.action_reserve_blocks
         sched.kv.check_consistency()
-    assert admitted and deferred
-    assert sched.num_deferred_total == len(deferred)
-    assert all(r not in sched.requests for r in deferred)
+    assert admitted and ever_waited
+    # first come first served: admitted in arrival order, the rest wait in it
+    assert admitted + waiting(sched) == [f't{i}' for i in range(12)]
+    assert all(sched.requests[r].status is RequestStatus.WAITING for r in waiting(sched))
 
 
 def test_batch_limit_defers_and_no_frame_defers_but_keeps_decoding():
@@ -246,14 +253,61 @@ def test_batch_limit_defers_and_no_frame_defers_but_keeps_decoding():
     sched.add_request(text('a', budget=5))
     sched.add_request(text('b', budget=5))
     out = sched.schedule(frame(0))
-    assert [d.req_id for d in out.new_requests] == ['a'] and out.deferred_req_ids == ('b',)
+    assert [d.req_id for d in out.new_requests] == ['a'] and waiting(sched) == ['b']
     run(sched, out)
     sched.add_request(text('c', budget=5))
     out = sched.schedule(None)                            # stale camera: no frame
     assert out.frame_id is None and not out.jobs_of(JobKind.DENOISE)
-    assert out.deferred_req_ids == ('c',)
+    assert out.new_requests == () and waiting(sched) == ['b', 'c']
     assert out.jobs_of(JobKind.DECODE)[0].req_ids == ('a',)
     run(sched, out)
+
+
+def test_the_waiting_queue_is_bounded_and_refuses_one_more():
+    sched = make(max_waiting_requests=2)
+    sched.add_request(text('a'))
+    sched.add_request(text('b'))
+    with pytest.raises(QueueFullError) as refused:
+        sched.add_request(text('c'))
+    assert str(refused.value) == 'queue full (2 requests waiting, max_waiting_requests 2)'
+    assert waiting(sched) == ['a', 'b'] and 'c' not in sched.requests
+    sched.abort_request('a')                             # a cancel frees its place
+    sched.add_request(text('c'))
+    run(sched, sched.schedule(frame(0)))                 # admission frees the others
+    assert waiting(sched) == [] and sched.num_running == 2
+    for i in range(2):
+        sched.add_request(text(f'd{i}'))
+    with pytest.raises(ValueError, match='max_waiting_requests must be >= 1, got 0'):
+        make(max_waiting_requests=0)
+
+
+def test_a_request_the_pool_could_never_hold_is_refused_at_once():
+    # 63 usable blocks, reserve 6: 51 beside the action path; an own prefix may need 6
+    sched = make()
+    sched.add_request(text('fits', budget=8 * 45 + 1))     # 6 + 45 blocks
+    with pytest.raises(ValueError, match=r'never: needs up to 52 KV blocks \(its prefix and a '
+                       r'budget of 369 tokens\), the pool has 51 beside the action path: it '
+                       r'could never be admitted'):
+        sched.add_request(text('never', budget=8 * 46 + 1))
+    assert waiting(sched) == ['fits']
+
+
+def test_the_head_is_never_overtaken_so_it_waits_only_for_the_running_to_end():
+    # room for one long request at a time; a short one behind it waits too (vLLM's FCFS)
+    sched = make(num_blocks=30, k=2, eos_token_id=None)   # 29 usable, reserve 6: 17 beside
+    sched.add_request(text('long', budget=8 * 10 + 1))      # 6 + 10 blocks
+    run(sched, sched.schedule(frame(0)))
+    sched.add_request(text('head', budget=8 * 10 + 1))
+    sched.add_request(text('short', budget=2))              # would fit now, beside 'long'
+    cycles = 1
+    while 'long' in sched.requests:
+        out = sched.schedule(frame(cycles))
+        assert out.new_requests == () and waiting(sched) == ['head', 'short']
+        run(sched, out)
+        cycles += 1
+    assert cycles == math.ceil(81 / 2)                      # long's budget at k = 2
+    out = sched.schedule(frame(cycles))
+    assert [d.req_id for d in out.new_requests] == ['head', 'short'] and waiting(sched) == []
 
 
 def test_bad_requests_and_configs_are_rejected():

@@ -159,3 +159,20 @@ def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(tm
     assert d['rtc'] and d['plain_on_fast_path'] and d['guided_on_fast_path']
     assert d['guided_ms'] > 0 and d['plain_ms'] > 0
     assert 'ms (fast path) = ' in capsys.readouterr().out
+
+
+def test_fp8_weights_in_the_bench_and_run_model_report_their_check(tmp_path, capsys):
+    """Random tiny weights fail the FP8 action check: both tools say so and run float32."""
+    out = tmp_path / 'bench.json'
+    assert engine.main(['--preset', 'tiny', '--cameras', '1', '--frames', '1',
+                        '--decode-budget', '2', '--quantization', 'fp8', '--json', str(out),
+                        '--no-progress']) == 0
+    result = json.loads(out.read_text())
+    assert result['quantization'] == 'none'
+    for policy in ('oxygen', 'isolated'):
+        assert 'refused by the action check' in result['fallbacks'][policy]['quantization']
+    assert run_model.main(['--preset', 'tiny', '--quantization', 'fp8', '--max-tokens',
+                           '1']) == 0
+    printed = capsys.readouterr().out
+    assert 'weights float32, quantization none; FALLBACK quantization: FP8 weights (dequant ' \
+        'kernel) refused by the action check' in printed

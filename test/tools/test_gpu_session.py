@@ -78,10 +78,15 @@ def test_dry_run_of_the_three_sessions_fills_every_key(tmp_path):
     warm = r2['compiled_components']['warmup']
     assert warm['fallbacks'] == {} and warm['compile_backend'] == 'aot_eager'
     assert set(warm['compiles']) == {'vision', 'prefill', 'suffix', 'denoise', 'decode',
-                                     'seed'}
+                                     'seed', 'guided_denoise'}
     assert all(n == 1 for n in warm['compiles'].values()), warm['compiles']
     assert warm['camera_counts'] == [3] and warm['graphs']['vision'] == 1
     assert r2['compiled_components']['pipeline_parity']['passed'] is True
+    # RTC's guided denoise: compiled, gated, timed beside the plain one, held against eager
+    assert 'guided denoise (RTC)' in warm['gate']['guided_denoise']
+    assert r2['compiled_components']['ms']['guided_denoise_10_steps'] > 0
+    assert r2['compiled_components']['pipeline_parity']['outputs']['guided_actions']['passed']
+    assert sessions[2]['show']['guided_vs_plain_denoise']['measured'] > 1
     bench = r3['bench']['result']
     assert bench['text_equal'] and bench['fallbacks'] == {} and bench['shared_backend']
     assert bench['text_context'] == 'action_prefix'              # one full prefill per frame
@@ -106,7 +111,9 @@ def test_every_figure_of_issue_10_is_a_filled_key():
                 'gpu_tests.gpu_tests.failed', 'eager_components.attention_backends.cudnn',
                 'compiled_components.warmup.warmup_s', 'compiled_components.warmup.recompiles',
                 'compiled_components.ms.decode_step_b1', 'compiled_components.pipeline_parity.'
-                'passed', 'bench.result.oxygen.action_latency_ms_p50',
+                'passed', 'compiled_components.ms.guided_denoise_10_steps',
+                'compiled_components.warmup.gate.guided_denoise',
+                'bench.result.oxygen.action_latency_ms_p50',
                 'bench.result.oxygen.tokens_per_s', 'bench.result.ideal_speedup',
                 'second_start.second_start.first_chunk_s'):
         assert key in keys, key
@@ -162,7 +169,9 @@ def test_a_phase_past_its_deadline_is_killed_and_keeps_what_it_saved(tmp_path):
 def test_show_holds_figures_against_the_targets():
     bench = {'fallbacks': {}, 'text_equal': True, 'speedup': 1.8, 'ideal_speedup': 1.9,
              'oxygen': {'action_latency_ms_p50': 18.0, 'action_hz': 31.0, 'tokens_per_s': 550.0}}
-    compiled = {'fallbacks': {}, 'ms': {'vision': 2.0, 'prefill': 9.0, 'decode_step_b1': 2.4},
+    compiled = {'fallbacks': {}, 'ms': {'vision': 2.0, 'prefill': 9.0, 'decode_step_b1': 2.4,
+                                        'denoise_10_steps': 12.0,
+                                        'guided_denoise_10_steps': 24.0},
                 'bench': bench}
     report = {'backends': {'compiled': compiled}, 'pipeline_parity': {'passed': True},
               'second_start': {'first_chunk_s': 18.0}}
@@ -173,6 +182,32 @@ def test_show_holds_figures_against_the_targets():
     assert s['speedup_over_ideal']['measured'] == pytest.approx(1.8 / 1.9)
     assert s['speedup_over_ideal']['ok'] and s['second_start_first_chunk_s']['ok']
     assert s['no_fallback']['ok'] and s['text_equal_oxygen_vs_isolated']['ok']
+    assert s['guided_vs_plain_denoise'] == {'target': 1.6, 'measured': 2.0, 'ok': False}
     session1 = {'session': 1, 'phases': {}, 'exit_code': 0, 'config': {},
                 'results': {'eager_components': {'ms': {'vision': 5.0}}}}
     assert gpu_session.show_of([session1])['no_fallback']['ok'] is None   # nothing compiled
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_optional_fp8_session_fills_every_key(tmp_path):
+    """Session 4 on the CPU: the reference path's FP8 weights, checked, compiled and timed."""
+    out = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', '--session',
+                           '4', '--out', str(out), '--device', 'cpu', '--preset', 'tiny',
+                           '--compile-cache', str(tmp_path / 'compile')],
+                          cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    session = json.loads((out / 'session4.json').read_text())
+    assert list(session['phases']) == ['environment', 'fp8_components']
+    assert session['missing_keys'] == [] and session['estimate_s']['total'] <= 480
+    fp8 = session['results']['fp8_components']
+    q = fp8['quantization']
+    assert q['kernel'] == 'dequant' and q['reference_path_reason'].startswith('cpu: no FP8')
+    assert q['linears'] == 'fp8 e4m3, per-channel scales, dequant: 25 linears'
+    assert q['acceptance']['ratio'] > 1.5 and not q['acceptance']['passed']   # random weights
+    assert fp8['warmup']['fallbacks'] == {} and fp8['pipeline_parity']['passed'] is True
+    thor = fp8['roofline']['denoise_10_steps']['thor']     # a GPU run projects it too
+    assert thor['projected'] is True and thor['bound_ms'] > 0
+    report = gpu_session.report_of([session])
+    assert report['backends']['fp8']['fallbacks'] == {}

@@ -7,9 +7,8 @@ import sys
 import time
 
 from oxygen_ros.tools.demo.sim import _parser, conditions, late_cycles, LateCycles
+from oxygen_ros.units import NS_PER_S
 import pytest
-
-NS = 1_000_000_000
 
 
 def process_state(pid):
@@ -28,16 +27,16 @@ def wait_state(pid, want, timeout_s=5.0):
 def test_late_cycles_stop_and_resume_a_process_on_the_sim_clock():
     proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
     try:
-        late = LateCycles(proc.pid, every_s=5.0, pause_s=0.8, start_ns=10 * NS)
-        late.tick(14 * NS)                       # before the first pause
+        late = LateCycles(proc.pid, every_s=5.0, pause_s=0.8, start_ns=10 * NS_PER_S)
+        late.tick(14 * NS_PER_S)                       # before the first pause
         assert wait_state(proc.pid, 'S') == 'S' and late.num_pauses == 0
-        late.tick(15 * NS)                       # 5 s after the first chunk: stopped
+        late.tick(15 * NS_PER_S)                       # 5 s after the first chunk: stopped
         assert wait_state(proc.pid, 'T') == 'T' and late.num_pauses == 1
-        late.tick(15 * NS + 700_000_000)         # still within its 0.8 s
+        late.tick(15 * NS_PER_S + 700_000_000)         # still within its 0.8 s
         assert process_state(proc.pid) == 'T'
-        late.tick(15 * NS + 800_000_000)         # resumed
+        late.tick(15 * NS_PER_S + 800_000_000)         # resumed
         assert wait_state(proc.pid, 'S') == 'S'
-        late.tick(20 * NS)                       # the next pause, 5 s after the first
+        late.tick(20 * NS_PER_S)                       # the next pause, 5 s after the first
         assert wait_state(proc.pid, 'T') == 'T' and late.num_pauses == 2
         late.resume()                            # the run ends while it is stopped
         assert wait_state(proc.pid, 'S') == 'S'

@@ -1,17 +1,24 @@
 """
-Paged decode attention in Triton: new tokens attend a context read in place from the KV pool.
+Paged attention in Triton: new tokens attend a context read in place from the KV pool.
 
 What a decode step (and a short causal suffix) computes in ``model/static_calls.py``'s
-``ExtendCall``, without gathering the context: each of the B rows has T new tokens whose
+``ExtendCall``, and the action expert's attention in ``DenoiseCall`` (``model/
+denoise_fused.py``), without gathering the context: each of the B rows has T new tokens whose
 queries ``q [B, Tq, Hq, D]`` attend
 
 - the row's context: pool slots ``ctx_slots [B, C]`` where ``ctx_mask [B, C]``, K and V read
   from the pool ``[num_slots, Hkv, D]`` of the layer by slot (``model/kv_cache.py``: slot =
   block id * block size + offset, so a block table is the slots of its blocks), and
-- the row's new tokens ``k_new, v_new [B, T, Hkv, D]`` (not yet in the pool): query token i
+- the row's new tokens ``k_new, v_new [B, T, Hkv, D]`` (not in the pool): query token i
   (its index among the new tokens is ``q_index[b, i]``) sees new token j when ``j == i``, or
-  when both are valid (``new_valid``) and ``j < i``: the causal rule of ``ExtendCall``
-  (``make_attn_mask`` with ``ar = 1`` or'ed with the diagonal).
+  when both are valid (``new_valid``) and, with ``causal`` (text), ``j < i``: the causal
+  rule of ``ExtendCall`` (``make_attn_mask`` with ``ar = 1`` or'ed with the diagonal);
+  without (the action tokens of denoise, ``denoise.denoise_context``'s mask), every valid j.
+
+Given ``cos``/``sin`` (denoise), q and k_new are the Q/K/V projection's output as it is
+(views, read in place) and RoPE rotates them as they are loaded (``layers.apply_rope``'s
+half-split rotation, float32, cast back): no RoPE kernel, no copy. The pool holds post-RoPE
+keys, as always.
 
 The query heads of one kv head (GQA: π0.5 has 8 on 1, head dim 256) are rows of one tile, so
 K and V are read once per kv head. Flash-decoding (Tri Dao et al., "Flash-Decoding for
@@ -35,11 +42,11 @@ the compiler, with a shape function.
 
 from __future__ import annotations
 
+from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator
 import torch
-from torch.library import triton_op, wrap_triton
+from torch.library import wrap_triton
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
 
 SPLIT_LEN = 64
 """Context slots per stage-1 program: 16 programs per row and kv head over 1024 slots."""
@@ -71,12 +78,49 @@ def _attend(q, kt, v, allowed, m, l, acc, scale, IEEE: tl.constexpr):  # noqa: E
 
 
 @triton.jit
-def _context_partials(q_ptr, k_ptr, v_ptr, slots_ptr, keep_ptr, acc_ptr, m_ptr, l_ptr,
+def _rotate(x, x_at, cos_at, sin_at, dims, ok, HEAD_DIM: tl.constexpr):  # noqa: N803
+    """
+    Return ``x`` rotated by RoPE as ``layers.apply_rope`` (half-split, float32, cast back).
+
+    ``x_at + d`` addresses element ``d`` of the loaded vectors, ``cos_at + i`` / ``sin_at + i``
+    their angle ``i < D/2``; ``dims`` (the head dims, broadcast against them) and ``ok`` as
+    ``x`` was loaded.
+    """
+    half: tl.constexpr = HEAD_DIM // 2
+    lower = dims < half
+    partner = tl.load(x_at + tl.where(lower, dims + half, dims - half), mask=ok, other=0.0)
+    angle = tl.where(lower, dims, dims - half)
+    c = tl.load(cos_at + angle, mask=ok, other=0.0)
+    s = tl.load(sin_at + angle, mask=ok, other=0.0)
+    return (x.to(tl.float32) * c + partner.to(tl.float32) * tl.where(lower, -s, s)).to(x.dtype)
+
+
+@triton.jit
+def _queries(q_ptr, index_ptr, cos_ptr, sin_ptr, b, kvh, rows, row_ok, dims, dim_ok,
+             stride_qb, stride_qt, stride_cb, stride_ct, num_queries,
+             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, ROPE: tl.constexpr):  # noqa: N803
+    """Load query rows ``[R, D]`` (token ``rows // GROUP``, head ``rows % GROUP`` of ``kvh``)."""
+    token = rows // GROUP
+    at = b * stride_qb + token * stride_qt + (kvh * GROUP + rows % GROUP) * HEAD_DIM
+    ok = row_ok[:, None] & dim_ok[None, :]
+    q = tl.load(q_ptr + at[:, None] + dims[None, :], mask=ok, other=0.0)
+    if ROPE:
+        new = tl.load(index_ptr + b * num_queries + token, mask=row_ok, other=0)
+        angle = b * stride_cb + new * stride_ct
+        q = _rotate(q, q_ptr + at[:, None], cos_ptr + angle[:, None], sin_ptr + angle[:, None],
+                    dims[None, :], ok, HEAD_DIM)
+    return q
+
+
+@triton.jit
+def _context_partials(q_ptr, index_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, slots_ptr, keep_ptr,
+                      acc_ptr, m_ptr, l_ptr, stride_qb, stride_qt, stride_cb, stride_ct,
                       stride_ks, stride_kh, stride_vs, stride_vh, stride_sb, stride_mb,
                       num_rows, ctx_len, split_len, num_splits, scale,
                       GROUP: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                       BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: N803
-                      BLOCK_D: tl.constexpr, IEEE: tl.constexpr):  # noqa: N803
+                      BLOCK_D: tl.constexpr, ROPE: tl.constexpr,  # noqa: N803
+                      IEEE: tl.constexpr):  # noqa: N803
     """Stage 1: one (row, kv head, row block) over one split of the context."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -87,10 +131,9 @@ def _context_partials(q_ptr, k_ptr, v_ptr, slots_ptr, keep_ptr, acc_ptr, m_ptr, 
     row_ok = rows < num_rows
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
-    q_rows = (b * (num_rows // GROUP) + rows // GROUP) * (KV_HEADS * GROUP) + \
-        kvh * GROUP + rows % GROUP
-    q = tl.load(q_ptr + q_rows[:, None] * HEAD_DIM + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    q = _queries(q_ptr, index_ptr, cos_ptr, sin_ptr, b, kvh, rows, row_ok, dims, dim_ok,
+                 stride_qb, stride_qt, stride_cb, stride_ct, num_rows // GROUP, GROUP,
+                 HEAD_DIM, ROPE)
     m = tl.full([BLOCK_R], float('-inf'), tl.float32)
     l = tl.zeros([BLOCK_R], tl.float32)  # noqa: E741
     acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
@@ -115,11 +158,14 @@ def _context_partials(q_ptr, k_ptr, v_ptr, slots_ptr, keep_ptr, acc_ptr, m_ptr, 
 
 
 @triton.jit
-def _new_tokens_and_merge(q_ptr, index_ptr, k_ptr, v_ptr, valid_ptr, acc_ptr, m_ptr, l_ptr,
-                          out_ptr, num_rows, num_new, num_splits, scale,
+def _new_tokens_and_merge(q_ptr, index_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, valid_ptr, acc_ptr,
+                          m_ptr, l_ptr, out_ptr, stride_qb, stride_qt, stride_cb, stride_ct,
+                          stride_kb, stride_kt, stride_vb, stride_vt,
+                          num_rows, num_new, num_splits, scale,
                           GROUP: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                           BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr,  # noqa: N803
-                          BLOCK_D: tl.constexpr, IEEE: tl.constexpr):  # noqa: N803
+                          BLOCK_D: tl.constexpr, ROPE: tl.constexpr,  # noqa: N803
+                          CAUSAL: tl.constexpr, IEEE: tl.constexpr):  # noqa: N803
     """Stage 2: one (row, kv head, row block): the new tokens, then every split's partial."""
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(num_rows, BLOCK_R)
@@ -130,10 +176,9 @@ def _new_tokens_and_merge(q_ptr, index_ptr, k_ptr, v_ptr, valid_ptr, acc_ptr, m_
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
     num_queries = num_rows // GROUP
-    q_rows = (b * num_queries + rows // GROUP) * (KV_HEADS * GROUP) + \
-        kvh * GROUP + rows % GROUP
-    q = tl.load(q_ptr + q_rows[:, None] * HEAD_DIM + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    q = _queries(q_ptr, index_ptr, cos_ptr, sin_ptr, b, kvh, rows, row_ok, dims, dim_ok,
+                 stride_qb, stride_qt, stride_cb, stride_ct, num_queries, GROUP, HEAD_DIM,
+                 ROPE)
     own = tl.load(index_ptr + b * num_queries + rows // GROUP, mask=row_ok, other=0)
     own_valid = tl.load(valid_ptr + b * num_new + own, mask=row_ok, other=0) != 0
     m = tl.full([BLOCK_R], float('-inf'), tl.float32)
@@ -143,13 +188,20 @@ def _new_tokens_and_merge(q_ptr, index_ptr, k_ptr, v_ptr, valid_ptr, acc_ptr, m_
         cols = j0 + tl.arange(0, BLOCK_T)
         inside = cols < num_new
         valid = (tl.load(valid_ptr + b * num_new + cols, mask=inside, other=0) != 0) & inside
-        tokens = (b * num_new + cols) * KV_HEADS + kvh
-        kt = tl.load(k_ptr + tokens[None, :] * HEAD_DIM + dims[:, None],
-                     mask=inside[None, :] & dim_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + tokens[:, None] * HEAD_DIM + dims[None, :],
+        k_at = b * stride_kb + cols * stride_kt + kvh * HEAD_DIM
+        k_ok = inside[None, :] & dim_ok[:, None]
+        kt = tl.load(k_ptr + k_at[None, :] + dims[:, None], mask=k_ok, other=0.0)
+        if ROPE:
+            angle = b * stride_cb + cols * stride_ct
+            kt = _rotate(kt, k_ptr + k_at[None, :], cos_ptr + angle[None, :],
+                         sin_ptr + angle[None, :], dims[:, None], k_ok, HEAD_DIM)
+        v_at = b * stride_vb + cols * stride_vt + kvh * HEAD_DIM
+        v = tl.load(v_ptr + v_at[:, None] + dims[None, :],
                     mask=inside[:, None] & dim_ok[None, :], other=0.0)
-        allowed = (cols[None, :] == own[:, None]) | \
-            (own_valid[:, None] & valid[None, :] & (cols[None, :] < own[:, None]))
+        seen = own_valid[:, None] & valid[None, :]
+        if CAUSAL:
+            seen = seen & (cols[None, :] < own[:, None])
+        allowed = (cols[None, :] == own[:, None]) | seen
         m, l, acc = _attend(q, kt.to(q.dtype), v.to(q.dtype), allowed, m, l, acc,  # noqa
                             scale, IEEE)
     for s in range(0, num_splits):
@@ -165,17 +217,20 @@ def _new_tokens_and_merge(q_ptr, index_ptr, k_ptr, v_ptr, valid_ptr, acc_ptr, m_
         l = l * alpha + l_s * beta  # noqa: E741
         m = m_new
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
-    tl.store(out_ptr + q_rows[:, None] * HEAD_DIM + dims[None, :],
+    out_rows = (b * num_queries + rows // GROUP) * (KV_HEADS * GROUP) + \
+        kvh * GROUP + rows % GROUP
+    tl.store(out_ptr + out_rows[:, None] * HEAD_DIM + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
 
 
-INTERPRETED = isinstance(_context_partials, InterpretedFunction)
+INTERPRETED = is_interpreted(_context_partials)
 """The kernels are Triton's CPU interpreter's (``TRITON_INTERPRET=1`` at import)."""
 
 
 def _check(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
            ctx_slots: torch.Tensor, ctx_mask: torch.Tensor, k_new: torch.Tensor,
-           v_new: torch.Tensor, new_valid: torch.Tensor) -> None:
+           v_new: torch.Tensor, new_valid: torch.Tensor, cos: torch.Tensor | None,
+           sin: torch.Tensor | None) -> None:
     """Raise ``ValueError`` naming the first argument whose shape, dtype or device is wrong."""
     if q.dim() != 4 or k_pool.dim() != 3 or k_new.dim() != 4:
         raise ValueError(f'q [B, Tq, Hq, D], k_pool [S, Hkv, D] and k_new [B, T, Hkv, D] '
@@ -189,6 +244,10 @@ def _check(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool:
             'v_new': (v_new, (b, t, hkv, d)), 'q_index': (q_index, (b, tq)),
             'ctx_slots': (ctx_slots, (b, c)), 'ctx_mask': (ctx_mask, (b, c)),
             'new_valid': (new_valid, (b, t))}
+    if (cos is None) != (sin is None):
+        raise ValueError('cos and sin go together (RoPE on load) or not at all')
+    if cos is not None:
+        want.update({'cos': (cos, (b, t, d // 2)), 'sin': (sin, (b, t, d // 2))})
     for name, (x, shape) in want.items():
         if tuple(x.shape) != shape:
             raise ValueError(f'{name} must be {list(shape)}, got {list(x.shape)}')
@@ -201,18 +260,27 @@ def _check(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool:
         raise ValueError('ctx_mask and new_valid must be bool')
     if ctx_slots.dtype not in (torch.int32, torch.int64) or q_index.dtype != torch.int64:
         raise ValueError('ctx_slots must be int32 or int64, q_index int64')
+    if cos is not None and (cos.dtype != torch.float32 or sin.dtype != torch.float32
+                            or d % 2):
+        raise ValueError('cos and sin must be float32 (and the head dim even)')
     if k_pool.stride(2) != 1 or v_pool.stride(2) != 1:
         raise ValueError('the pool needs its head dim contiguous')
 
 
+def _packed_heads(x: torch.Tensor) -> torch.Tensor:
+    """Return ``x [B, T, H, D]`` with its heads and dims packed (a view of a wider row is)."""
+    return x if x.stride(3) == 1 and x.stride(2) == x.shape[3] else x.contiguous()
+
+
 def _launch(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
             ctx_slots: torch.Tensor, ctx_mask: torch.Tensor, k_new: torch.Tensor,
-            v_new: torch.Tensor, new_valid: torch.Tensor) -> torch.Tensor:
+            v_new: torch.Tensor, new_valid: torch.Tensor, cos: torch.Tensor | None = None,
+            sin: torch.Tensor | None = None, causal: bool = True) -> torch.Tensor:
     """
     Softmax attention of new tokens over a context in the KV pool and over each other.
 
-    :param q: ``[B, Tq, Hq, D]`` post-RoPE queries (not pre-scaled), the dtype of the
-        operands.
+    :param q: ``[B, Tq, Hq, D]`` queries (not pre-scaled), the dtype of the operands; a view
+        whose heads and dims are packed is read in place (e.g. of a fused Q/K/V projection).
     :param q_index: ``int64 [B, Tq]`` index among the T new tokens of each query token
         (``arange(T)`` for all of them, the last valid one alone after the last layer).
     :param k_pool: ``[num_slots, Hkv, D]`` post-RoPE keys of one layer (``KVCache.k[i]``).
@@ -220,20 +288,32 @@ def _launch(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool
     :param ctx_slots: ``int32 or int64 [B, C]`` pool slot of each context entry.
     :param ctx_mask: ``bool [B, C]`` True where the entry is attended (padding: False; its
         slot must still lie in the pool).
-    :param k_new: ``[B, T, Hkv, D]`` post-RoPE keys of the new tokens.
-    :param v_new: ``[B, T, Hkv, D]`` their values.
+    :param k_new: ``[B, T, Hkv, D]`` keys of the new tokens (a view, as ``q``).
+    :param v_new: ``[B, T, Hkv, D]`` their values (a view, as ``q``).
     :param new_valid: ``bool [B, T]`` real new tokens (padding: False; a padding query still
         attends the context and itself).
+    :param cos: None: ``q`` and ``k_new`` are post-RoPE. Else ``float32 [B, T, D/2]``, the
+        RoPE of each new token (``layers.rope_cos_sin``): q and k_new are rotated as they
+        are loaded (query token i by new token ``q_index[b, i]``'s angles), in float32 and
+        cast back, as ``layers.apply_rope``.
+    :param sin: with ``cos``.
+    :param causal: new token i sees the valid new tokens before it (text); False: every valid
+        new token (the action tokens of denoise). A token always sees itself.
     :returns: ``[B, Tq, Hq, D]`` in ``q.dtype``.
     :raises ValueError: shapes, dtypes or devices that do not fit (``_check``).
     """
-    _check(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid)
+    _check(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid, cos, sin)
     b, tq, hq, d = q.shape
     hkv, t, c = k_pool.shape[1], k_new.shape[1], ctx_slots.shape[1]
     group, rows = hq // hkv, tq * (hq // hkv)
-    q, k_new, v_new = q.contiguous(), k_new.contiguous(), v_new.contiguous()
+    q, k_new, v_new = _packed_heads(q), _packed_heads(k_new), _packed_heads(v_new)
     q_index, ctx_slots = q_index.contiguous(), ctx_slots.contiguous()
     ctx_mask, new_valid = ctx_mask.contiguous(), new_valid.contiguous()
+    rope = cos is not None
+    if rope:
+        cos, sin = cos.contiguous(), sin.contiguous()
+    else:               # never read (ROPE is a constant of the kernels): any tensor will do
+        cos = sin = q_index
     splits = (c + SPLIT_LEN - 1) // SPLIT_LEN
     programs = b * hkv * ((rows + BLOCK_R - 1) // BLOCK_R)
     f32 = torch.float32
@@ -242,40 +322,44 @@ def _launch(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool
     l = torch.empty((b * hkv * splits, rows), dtype=f32, device=q.device)  # noqa: E741
     out = torch.empty((b, tq, hq, d), dtype=q.dtype, device=q.device)
     shape = {'GROUP': group, 'KV_HEADS': hkv, 'HEAD_DIM': d, 'BLOCK_R': BLOCK_R,
-             'BLOCK_D': max(16, triton.next_power_of_2(d)), 'IEEE': q.dtype == f32}
+             'BLOCK_D': max(16, triton.next_power_of_2(d)), 'ROPE': rope, 'IEEE': q.dtype == f32}
     scale = d ** -0.5
+    queries = (q, q_index, cos, sin)
+    strides = (q.stride(0), q.stride(1), cos.stride(0) if rope else 0,
+               cos.stride(1) if rope else 0)
+    context, merge = launch_options(rope)
     wrap_triton(_context_partials)[(programs, splits)](
-        q, k_pool, v_pool, ctx_slots, ctx_mask, acc, m, l, k_pool.stride(0), k_pool.stride(1),
-        v_pool.stride(0), v_pool.stride(1), ctx_slots.stride(0), ctx_mask.stride(0), rows, c,
-        SPLIT_LEN, splits, scale, BLOCK_N=BLOCK_N, num_warps=4, num_stages=2, **shape)
+        *queries, k_pool, v_pool, ctx_slots, ctx_mask, acc, m, l, *strides, k_pool.stride(0),
+        k_pool.stride(1), v_pool.stride(0), v_pool.stride(1), ctx_slots.stride(0),
+        ctx_mask.stride(0), rows, c, SPLIT_LEN, splits, scale, BLOCK_N=BLOCK_N, **context,
+        **shape)
     wrap_triton(_new_tokens_and_merge)[(programs,)](
-        q, q_index, k_new, v_new, new_valid, acc, m, l, out, rows, t, splits, scale,
-        BLOCK_T=BLOCK_T, num_warps=4, num_stages=1, **shape)
+        *queries, k_new, v_new, new_valid, acc, m, l, out, *strides, k_new.stride(0),
+        k_new.stride(1), v_new.stride(0), v_new.stride(1), rows, t, splits, scale,
+        BLOCK_T=BLOCK_T, CAUSAL=causal, **merge, **shape)
     return out
 
 
-paged_attention = triton_op('oxygen_ros::paged_attention', mutates_args=())(_launch)
+def launch_options(rope: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """
+    Return the warps and pipeline stages of stage 1 and of stage 2.
+
+    Stage 2 with RoPE on load takes 8 warps: with 4 it needs 255 registers per thread at
+    head dim 256 on Hopper, the ceiling (``test_paged_attention.py`` builds both for sm_90
+    and finds no spill).
+    """
+    return {'num_warps': 4, 'num_stages': 2}, {'num_warps': 8 if rope else 4, 'num_stages': 1}
 
 
-@paged_attention.register_kernel('cpu')
-def _on_the_cpu(*args: torch.Tensor) -> torch.Tensor:
-    if not INTERPRETED:
-        raise ValueError('the paged attention kernel runs on CUDA, or on the CPU under '
-                         'TRITON_INTERPRET=1 set before it is imported')
-    return _launch(*args)
+def _shape(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid, cos=None,
+           sin=None, causal=True):
+    _check(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid, cos, sin)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
-if INTERPRETED:
-    from torch._subclasses.functional_tensor import FunctionalTensorMode
-
-    @paged_attention.register_fake
-    def _shape(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid):
-        _check(q, q_index, k_pool, v_pool, ctx_slots, ctx_mask, k_new, v_new, new_valid)
-        return torch.empty_like(q, memory_format=torch.contiguous_format)
-
-    def _opaque(mode, op, types, args, kwargs):
-        return mode.__torch_dispatch__(op, types, args, kwargs)
-    paged_attention.register_torch_dispatch(FunctionalTensorMode, _opaque)
+paged_attention = kernel_operator('oxygen_ros::paged_attention', _launch, _shape,
+                                  interpreted=INTERPRETED)
 
 
-__all__ = ['BLOCK_N', 'BLOCK_R', 'BLOCK_T', 'INTERPRETED', 'SPLIT_LEN', 'paged_attention']
+__all__ = ['BLOCK_N', 'BLOCK_R', 'BLOCK_T', 'INTERPRETED', 'SPLIT_LEN', 'launch_options',
+           'paged_attention']

@@ -45,11 +45,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 from oxygen_ros.resources import cache_dir
-from oxygen_ros.ros.compressed import Codec, compressed_topic, encode_rgb
-from oxygen_ros.ros.convert import NS_PER_S
+from oxygen_ros.ros.images.compressed import Codec, encode_rgb
+from oxygen_ros.ros.images.transport import compressed_topic
 from oxygen_ros.tools.bag.topics import (
     bag_qos, CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, INSTRUCTION_TOPIC, JOINT_STATE_TYPE,
     JOINT_STATES_TOPIC, qos_profile, qos_role, Storage, STRING_TYPE, typestore)
+from oxygen_ros.units import NS_PER_S
 from rosbags.rosbag2 import Writer
 from tqdm import tqdm
 

@@ -50,11 +50,12 @@ import threading
 import time
 from typing import Sequence
 
-from oxygen_ros.ros.convert import ns_to_stamp, stamp_to_ns
 from oxygen_ros.ros.security import ROBOT_ENCLAVE
+from oxygen_ros.ros.stamps import ns_to_stamp, stamp_to_ns
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.topics import has_header, message_class, qos_profile, qos_role
 from oxygen_ros.tools.common.secure_node import start_node
+from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -195,7 +196,7 @@ class BagReplayer:
             if origin is None:
                 continue
             start_mono, start_ns = origin
-            elapsed_ns = round((time.monotonic() - start_mono) * self._options.rate * 1e9)
+            elapsed_ns = round((time.monotonic() - start_mono) * self._options.rate * NS_PER_S)
             pub.publish(Clock(clock=ns_to_stamp(max(0, start_ns + elapsed_ns))))
 
     def close(self) -> None:
@@ -240,7 +241,7 @@ class BagReplayer:
                 base = bag_t0 if self._options.stamps is StampMode.KEEP else start_ros_ns
                 with self._clock_lock:
                     self._clock_origin = (start_mono, base)
-            if not self._sleep_until(start_mono + (bag_ns - bag_t0) / rate / 1e9):
+            if not self._sleep_until(start_mono + (bag_ns - bag_t0) / rate / NS_PER_S):
                 return False
             topic = self._topics[conn.topic]
             data = bytes(raw)

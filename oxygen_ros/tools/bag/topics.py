@@ -23,6 +23,7 @@ from oxygen_ros.ros.topics import (  # noqa: F401 (re-exported for the bag tools
     CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, has_header, IMAGE_TYPE, INSTRUCTION_TOPIC,
     JOINT_STATE_TYPE, JOINT_STATES_TOPIC, message_class, qos_profile, qos_role, QosRole,
     STRING_TYPE)
+from oxygen_ros.units import NS_PER_S
 from rclpy.qos import QoSProfile
 from rosbags.interfaces import (
     Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime)
@@ -58,7 +59,7 @@ def bag_qos(profile: QoSProfile) -> Qos:
     """
     def as_time(duration: object) -> QosTime:
         ns = duration.nanoseconds
-        return _INFINITE if ns <= 0 else QosTime(sec=ns // 10**9, nsec=ns % 10**9)
+        return _INFINITE if ns <= 0 else QosTime(sec=ns // NS_PER_S, nsec=ns % NS_PER_S)
 
     return Qos(
         history=QosHistory(int(profile.history)),

@@ -43,7 +43,8 @@ from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, preset_names
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.tools.bench.arrivals import Arrival, ArrivalPattern
-from oxygen_ros.tools.bench.options import add_fast_path_arguments, COMPILE_MODES
+from oxygen_ros.tools.bench.options import (
+    add_fast_path_arguments, add_quantization_argument, COMPILE_MODES)
 from oxygen_ros.tools.bench.options import fast_path_options
 from oxygen_ros.tools.common.machine import cpu_name
 
@@ -77,6 +78,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--prefix-attention', choices=[m.value for m in PrefixAttention],
                    default=None, help="default: the preset's")
     p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
+    add_quantization_argument(p)
     p.add_argument('--device', default='cpu')
     p.add_argument('--backend', default='torch', choices=('torch', 'tensorrt'))
     p.add_argument('--compile', default='none', choices=COMPILE_MODES,
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None, *,
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.errors import BackendUnavailableError
     from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import build_model
+    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.model.fp8 import Fp8Unsupported
     from oxygen_ros.sched.scheduler import Policy
 
     if args.threads:
@@ -163,16 +166,22 @@ def main(argv: list[str] | None = None, *,
     except ValueError as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
-    model = build_model(base, base.model_config())
+    try:
+        loaded = load_model(base, base.model_config())
+    except Fp8Unsupported as exc:
+        print(f'oxygen_bench engine: {exc}', file=sys.stderr)
+        return 2
+    model = loaded.model
     blocks = base.pool_blocks()
     try:       # one backend, one warm-up: the isolated engine on the pool's upper half
         adapter = _adapter(args.memory_adapter, model, args.seed)
-        shared = _shared_backend(args, base, model, 2 * blocks, adapter)
+        shared = _shared_backend(args, base, model, 2 * blocks, adapter, loaded.reference)
     except (BackendUnavailableError, OSError, ValueError) as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
-    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=model, backend=shared)
-    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=model,
+    loaded = replace(loaded, reference=None)        # the fast path's gate is over
+    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=loaded, backend=shared)
+    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=loaded,
                                        backend=shared.sharing_pool(blocks)),
                Policy.OXYGEN: oxygen}
     with sdpa_context(shared.attention):         # the probes call the model directly
@@ -184,13 +193,14 @@ def _config(args: argparse.Namespace, context: TextContext):
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 
     return EngineConfig(
-        preset=args.preset, dtype=args.dtype, device=args.device,
-        backend=BackendKind(args.backend), compile_mode=CompileMode(args.compile),
+        preset=args.preset, dtype=args.dtype, quantization=args.quantization,
+        device=args.device, backend=BackendKind(args.backend),
+        compile_mode=CompileMode(args.compile),
         prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
         else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
         decode_budget=args.decode_budget, max_running_requests=args.max_running,
-        stop_on_eos=args.stop_on_eos, seed=args.seed, max_wait_cycles=10**6,
-        max_pending_requests=10**6, attention_backend=AttentionBackend.resolve(args.attention),
+        stop_on_eos=args.stop_on_eos, seed=args.seed, max_waiting_requests=10**6,
+        attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
         memory_adapter=args.memory_adapter, rtc=args.rtc, resize_on_device=args.resize_on_device)
 
@@ -209,11 +219,13 @@ def _adapter(name: str | None, model, seed: int):
     return from_oxygen_arrays(arrays, model.cfg, dtype=model.dtype, device=model.device)
 
 
-def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter):
+def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter,
+                    reference=None):
     """Return the backend both engines run on (the fast path warmed up once)."""
     from oxygen_ros.backends.factory import make_backend
 
     return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
+                        reference=reference,
                         **fast_path_options(args, progress=not args.no_progress))
 
 
@@ -305,7 +317,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         if f % args.probe_every == 0:
             probe_round()
     for pol, eng in engines.items():       # let the last text requests finish (not timed)
-        while eng.num_running or eng.num_pending:
+        while eng.num_running or eng.num_waiting:
             _collect(records[pol], eng.step(None), measured=False)
     for _ in range(3):
         probe_round()
@@ -335,6 +347,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'arrival': args.arrivals.describe(), 'requests_per_frame': n_text,
         'text_context': args.text_context, 'memory_adapter': _adapter_summary(args, comp),
         'prefix_attention': model_cfg.prefix_attention.value, 'dtype': args.dtype,
+        'quantization': oxygen.describe_quantization(),
         'device': args.device, 'resize_on_device': oxygen.resize_on_device,
         'backend': args.backend, 'compile': args.compile,
         'compile_seconds': compile_s, 'compile_backend': args.compile_backend,
@@ -409,7 +422,8 @@ def _collect(rec: dict, out, measured: bool) -> None:
 
 def _print(r: dict) -> None:
     iso, oxy = r['isolated'], r['oxygen']
-    print(f"\n{r['preset']} ({r['parameters'] / 1e6:.1f} M params, {r['dtype']}), "
+    weights = r['dtype'] + (f", {r['quantization']}" if r['quantization'] != 'none' else '')
+    print(f"\n{r['preset']} ({r['parameters'] / 1e6:.1f} M params, {weights}), "
           f"{r['cameras']} camera(s), {r['prefix_attention']} prefix, budget "
           f"{r['decode_budget']}, k={r['tokens_per_cycle']}, text every {r['text_every']}, "
           f"{r['frames']} frames, {r['backend']} backend"

@@ -3,10 +3,10 @@ The model calls of a control cycle, timed one by one, and the action path's pari
 
 What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
 (``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
-the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, a decode
-step at several batch sizes over a long context, the LM head), the outputs of one untimed
-pass, and the parity of the fast path's outputs against eager with eager float32 as the
-reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
+the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
+10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
+head), the outputs of one untimed pass, and the parity of the fast path's outputs against
+eager with eager float32 as the reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
 bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
 """
 
@@ -87,12 +87,16 @@ def timed_ms(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -
     return statistics.median(times)
 
 
-def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True) -> dict:
+def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True,
+                   guided: bool = False) -> dict:
     """
     Run (and time) the calls the engine makes on ``model`` over ``cache``.
 
     :param model: ``Pi05Model`` or ``CompiledModel`` (calls with token masks None, as the
         backend makes them; decode through ``greedy_calls``, as the engine decodes).
+    :param guided: also RTC's guided denoise (``guided_denoise_10_steps``, output
+        ``guided_actions``) on the same prefix and noise, guided as the bench's probe guides
+        (``probe.probe_guidance``): the fast path's graph, or the eager reference.
     :returns: ``{'ms': {component: median ms}, 'outputs': {name: tensor}}`` (``ms`` empty
         when not ``timed``).
     """
@@ -100,6 +104,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
 
     from oxygen_ros.backends.torch_backend import greedy_calls
     from oxygen_ros.model.kv_cache import PrefixKV
+    from oxygen_ros.tools.bench.probe import guided_call, probe_guidance
 
     greedy, seed = greedy_calls(model)
     cfg, dev, sync = model.cfg, cache.k.device, work.sync()
@@ -134,6 +139,11 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
         time_it('suffix', lambda: model.prefill_suffix(suffix, None, rows, slots=suffix_slots))
         out['actions'] = model.denoise(prefix, noise)
         time_it('denoise_10_steps', lambda: model.denoise(prefix, noise))
+        if guided:
+            call = guided_call(model)
+            guidance = probe_guidance(cfg.action_horizon, cfg.action_dim, dev)
+            out['guided_actions'] = call(prefix, noise, guidance)
+            time_it('guided_denoise_10_steps', lambda: call(prefix, noise, guidance))
         ctx_len = max(work.decode_ctx, p)
         for b in work.decode_batches:
             ctx = torch.cat([slots[0], 16 + p + torch.arange(ctx_len - p, device=dev)])
@@ -235,6 +245,23 @@ def _graph_replay_us(fn: Callable[[], None], repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def denoise_entry(ms: dict[str, float], cfg: Any, used: str) -> dict:
+    """
+    Return how the timed denoise ran and its time per layer-step.
+
+    :param ms: ``run_components``' medians (``denoise_10_steps``).
+    :param cfg: the model's ``ModelConfig``.
+    :param used: ``paged_attention.denoise_attention``: ``'fused'`` (the Triton kernels of
+        ``model/denoise_fused.py``) or ``'gathered'``.
+    :returns: ``used``, ``layer_steps`` (expert depth x Euler steps) and
+        ``us_per_layer_step`` (None where the denoise was not timed).
+    """
+    steps = cfg.expert.depth * cfg.num_denoise_steps
+    total = ms.get('denoise_10_steps')
+    return {'used': used, 'layer_steps': steps,
+            'us_per_layer_step': None if total is None else 1e3 * total / steps}
+
+
 def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
                     work: Workload) -> dict:
     """
@@ -249,7 +276,8 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
 
     result = {}
     decode = tuple(f'decode_logits_b{b}' for b in work.decode_batches)
-    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + decode:
+    guided = ('guided_actions',) if 'guided_actions' in fast else ()
+    for key in ('actions', 'prefix_hidden', 'suffix_hidden') + guided + decode:
         r = check_parity(key, [fast[key]], [eager[key]],
                          None if reference is None else [reference[key]])
         result[key] = {'error': r.error, 'tolerance': r.tolerance,
@@ -258,8 +286,13 @@ def pipeline_parity(fast: dict, eager: dict, reference: dict | None,
             'rule': 'max|fast - eager| <= max(1e-4 * scale, 3 * max|eager - eager_fp32|)'}
 
 
-def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
-    """Return each component beside its bound on ``gpu_name`` and the paper-workload cycle."""
+def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
+                   fp8_weights: bool = False) -> dict:
+    """
+    Return each component beside its bound on ``gpu_name`` and the paper-workload cycle.
+
+    :param fp8_weights: the bounds of FP8 weights (``model/roofline.py``).
+    """
     from oxygen_ros.backends.gpu_specs import lookup_gpu
     from oxygen_ros.engine.config import DTYPE_BYTES
     from oxygen_ros.tools.bench.roofline import component_costs, paper_cycle, roofline
@@ -268,7 +301,7 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
                             prompt_tokens=work.prompt_tokens,
                             decode_batches=list(work.decode_batches),
                             decode_ctx=work.decode_ctx,
-                            dtype_bytes=DTYPE_BYTES[work.dtype])
+                            dtype_bytes=DTYPE_BYTES[work.dtype], fp8_weights=fp8_weights)
     rows = roofline(ms, costs, lookup_gpu(gpu_name))
     batch = work.decode_batches[1] if len(work.decode_batches) > 1 else work.decode_batches[0]
     return {'roofline': rows,
@@ -276,5 +309,5 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str) -> dict:
                                        batch_name=f'decode_step_b{batch}')}
 
 
-__all__ = ['DECODE_BATCHES', 'Workload', 'pipeline_parity', 'roofline_entry',
+__all__ = ['DECODE_BATCHES', 'Workload', 'denoise_entry', 'pipeline_parity', 'roofline_entry',
            'run_components', 'time_decode_attention', 'timed_ms']

@@ -13,11 +13,16 @@ environment          GPU, driver, torch, CUDA, cuDNN, Triton, Python, CPU, the t
 gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess), per test
 eager_components     each model call, eager, with every attention kernel; rooflines
 compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
-                     gate, fallbacks, compile cache, the decode attention used), each call,
-                     the action path's parity, the decode attention alone (paged vs gather)
+                     gate, fallbacks, compile cache, the decode attention used; RTC's
+                     guided denoise included), each call (the guided denoise too), the
+                     action path's parity, the decode attention alone (paged vs gather)
 bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
                      shared warm-up), the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
+fp8_components       FP8 weights (``model/fp8.py``): the action check against bf16 and
+                     float32, then as ``compiled_components`` on the FP8 model (the gate
+                     against the unquantized float32 copy), rooflines with FP8 bytes and
+                     FLOPs, Thor's projection
 ==================== =====================================================================
 """
 
@@ -213,24 +218,82 @@ class _Recompiles(logging.Handler):
 
 
 def compiled_components(ctx: PhaseContext) -> bool:
-    """Warm the fast path up cold (timed, compiles logged), time each call, check parity."""
+    """
+    Warm the fast path up cold (timed, compiles logged), time each call, check parity.
+
+    With real-time chunking on (``rtc``): the guided denoise is compiled, captured and gated
+    with the rest, timed beside the plain one and held against eager's guided denoise.
+    """
+    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.tools.bench.gpu_components import time_decode_attention
+
+    work = ctx.workload()
+    model = work.build_model()
+    reference = float32_copy(model)     # ONE float32 copy: the gate's and the parity's
+    failed, paged = _fast_path_components(ctx, model, reference, work)
+    try:
+        ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
+    except Exception as exc:  # noqa: B902 - a figure lost, not the phase
+        ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
+    return failed
+
+
+def fp8_components(ctx: PhaseContext) -> bool:
+    """
+    FP8 weights: the action check at load, then the fast path with them, as ``compiled``.
+
+    The weights are the session's random bf16 ones, quantized (``model/fp8.py``); the check
+    (``backends/fp8_gate.py``) is recorded, not obeyed: random weights are expected to fail
+    it (docs/gpu.md), and the FP8 calls are timed either way. Thor's projection beside them.
+    """
+    import torch
+
+    from oxygen_ros.backends.fp8_gate import check_fp8_actions
+    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel, quantized_copy
+
+    work = ctx.workload()
+    model = work.build_model()
+    reference = float32_copy(model)
+    kernel, why = fp8_kernel(model.device)          # raises below compute capability 8.9
+    t0 = time.perf_counter()
+    fp8 = quantized_copy(model, kernel)
+    info = {'kernel': kernel.value, 'reference_path_reason': why,
+            'linears': describe_quantization(fp8), 'quantize_s': time.perf_counter() - t0}
+    ctx.save('quantization', info)
+    bf16 = model if model.dtype == torch.bfloat16 else None
+    if bf16 is not None:
+        t0 = time.perf_counter()
+        check = check_fp8_actions(fp8, bf16, reference if reference is not None else model)
+        ctx.save('quantization', {**info, 'acceptance': check.as_dict(),
+                                  'acceptance_s': time.perf_counter() - t0,
+                                  'acceptance_rule': check.describe()})
+    del model, bf16                 # the bf16 linears; the FP8 copy shares everything else
+    failed, _ = _fast_path_components(ctx, fp8, reference, work, fp8_weights=True)
+    return failed
+
+
+def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *,
+                          fp8_weights: bool = False) -> tuple[bool, object]:
+    """
+    Warm the fast path up on ``model``, time each call, hold its outputs to eager's.
+
+    :returns: (something failed or fell back, the decode attention the graphs use).
+    """
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.graph_builder import Kernels
-    from oxygen_ros.backends.parity_probe import float32_copy
     from oxygen_ros.model.kv_cache import KVCache
-    from oxygen_ros.model.paged_attention import decode_attention
+    from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
-        pipeline_parity, roofline_entry, run_components, time_decode_attention)
+        denoise_entry, pipeline_parity, roofline_entry, run_components)
 
-    a, work = ctx.args, ctx.workload()
+    a = ctx.args
     attention = AttentionBackend.resolve(a.attention)
-    model = work.build_model()
-    reference = float32_copy(model)     # ONE float32 copy: the gate's and the parity's
     config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
                            max_running_requests=max(work.decode_batches), decode_budget=30,
-                           attention=attention)
+                           attention=attention, rtc=True)
     with _Recompiles() as recompiles:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
@@ -239,10 +302,13 @@ def compiled_components(ctx: PhaseContext) -> bool:
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
         paged = decode_attention(fast.device, compiled)
+        fused = denoise_attention(fast.device, fast.kernels is Kernels.INDUCTOR
+                                  and 'denoise' not in report.fallbacks, model.cfg.action_horizon)
     ctx.save('warmup', {
         'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
         'attention_backend': attention.value, 'decode_attention': paged,
+        'denoise_attention': fused,
         'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
         'phases': {k: round(v, 3) for k, v in report.phases.items()},
         'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
@@ -252,24 +318,23 @@ def compiled_components(ctx: PhaseContext) -> bool:
             'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
             'loaded': report.compile_cache.loaded}})
     with sdpa_context(attention):
-        run = run_components(fast, backend.cache, work)
+        run = run_components(fast, backend.cache, work, guided=True)
         ctx.save('ms', run['ms'])
-        for key, value in roofline_entry(run['ms'], work, _device_name(ctx)).items():
+        ctx.save('denoise', denoise_entry(run['ms'], model.cfg, fused))
+        for key, value in roofline_entry(run['ms'], work, _device_name(ctx),
+                                         fp8_weights=fp8_weights).items():
             ctx.save(key, value)
         pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, dtype=model.dtype,
                        device=model.device)
-        eager = run_components(model, pool, work, timed=False)['outputs']
+        eager = run_components(model, pool, work, timed=False, guided=True)['outputs']
         ref = None
         if reference is not None:
             ref_pool = KVCache(model.cfg.vlm, work.num_blocks() * 16, device=model.device)
-            ref = run_components(reference, ref_pool, work, timed=False)['outputs']
+            ref = run_components(reference, ref_pool, work, timed=False,
+                                 guided=True)['outputs']
     parity = pipeline_parity(run['outputs'], eager, ref, work)
     ctx.save('pipeline_parity', parity)
-    try:
-        ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
-    except Exception as exc:  # noqa: B902 - a figure lost, not the phase
-        ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
-    return bool(report.fallbacks) or not parity['passed']
+    return bool(report.fallbacks) or not parity['passed'], paged
 
 
 def _engine_args(ctx: PhaseContext) -> list[str]:
@@ -324,6 +389,7 @@ def second_start(ctx: PhaseContext) -> bool:
 
 PHASES: dict[str, Callable[[PhaseContext], bool]] = {
     'environment': environment, 'gpu_tests': gpu_tests, 'eager_components': eager_components,
-    'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start}
+    'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start,
+    'fp8_components': fp8_components}
 
 __all__ = ['PHASES', 'PhaseContext', 'REPO', 'write_json']

@@ -2,16 +2,21 @@
 ``oxygen_bench gpu``: the GPU session, three commands that each fit a short GPU lease.
 
 A GPU is lent rarely and briefly (here: 30 device-minutes, 10 a command, a bare machine). The
-session splits issue 10's figures into three commands, each estimated at most ~8 minutes cold
-on an H100 (``--budget-s``, default 480 s, is enforced: a phase gets the time left minus what
-the later phases need at least, and is killed at its deadline):
+session splits issue 10's figures into three commands (FP8's into an optional fourth), each
+estimated at most ~8 minutes cold on an H100 (``--budget-s``, default 480 s, is enforced: a
+phase gets the time left minus what the later phases need at least, and is killed at its
+deadline):
 
 - ``--session 1``: environment; ``pytest -m gpu test/gpu`` (tiny model); eager components
   with every attention kernel;
 - ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
-  recompiles per step, gate, fallbacks), its components and the action path's parity;
+  recompiles per step, gate, fallbacks; RTC's guided denoise included), its components (the
+  guided denoise beside the plain one) and the action path's parity;
 - ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
   both engines); a second start in a fresh process (the compile caches).
+- ``--session 4`` (optional, FP8 weights): environment; the FP8 action check on the random
+  weights (recorded), the fast path warmed up cold with FP8 weights, its components beside
+  their FP8 bounds and Thor's projection, the action path's parity.
 
 Every phase runs in its own process (a CUDA error or a hang ends that phase only) and saves
 each figure into ``<out>/session<N>_<phase>.json`` as soon as it is measured; the session
@@ -49,16 +54,27 @@ SESSIONS = {
         ('environment', 'compiled_components')),
     3: ('OxyGen vs isolated on the fast path, a warm second start',
         ('environment', 'bench', 'second_start')),
+    4: ('FP8 weights: the action check, the fast path with them, components, parity',
+        ('environment', 'fp8_components')),
 }
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 240, 'eager_components': 90,
-              'compiled_components': 360, 'bench': 330, 'second_start': 90}
+"""The sessions; 4 (FP8 weights) is optional: ``make gpu-session`` runs 1 to 3 unless
+``SESSION`` names it."""
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 330, 'eager_components': 90,
+              'compiled_components': 420, 'bench': 330, 'second_start': 90,
+              'fp8_components': 420}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
 a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
 kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
 ~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
-gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests ~4 min."""
+gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
+before the tests of the guided step, the paged and fused kernels and FP8 (each one or two
+more Inductor compiles of a tiny step: ~330 s estimated). The compiled components took 277 s
+on 2026-11-25 without the guided denoise, whose compile (forward and backward of one step)
+and gate add ~60 s. FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus
+~20 s to quantize and run the action check's three eager action paths."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
-             'compiled_components': 120, 'bench': 120, 'second_start': 45}
+             'compiled_components': 120, 'bench': 120, 'second_start': 45,
+             'fp8_components': 120}
 """The least time a phase needs to yield anything: kept free for the later phases."""
 SETUP_FAILED = 8
 _MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
@@ -76,10 +92,14 @@ FILLED_KEYS = {
                          'paper_cycle', 'workload.model_build_s'),
     'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
                             'warmup.decode_attention', 'decode_attention.used',
+                            'warmup.denoise_attention', 'denoise.us_per_layer_step',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
-                            'warmup.compile_cache', *_MS,
-                            'roofline.decode_step_b1.pct_of_bound', 'paper_cycle',
-                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions'),
+                            'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
+                            'ms.guided_denoise_10_steps',
+                            'roofline.decode_step_b1.pct_of_bound',
+                            'roofline.guided_denoise_10_steps.pct_of_bound', 'paper_cycle',
+                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions',
+                            'pipeline_parity.outputs.guided_actions'),
     'bench': ('warmup.compile_seconds', 'result.speedup', 'result.ideal_speedup',
               'result.oxygen.action_latency_ms_p50', 'result.oxygen.action_hz',
               'result.oxygen.tokens_per_s', 'result.isolated.frame_ms_p50',
@@ -91,6 +111,14 @@ FILLED_KEYS = {
                      'second_start.compile_cache_hits', 'second_start.compile_cache_misses',
                      'second_start.compiles', 'second_start.loaded', 'second_start.gate',
                      'second_start.phases', 'second_start.fallbacks'),
+    'fp8_components': ('quantization.kernel', 'quantization.linears',
+                       'quantization.acceptance.passed', 'quantization.acceptance.ratio',
+                       'quantization.acceptance.fp8_error', 'quantization.acceptance.bf16_error',
+                       'warmup.warmup_s', 'warmup.fallbacks', 'warmup.gate.denoise',
+                       'warmup.compiles.decode', *_MS, 'roofline.decode_step_b8.pct_of_bound',
+                       'roofline.denoise_10_steps.thor', 'paper_cycle.thor_bound_ms',
+                       'pipeline_parity.passed',
+                       'pipeline_parity.outputs.actions'),
 }
 """Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
 TOKENIZER_FIX = (
@@ -303,8 +331,11 @@ def report_of(sessions: list[dict]) -> dict:
     if bench.get('result'):
         compiled['bench'] = bench['result']
     eager = dict(results.get('eager_components', {}))
-    return {**env, 'backends': {k: v for k, v in (('eager', eager), ('compiled', compiled))
-                                if v},
+    fp8 = dict(results.get('fp8_components', {}))
+    if 'warmup' in fp8:
+        fp8['fallbacks'] = fp8['warmup'].get('fallbacks', {})
+    return {**env, 'backends': {k: v for k, v in (('eager', eager), ('compiled', compiled),
+                                                  ('fp8', fp8)) if v},
             'pipeline_parity': compiled.pop('pipeline_parity', {}),
             'gpu_tests': results.get('gpu_tests', {}).get('gpu_tests'),
             'first_start': {'fast_path_warmup_s': bench.get('warmup', {}).get('compile_seconds')},

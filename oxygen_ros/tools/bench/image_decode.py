@@ -30,7 +30,7 @@ import time
 from typing import Callable, Sequence
 
 import numpy as np
-from oxygen_ros.ros.compressed import Codec, compressed_to_rgb, encode_rgb, JPEG_QUALITY
+from oxygen_ros.ros.images.compressed import Codec, compressed_to_rgb, encode_rgb, JPEG_QUALITY
 from oxygen_ros.tools.common.machine import cpu_name
 from sensor_msgs.msg import CompressedImage
 

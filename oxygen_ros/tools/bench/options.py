@@ -1,10 +1,10 @@
-"""Command-line options of the fast path shared by ``oxygen_bench engine``, ``start``, ``gpu``."""
+"""Command-line options shared by ``oxygen_bench engine``, ``start``, ``gpu`` and ``run_model``."""
 
 from __future__ import annotations
 
 import argparse
 
-from oxygen_ros.backends.config import AttentionBackend, Step
+from oxygen_ros.backends.config import AttentionBackend, Quantization, Step
 
 COMPILE_MODES = ('none', 'auto', 'default', 'reduce-overhead', 'cuda-graphs')
 
@@ -24,6 +24,15 @@ def add_fast_path_arguments(p: argparse.ArgumentParser) -> None:
                         'kept on disk for the next start; inductor and aot_eager)')
 
 
+def add_quantization_argument(p: argparse.ArgumentParser) -> None:
+    """Add ``--quantization`` (``EngineConfig.quantization``)."""
+    p.add_argument('--quantization', default=Quantization.NONE.value,
+                   choices=[q.value for q in Quantization],
+                   help="weights quantized at load: 'fp8' = E4M3 weights with per-channel "
+                        "scales, held to the FP8 action check (docs/gpu.md 'FP8 weights'); "
+                        'on CUDA with --dtype bfloat16')
+
+
 def fast_path_options(args: argparse.Namespace, *, progress: bool = True) -> dict:
     """Return ``backends.factory.make_backend``'s fast-path options from those arguments."""
     return {'backend': args.compile_backend, 'progress': progress,
@@ -32,4 +41,5 @@ def fast_path_options(args: argparse.Namespace, *, progress: bool = True) -> dic
             'camera_counts': tuple(args.compile_cameras) if args.compile_cameras else None}
 
 
-__all__ = ['COMPILE_MODES', 'add_fast_path_arguments', 'fast_path_options']
+__all__ = ['COMPILE_MODES', 'add_fast_path_arguments', 'add_quantization_argument',
+           'fast_path_options']

@@ -233,11 +233,11 @@ class ComponentProbe:
 def probe_guidance(horizon: int, action_dim: int, device: torch.device) -> RtcGuidance:
     """Return a guidance as RTC gives in steady state: a third frozen, a third decaying."""
     third = max(horizon // 3, 1)
-    weights = torch.zeros(horizon)
-    weights[:third] = 1.0
-    weights[third:2 * third] = torch.linspace(1.0, 0.0, third + 2)[1:-1]
+    soft_mask = torch.zeros(horizon)
+    soft_mask[:third] = 1.0
+    soft_mask[third:2 * third] = torch.linspace(1.0, 0.0, third + 2)[1:-1]
     target = torch.randn(1, horizon, action_dim, generator=torch.Generator().manual_seed(1))
-    return RtcGuidance(target.to(device), weights.to(device))
+    return RtcGuidance(target.to(device), soft_mask.to(device))
 
 
 def guided_call(model: object) -> Callable[..., torch.Tensor] | None:

@@ -19,29 +19,46 @@ from oxygen_ros.model.roofline import (
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
               'decode_step_b8': 3.5}
 """Component targets on an H100 (docs/gpu.md)."""
+GUIDED_VS_PLAIN = 1.6
+"""RTC's guided denoise against the plain one on the same backend, the ratio aimed at
+(an exact guided step costs about 2x: docs/gpu.md, "RTC on the fast path")."""
 
 
 def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
-                    decode_batches: list[int], decode_ctx: int,
-                    dtype_bytes: int) -> dict[str, CallCost]:
-    """Return the work of each component ``gpu_components`` times, by its name there."""
+                    decode_batches: list[int], decode_ctx: int, dtype_bytes: int,
+                    fp8_weights: bool = False) -> dict[str, CallCost]:
+    """
+    Return the work of each component ``gpu_components`` times, by its name there.
+
+    :param fp8_weights: the large linears in FP8 (``model/roofline.py``).
+    """
     prefix = cameras * cfg.image_tokens_per_camera + prompt_tokens
-    costs = {'vision': vision_cost(cfg, cameras, dtype_bytes),
-             'prefill': prefill_cost(cfg, prefix, dtype_bytes=dtype_bytes),
-             'suffix': _suffix_cost(cfg, prefix, dtype_bytes),
-             'denoise_10_steps': denoise_cost(cfg, prefix, dtype_bytes=dtype_bytes)}
+    kw = {'dtype_bytes': dtype_bytes, 'fp8_weights': fp8_weights}
+    costs = {'vision': vision_cost(cfg, cameras, **kw),
+             'prefill': prefill_cost(cfg, prefix, **kw),
+             'suffix': _suffix_cost(cfg, prefix, **kw),
+             'denoise_10_steps': denoise_cost(cfg, prefix, **kw),
+             'guided_denoise_10_steps': denoise_cost(cfg, prefix, guided=True, **kw)}
     for b in decode_batches:
-        costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix),
-                                                 dtype_bytes=dtype_bytes)
+        costs[f'decode_step_b{b}'] = decode_cost(cfg, b, max(decode_ctx, prefix), **kw)
     costs['lm_head'] = seed_cost(cfg, max(decode_batches), dtype_bytes)
     return costs
 
 
-def _suffix_cost(cfg: ModelConfig, prefix: int, dtype_bytes: int) -> CallCost:
+def _suffix_cost(cfg: ModelConfig, prefix: int, *, dtype_bytes: int,
+                 fp8_weights: bool) -> CallCost:
     """Return two rows of 4 causal tokens on one prefix (``gpu_components``' suffix call)."""
-    row = prefill_cost(cfg, 4, context=prefix, causal=True, dtype_bytes=dtype_bytes)
-    weights = cfg.vlm.depth * gemma_layer_linear_params(cfg.vlm) * dtype_bytes
-    return CallCost(2 * row.flops, 2 * row.num_bytes - weights)   # the weights read once
+    row = prefill_cost(cfg, 4, context=prefix, causal=True, dtype_bytes=dtype_bytes,
+                       fp8_weights=fp8_weights)
+    weights = cfg.vlm.depth * gemma_layer_linear_params(cfg.vlm) * \
+        (1 if fp8_weights else dtype_bytes)
+    return CallCost(2 * row.flops, 2 * row.num_bytes - weights,   # the weights read once
+                    2 * row.fp8_flops)
+
+
+def bound_ms(cost: CallCost, gpu: GpuSpec) -> float:
+    """Return the roofline bound of ``cost`` on ``gpu`` in ms (FP8 FLOPs at its FP8 rate)."""
+    return 1e3 * cost.bound_seconds(gpu.bandwidth, gpu.bf16_flops, gpu.fp8_flops)
 
 
 def roofline(ms: dict[str, float], costs: dict[str, CallCost],
@@ -56,13 +73,14 @@ def roofline(ms: dict[str, float], costs: dict[str, CallCost],
         row: dict = {'ms': ms.get(name), 'gflop': cost.flops / 1e9, 'gbytes': cost.num_bytes / 1e9,
                      'bound_ms': None, 'bound_by': None, 'pct_of_bound': None}
         if gpu is not None:
-            bound = 1e3 * cost.bound_seconds(gpu.bandwidth, gpu.bf16_flops)
+            bound = bound_ms(cost, gpu)
             row['bound_ms'] = bound
-            row['bound_by'] = ('memory' if cost.num_bytes / gpu.bandwidth >= cost.flops /
-                               gpu.bf16_flops else 'compute')
+            compute = cost.compute_seconds(gpu.bf16_flops, gpu.fp8_flops)
+            row['bound_by'] = 'memory' if cost.num_bytes / gpu.bandwidth >= compute else \
+                'compute'
             measured = ms.get(name)
             row['pct_of_bound'] = 100 * bound / measured if measured else None
-        thor = 1e3 * cost.bound_seconds(JETSON_AGX_THOR.bandwidth, JETSON_AGX_THOR.bf16_flops)
+        thor = bound_ms(cost, JETSON_AGX_THOR)
         row['thor'] = {'bound_ms': thor, 'projected': True}
         if gpu is not None and ms.get(name):
             efficiency = min(1.0, row['bound_ms'] / ms[name])
@@ -108,7 +126,8 @@ def show(report: dict) -> dict[str, dict]:
     Return issue 10's "Show" targets with the measured figures of ``report`` (None: not run).
 
     Keys: no fallback, actions within the gate of eager, OxyGen text equal to isolated on the
-    fast path, action latency, frames/s, tokens/s, speedup / ideal, components, second start.
+    fast path, action latency, frames/s, tokens/s, speedup / ideal, components, guided vs
+    plain denoise, second start.
     """
     backends = report.get('backends', {})
     compiled = backends.get('compiled', {})
@@ -130,6 +149,10 @@ def show(report: dict) -> dict[str, dict]:
     }
     for name, limit in TARGETS_MS.items():
         out[f'{name}_ms'] = _target(compiled.get('ms', {}).get(name), limit)
+    ms = compiled.get('ms', {})
+    ratio = ms['guided_denoise_10_steps'] / ms['denoise_10_steps'] \
+        if ms.get('guided_denoise_10_steps') and ms.get('denoise_10_steps') else None
+    out['guided_vs_plain_denoise'] = _target(ratio, GUIDED_VS_PLAIN)
     start = report.get('second_start', {})
     out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 20.0)
     return out
@@ -151,4 +174,5 @@ def format_table(rows: dict[str, dict], gpu: GpuSpec | None) -> str:
     return '\n'.join(lines)
 
 
-__all__ = ['TARGETS_MS', 'component_costs', 'format_table', 'paper_cycle', 'roofline', 'show']
+__all__ = ['GUIDED_VS_PLAIN', 'TARGETS_MS', 'bound_ms', 'component_costs', 'format_table',
+           'paper_cycle', 'roofline', 'show']

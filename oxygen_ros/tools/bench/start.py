@@ -21,7 +21,8 @@ import sys
 import time
 
 from oxygen_ros.config import CAMERA_SLOTS, preset_names
-from oxygen_ros.tools.bench.options import add_fast_path_arguments, COMPILE_MODES
+from oxygen_ros.tools.bench.options import (
+    add_fast_path_arguments, add_quantization_argument, COMPILE_MODES)
 from oxygen_ros.tools.bench.options import fast_path_options
 
 
@@ -30,6 +31,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--preset', default='pi05_droid', choices=preset_names())
     p.add_argument('--dtype', default='bfloat16', choices=('float32', 'bfloat16'))
+    add_quantization_argument(p)
     p.add_argument('--device', default='cuda')
     p.add_argument('--cameras', type=int, default=3, choices=(1, 2, 3))
     p.add_argument('--compile-mode', default='auto', choices=COMPILE_MODES)
@@ -43,24 +45,26 @@ def main(argv: list[str] | None = None) -> int:
     """Start an engine, run one cycle, print the timings as one JSON line."""
     t0 = time.perf_counter()
     args = _parse(argv)
+    from dataclasses import replace
     import logging
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     from oxygen_ros.backends.factory import make_backend
     from oxygen_ros.engine.config import AttentionBackend, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import build_model
+    from oxygen_ros.engine.loading import load_model
     from oxygen_ros.tools.common.workload import make_observation
     import torch
     t_import = time.perf_counter()
-    cfg = EngineConfig(preset=args.preset, dtype=args.dtype, device=args.device,
-                       compile_mode=CompileMode(args.compile_mode),
+    cfg = EngineConfig(preset=args.preset, dtype=args.dtype, quantization=args.quantization,
+                       device=args.device, compile_mode=CompileMode(args.compile_mode),
                        cameras=CAMERA_SLOTS[:args.cameras], decode_budget=args.decode_budget,
                        max_running_requests=args.max_running,
                        attention_backend=AttentionBackend.resolve(args.attention))
-    model = build_model(cfg, cfg.model_config())    # what Engine(cfg) does, fast path narrowed
-    backend = make_backend(cfg.backend_config(), model, cfg.pool_blocks(),
+    loaded = load_model(cfg, cfg.model_config())   # what Engine(cfg) does, fast path narrowed
+    backend = make_backend(cfg.backend_config(), loaded.model, cfg.pool_blocks(),
+                           reference=loaded.reference,
                            **fast_path_options(args, progress=False))
-    engine = Engine(cfg, model=model, backend=backend)
+    engine = Engine(cfg, model=replace(loaded, reference=None), backend=backend)
     t_build = time.perf_counter()
     cameras = cfg.model_config().cameras
     engine.warmup(make_observation(0, cameras, engine.model_cfg.state_dim))
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         'compile_cache_loaded': cache.loaded if cache else None,
         'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
         'gate': report.gate, 'phases': {k: round(v, 3) for k, v in report.phases.items()},
-        'fallbacks': engine.fallbacks, 'compile_mode': args.compile_mode,
+        'fallbacks': engine.fallbacks, 'quantization': engine.describe_quantization(),
+        'compile_mode': args.compile_mode,
         'compile_backend': args.compile_backend, 'compile_cameras': args.compile_cameras,
         'attention_backend': backend.attention.value,
         'device_name': torch.cuda.get_device_name() if args.device.startswith('cuda')

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import time
 
 import numpy as np
-from oxygen_ros.ros.convert import duration_to_ns, NS_PER_S
+from oxygen_ros.ros.stamps import duration_to_ns
+from oxygen_ros.units import NS_PER_S
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.observation import Observation
+from oxygen_ros.units import NS_PER_S
 
 DEFAULT_INSTRUCTION = 'pick up the coffee cup and put it on the plate'
 
@@ -56,4 +57,4 @@ def make_observation(frame: int, cameras: tuple[str, ...], state_dim: int, *,
     """Return the observation of ``frame`` for ``cameras`` (stamp = frame / rate_hz)."""
     images = {slot: camera_image(slot, frame) for slot in cameras}
     return Observation(images=images, state=joint_state(frame, state_dim, rate_hz),
-                       prompt=instruction, stamp_ns=int(round(frame * 1e9 / rate_hz)))
+                       prompt=instruction, stamp_ns=int(round(frame * NS_PER_S / rate_hz)))

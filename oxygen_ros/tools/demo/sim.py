@@ -31,10 +31,10 @@ from oxygen_ros.tools.common.children import Child, ros_environment
 from oxygen_ros.tools.demo.sim_bag import CHUNK_TOPIC, read_run, RECORDED_TOPICS, trim
 from oxygen_ros.tools.demo.sim_figures import plot_trajectories, save_frame, write_video
 from oxygen_ros.tools.demo.sim_report import compare_table, compute_metrics, SimMetrics, summary
+from oxygen_ros.units import NS_PER_S
 
 SMOOTHINGS = ('none', 'ensemble', 'rtc')
 _START_TIMEOUT_S = 240.0
-_NS = 1_000_000_000
 MEANINGLESS = ('random weights (no checkpoint): the motion is meaningless; the run shows '
                'timing, action semantics and chunk-boundary smoothness')
 
@@ -61,7 +61,7 @@ class SimClockWatch:
         self.node.create_subscription(JointTrajectory, CHUNK_TOPIC, self._on_chunk, 10)
 
     def _on_clock(self, msg: object) -> None:
-        self.sim_ns = msg.clock.sec * _NS + msg.clock.nanosec
+        self.sim_ns = msg.clock.sec * NS_PER_S + msg.clock.nanosec
 
     def _on_chunk(self, msg: object) -> None:
         self.num_chunks += 1
@@ -91,7 +91,7 @@ class LateCycles:
 
     def __init__(self, pid: int, every_s: float, pause_s: float, start_ns: int) -> None:
         self.pid = pid
-        self.every_ns, self.pause_ns = round(every_s * _NS), round(pause_s * _NS)
+        self.every_ns, self.pause_ns = round(every_s * NS_PER_S), round(pause_s * NS_PER_S)
         self.next_ns = start_ns + self.every_ns
         self.resume_ns: int | None = None
         self.num_pauses = 0
@@ -159,9 +159,9 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
             return None
         start_ns = watch.first_chunk_sim_ns
         t0 = time.monotonic()
-        print(f'[{smoothing}] closed loop from sim time {start_ns / _NS:.2f} s; running '
+        print(f'[{smoothing}] closed loop from sim time {start_ns / NS_PER_S:.2f} s; running '
               f'{args.duration:g} s of sim time', flush=True)
-        end_ns = start_ns + round(args.duration * _NS)
+        end_ns = start_ns + round(args.duration * NS_PER_S)
         if args.late_cycles is not None:
             late = LateCycles(children[1].popen.pid, *args.late_cycles, start_ns)
 
@@ -184,7 +184,7 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
     metrics = compute_metrics(run, smoothing, wall_s)
     title = (f'oxygen_ros sim, demo preset (random weights), smoothing {smoothing}: commanded '
              f'vs achieved, chunk plans and switches')
-    mid = start_ns / _NS + args.duration / 2
+    mid = start_ns / NS_PER_S + args.duration / 2
     plot_trajectories(run, out_dir / 'trajectories.png', mid - 2.0, 4.0, title)
     if run.frames:
         write_video(run.frames, out_dir / 'base_camera.mp4', fps=15.0)

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from oxygen_ros.ros.convert import duration_to_ns, image_to_rgb, stamp_to_ns
 from oxygen_ros.ros.diagnostics import STATUS_NAME
+from oxygen_ros.ros.images.raw import image_to_rgb
+from oxygen_ros.ros.stamps import duration_to_ns, stamp_to_ns
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC, typestore
 from rosbags.rosbag2 import Reader
 

@@ -14,8 +14,7 @@ from typing import Sequence
 
 import numpy as np
 from oxygen_ros.tools.demo.sim_bag import SimRun
-
-_NS = 1e9
+from oxygen_ros.units import NS_PER_S
 
 
 def plot_trajectories(run: SimRun, path: Path, start_s: float, span_s: float,
@@ -33,7 +32,7 @@ def plot_trajectories(run: SimRun, path: Path, start_s: float, span_s: float,
     matplotlib.use('Agg')
     from matplotlib import pyplot as plt
 
-    lo, hi = round(start_s * _NS), round((start_s + span_s) * _NS)
+    lo, hi = round(start_s * NS_PER_S), round((start_s + span_s) * NS_PER_S)
     names = run.joint_names
     rows = (len(names) + 1) // 2
     fig, axes = plt.subplots(rows, 2, figsize=(11, 1.9 * rows), sharex=True, squeeze=False)
@@ -44,14 +43,14 @@ def plot_trajectories(run: SimRun, path: Path, start_s: float, span_s: float,
         for chunk in run.chunks:
             keep = (chunk.times_ns >= lo) & (chunk.times_ns <= hi)
             if keep.any():
-                ax.plot(chunk.times_ns[keep] / _NS, chunk.positions[keep, j], color='0.75',
+                ax.plot(chunk.times_ns[keep] / NS_PER_S, chunk.positions[keep, j], color='0.75',
                         lw=0.6, marker='.', ms=2, zorder=1)
         for t in switches:
             if lo <= t <= hi:
-                ax.axvline(t / _NS, color='tab:orange', lw=0.5, alpha=0.5, zorder=0)
-        ax.plot(run.command_t[cmd_in] / _NS, run.command_q[cmd_in, j], color='tab:blue',
+                ax.axvline(t / NS_PER_S, color='tab:orange', lw=0.5, alpha=0.5, zorder=0)
+        ax.plot(run.command_t[cmd_in] / NS_PER_S, run.command_q[cmd_in, j], color='tab:blue',
                 lw=1.2, label='commanded', zorder=3)
-        ax.plot(run.state_t[st_in] / _NS, run.state_q[st_in, j], color='tab:green', lw=1.0,
+        ax.plot(run.state_t[st_in] / NS_PER_S, run.state_q[st_in, j], color='tab:green', lw=1.0,
                 ls='--', label='achieved', zorder=2)
         unit = '' if name == 'gripper' else ' (rad)'
         ax.set_ylabel(f'{name}{unit}', fontsize=8)

@@ -32,10 +32,10 @@ import numpy as np
 from oxygen_ros.control.boundary_metrics import boundary_jerk
 from oxygen_ros.sim.reports import EXECUTOR_STATUS, SIMULATION_STATUS
 from oxygen_ros.tools.demo.sim_bag import SimRun
+from oxygen_ros.units import NS_PER_S
 
 ARM = 7
 """The first 7 command joints are the arm's (rad); the 8th is the gripper (0..1)."""
-_NS = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
         tracking = err.max(axis=1).tolist()
     sim_status = run.sim_status.get(EXECUTOR_STATUS, [{}])[-1]
     sim_loop = run.sim_status.get(SIMULATION_STATUS, [{}])[-1]
-    span = (run.state_t[-1] - run.state_t[0]) / _NS if run.state_t.size > 1 else 0.0
+    span = (run.state_t[-1] - run.state_t[0]) / NS_PER_S if run.state_t.size > 1 else 0.0
     motion = float(np.ptp(run.state_q[:, :ARM], axis=0).max()) if run.state_q.size else 0.0
     return SimMetrics(
         smoothing=smoothing, sim_s=span, wall_s=wall_s, chunks_published=len(run.chunks),

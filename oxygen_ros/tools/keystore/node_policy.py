@@ -14,7 +14,9 @@ from typing import Sequence
 
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.endpoints import node_endpoints, NODE_NAME
-from oxygen_ros.ros.params import build_configs, NodeConfig, ParameterError, SPECS
+from oxygen_ros.ros.node_config import build_configs, NodeConfig
+from oxygen_ros.ros.param_spec import ParameterError
+from oxygen_ros.ros.params import SPECS
 from oxygen_ros.tools.keystore.names import RosNameError, validate_namespace
 from oxygen_ros.tools.keystore.node_args import (
     NodeArgs, NodeArgsError, parse_ros_args, ROS_ARGS)

@@ -104,7 +104,7 @@ def resolve_endpoints(endpoints: Iterable[Endpoint], names: NodeNames
     Return the endpoints under the names the running node gives them.
 
     A ``suffix`` is appended to the resolved name, which is resolved again (as
-    ``compressed.camera_input`` passes ``<resolved>/compressed`` to rclpy).
+    ``images.transport.camera_input`` passes ``<resolved>/compressed`` to rclpy).
 
     :raises RosNameError: a name or remapping rcl would refuse.
     """

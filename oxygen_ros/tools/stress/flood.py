@@ -25,7 +25,7 @@ Reports (stdout, and ``--json``): questions asked, answered, refused or dropped 
 rejected, lost questions (no reply at the end); the action chunk rate at this subscriber
 (``~/action_chunk`` DDS receive times) before the flood (``--baseline`` s), while asking, and
 over the flood window (first question to ``--settle`` s after the last reply), against
-``control_rate_hz`` and against the rate before; the largest question-queue and pending figures
+``control_rate_hz`` and against the rate before; the largest waiting, open and running figures
 ``/diagnostics`` showed. Exits 1 if a question got no reply, a String question got more than
 one, or the chunk rate over the window fell below ``--min-rate`` of the target.
 """
@@ -45,12 +45,12 @@ import time
 from typing import Iterator, Sequence
 
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.convert import NS_PER_S
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.bag.make_demo import demo_bag
 from oxygen_ros.tools.common.children import (
     Child, replay_args, ros_environment, stop_children)
 from oxygen_ros.tools.stress.flood_client import FloodClient, FloodTally, Phase, Via
+from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -104,8 +104,8 @@ def summary(tally: FloodTally, rates: ChunkRates, target_hz: float,
     return '\n'.join(lines)
 
 
-PEAK_KEYS = ('questions waiting peak', 'text requests open', 'text requests pending',
-             'text requests running', 'cycle time p99 (ms)')
+PEAK_KEYS = ('text requests waiting peak', 'text requests open', 'text requests running',
+             'cycle time p99 (ms)')
 """``/diagnostics`` keys whose largest value during a flood is reported."""
 
 

@@ -45,6 +45,7 @@ from oxygen_ros.tools.common.machine import cpu_name
 from oxygen_ros.tools.common.node_client import ProcessFigures
 from oxygen_ros.tools.common.observer import Observer
 from oxygen_ros.tools.stress.soak_report import plot, Verdict, verdict
+from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
@@ -149,7 +150,7 @@ def run_soak(args: argparse.Namespace, out: Path) -> dict:
             len(observer.got.texts['answer']) >= asked, args.drain_s)
         kv_after = _kv_used(observer)
         drain_s = time.monotonic() - drain_start
-        chunk_times_s = [(t - start_wall_ns) / 1e9 for t in observer.got.chunk_ns]
+        chunk_times_s = [(t - start_wall_ns) / NS_PER_S for t in observer.got.chunk_ns]
     finally:
         for child in reversed(children):
             child.stop()

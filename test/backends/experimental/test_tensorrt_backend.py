@@ -29,7 +29,8 @@ from oxygen_ros.backends.experimental.trt_profiles import (
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
-from oxygen_ros.engine.config import BackendKind, EngineConfig, RtcRequest
+from oxygen_ros.control.rtc import RtcRequest
+from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.prompt import TextTask

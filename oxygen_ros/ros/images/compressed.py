@@ -15,7 +15,8 @@ counts how many one-byte corruptions each refuses). PNG with Pillow (zlib, chunk
 checked). Both read the header first, so the size is checked before a pixel is decoded (a
 100000 px wide header is refused, not allocated).
 
-Pure functions, no node: the node decodes in the control cycle, for the newest message only.
+Pure functions, no node: the node decodes in the control cycle, for the newest message only
+(``transport.camera_image_to_rgb``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ import io
 
 from builtin_interfaces.msg import Time
 import numpy as np
-from oxygen_ros.ros.convert import (
-    Encoding, image_to_rgb, ImageConversionError, MAX_IMAGE_SIDE, ns_to_stamp)
-from sensor_msgs.msg import CompressedImage, Image
+from oxygen_ros.ros.images.raw import Encoding, ImageConversionError, MAX_IMAGE_SIDE
+from oxygen_ros.ros.stamps import as_stamp
+from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 
-COMPRESSED_SUFFIX = '/compressed'
-"""image_transport's topic for the ``compressed`` transport: ``<image topic>/compressed``."""
 JPEG_QUALITY = 90
 """Default JPEG quality of ``rgb_to_compressed`` (image_transport's default is 95)."""
 _PNG_LEVEL = 3
@@ -44,15 +43,6 @@ _JPEG_TAIL = 1024
 frames after it; 0xFFD9 cannot occur inside entropy-coded data, where 0xFF is stuffed)."""
 _ACCEPTED_MODES = frozenset({'1', 'L', 'LA', 'P', 'PA', 'RGB', 'RGBA'})
 """Pillow modes of 8-bit PNGs (16-bit modes are depth images: refused)."""
-
-
-class ImageTransport(str, enum.Enum):
-    """How a camera's images arrive (image_transport's transport names)."""
-
-    RAW = 'raw'
-    """``sensor_msgs/Image`` on the camera topic."""
-    COMPRESSED = 'compressed'
-    """``sensor_msgs/CompressedImage`` (JPEG or PNG) on ``<camera topic>/compressed``."""
 
 
 class Codec(str, enum.Enum):
@@ -69,23 +59,6 @@ class Codec(str, enum.Enum):
 
 class CompressedImageError(ImageConversionError):
     """A ``CompressedImage`` that cannot be decoded into RGB (the message says why)."""
-
-
-def compressed_topic(image_topic: str) -> str:
-    """Return the ``compressed`` transport's topic of an image topic (``<topic>/compressed``)."""
-    return image_topic.rstrip('/') + COMPRESSED_SUFFIX
-
-
-def transport(value: str, what: str = 'image_transport') -> ImageTransport:
-    """
-    Return the transport named ``value``.
-
-    :raises ValueError: not ``'raw'`` or ``'compressed'`` (the message names ``what``).
-    """
-    try:
-        return ImageTransport(value)
-    except ValueError:
-        raise ValueError(f"{what} must be 'raw' or 'compressed', got {value!r}") from None
 
 
 def codec_of_format(fmt: str) -> Codec | None:
@@ -201,18 +174,6 @@ def _decode_png(data: memoryview) -> np.ndarray:
     return rgb
 
 
-def camera_image_to_rgb(msg: Image | CompressedImage) -> np.ndarray:
-    """
-    Return a raw or compressed camera message as ``uint8 [h, w, 3]`` RGB.
-
-    :raises ImageConversionError: see ``convert.image_to_rgb`` and ``compressed_to_rgb``
-        (``CompressedImageError`` is one).
-    """
-    if isinstance(msg, CompressedImage):
-        return compressed_to_rgb(msg)
-    return image_to_rgb(msg)
-
-
 def encode_rgb(arr: np.ndarray, codec: Codec | str,
                quality: int = JPEG_QUALITY) -> tuple[str, bytes]:
     """
@@ -249,31 +210,9 @@ def rgb_to_compressed(arr: np.ndarray, stamp: Time | int, frame_id: str, codec: 
     :param stamp: ``header.stamp``: a ``builtin_interfaces/Time`` or integer nanoseconds.
     """
     fmt, data = encode_rgb(arr, codec, quality)
-    stamp = stamp if isinstance(stamp, Time) else ns_to_stamp(stamp)
-    return CompressedImage(header=Header(stamp=stamp, frame_id=frame_id),
+    return CompressedImage(header=Header(stamp=as_stamp(stamp), frame_id=frame_id),
                            format=fmt, data=data)
 
 
-def camera_input(node: object, image_topic: str,
-                 kind: ImageTransport = ImageTransport.RAW) -> tuple[type, str]:
-    """
-    Return the message type and topic of a camera subscription.
-
-    For ``compressed`` the image topic is resolved first (remapping applies to it, as in
-    image_transport), then ``/compressed`` is appended: remapping ``/camera/base/image_raw``
-    also moves its compressed topic.
-
-    :param node: the rclpy node (its ``resolve_topic_name``).
-    :param image_topic: the camera's raw image topic.
-    :param kind: the camera's transport.
-    :returns: ``(Image, image_topic)`` or ``(CompressedImage, <resolved topic>/compressed)``.
-    """
-    if kind is ImageTransport.COMPRESSED:
-        return CompressedImage, compressed_topic(node.resolve_topic_name(image_topic))
-    return Image, image_topic
-
-
-__all__ = ['COMPRESSED_SUFFIX', 'Codec', 'CompressedImageError', 'ImageTransport',
-           'JPEG_QUALITY', 'camera_image_to_rgb', 'camera_input', 'codec_of_format',
-           'compressed_to_rgb', 'compressed_topic', 'encode_rgb', 'rgb_to_compressed',
-           'transport']
+__all__ = ['Codec', 'CompressedImageError', 'JPEG_QUALITY', 'codec_of_format',
+           'compressed_to_rgb', 'encode_rgb', 'rgb_to_compressed']

@@ -1,9 +1,13 @@
 """
-An action chunk as a controller reads it.
+An action chunk as a controller executes it: a timed joint trajectory.
 
-``Chunk`` is the ROS-free form of a ``trajectory_msgs/JointTrajectory``
-(``trajectory_msg.chunk_from_trajectory`` builds one); ``ChunkRefused`` says why a chunk is
-not executed. Limits: ``control.limits.JointLimits``.
+``Trajectory`` is the ROS-free form of a ``trajectory_msgs/JointTrajectory``
+(``trajectory_msg.trajectory_from_msg`` builds one), as ros2_control's
+``joint_trajectory_controller`` holds a received message in its ``Trajectory`` class: joint
+names, the stamp and each point's time from it, positions and optional velocities. The
+engine's ``ActionChunk`` (``engine/outputs.py``) is what the model made, in robot units; the
+node turns it into the message this is read from. ``ChunkRefused`` says why a chunk is not
+executed. Limits: ``control.limits.JointLimits``.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ class ChunkRefused(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
+class Trajectory:
     """
-    One action chunk as the executor reads it.
+    One action chunk as the executor reads it: points due at absolute times.
 
     :ivar joint_names: ``[J]`` names, a subset of the executor's, any order.
     :ivar stamp_ns: ``header.stamp`` in integer ns on the executor's clock.
@@ -41,4 +45,4 @@ class Chunk:
         return self.stamp_ns + np.asarray(self.times_from_start_ns, dtype=np.int64)
 
 
-__all__ = ['Chunk', 'ChunkRefused']
+__all__ = ['ChunkRefused', 'Trajectory']

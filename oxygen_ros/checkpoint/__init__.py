@@ -1,0 +1,1 @@
+"""Checkpoint conversion: openpi JAX (orbax) checkpoints to openpi-PyTorch folders, no JAX."""

@@ -1,0 +1,76 @@
+"""
+The node's parameters while it runs: declared from the table, checked before a set, applied after.
+
+As Nav2's ``nav2_controller::ParameterHandler`` (``parameter_handler.hpp``): one object holds
+the node's parameters, a validate callback runs before rclpy sets any
+(``add_on_set_parameters_callback``: refuse with a reason) and an update callback after
+(``add_post_set_parameters_callback``: the new values take effect). What a change does is the
+parameter's ``on_change`` in ``params.PARAMETERS``; the node hands over one function per kind
+of change, so no parameter name is tested anywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
+from oxygen_ros.ros.param_spec import OnChange
+from oxygen_ros.ros.params import declare_parameters, parameter_values, SPECS
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+
+class ParameterHandler:
+    """
+    Declares the node's parameters and handles their changes.
+
+    :param node: the node; every parameter of ``PARAMETERS`` is declared on it now.
+    :param apply: for every ``OnChange`` but ``NEXT_CYCLE``, the node's function that makes a
+        new value take effect (called after ``config`` was updated, with the new value).
+    :raises ValueError: ``apply`` lacks a kind of change.
+    :raises rclpy.exceptions.InvalidParameterTypeException: an override of the wrong type;
+        ``InvalidParameterValueException``: one out of range.
+    """
+
+    def __init__(self, node: Node,
+                 apply: Mapping[OnChange, Callable[[object], None]]) -> None:
+        missing = set(OnChange) - {OnChange.NEXT_CYCLE} - set(apply)
+        if missing:
+            raise ValueError(f'no function applies {sorted(c.value for c in missing)}')
+        declare_parameters(node)
+        self._node = node
+        self._apply = dict(apply)
+        self.config: NodeConfig | None = None
+        """The node's config: set by the node once a configure succeeded, updated here."""
+        node.add_on_set_parameters_callback(self._validate)
+        node.add_post_set_parameters_callback(self._update)
+
+    def configs(self) -> tuple[EngineConfig, NodeConfig]:
+        """
+        Return the configs the node's parameter values build (``build_configs``).
+
+        :raises ParameterError: a value the node cannot use.
+        """
+        return build_configs(parameter_values(self._node))
+
+    def _validate(self, params: Sequence[Parameter]) -> SetParametersResult:
+        for p in params:
+            reason = check_update(self.config, p.name, p.value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    def _update(self, params: Sequence[Parameter]) -> None:
+        ours = [(SPECS[p.name], p.value) for p in params
+                if p.name in SPECS and not SPECS[p.name].read_only]
+        if self.config is not None:
+            for spec, value in ours:
+                self.config = self.config.updated(spec.name, value)
+        for spec, value in ours:
+            if spec.on_change is not OnChange.NEXT_CYCLE:
+                self._apply[spec.on_change](value)
+
+
+__all__ = ['ParameterHandler']
