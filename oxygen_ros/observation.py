@@ -22,7 +22,7 @@ class Observation:
     :ivar images: camera slot name (``config.CAMERA_SLOTS``) -> image, ``uint8 [h, w, 3]`` RGB
         or ``float32 [h, w, 3]`` in [-1, 1]. Any size; resized with padding by preprocessing.
         An image the engine prepared when it arrived (``Engine.prepare_image``, an
-        ``engine.inputs.CameraImage``) is taken as it is. A slot of the preset that is absent
+        ``transforms.inputs.CameraImage``) is taken as it is. A slot of the preset that is absent
         here is a missing camera.
     :ivar state: ``float32 [state_dim]`` robot state in robot units (REP-103 SI: rad, m).
     :ivar prompt: the task instruction.

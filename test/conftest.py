@@ -11,7 +11,7 @@ import os
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model, load_tokenizer
-from oxygen_ros.model.tokenizer import default_tokenizer_path, PaligemmaTokenizer
+from oxygen_ros.transforms.tokenizer import default_tokenizer_path, PaligemmaTokenizer
 import pytest
 import torch
 

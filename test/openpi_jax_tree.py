@@ -9,8 +9,8 @@ stacked on a leading axis, einsum kernel layouts) as the inverse of its
 from pathlib import Path
 
 import numpy as np
+from oxygen_ros.checkpoint.keys import EXPERT, LANGUAGE, PROJECTOR, VISION
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.model.checkpoint_keys import EXPERT, LANGUAGE, PROJECTOR, VISION
 
 
 def jax_tree(t: dict[str, np.ndarray], cfg: ModelConfig) -> dict:

@@ -16,17 +16,18 @@ ALL = sorted(m.name for m in pkgutil.walk_packages(oxygen_ros.__path__, 'oxygen_
 LAYERS = {
     'kv': set(),
     'sched': {'kv', 'config'},
-    'model': {'config', 'resources'},
-    'backends': {'model', 'kv', 'sched', 'config', 'resources'},
-    'engine': {'backends', 'model', 'kv', 'sched', 'control', 'config', 'observation',
-               'resources'},
-    'ros': {'engine', 'model', 'kv', 'sched', 'control', 'config', 'observation', 'resources',
-            'signals', 'units'},
+    'model': {'config'},
+    'transforms': {'config', 'observation', 'resources'},
+    'checkpoint': {'model', 'transforms', 'config'},
+    'backends': {'model', 'transforms', 'kv', 'sched', 'config', 'resources'},
+    'engine': {'backends', 'model', 'transforms', 'checkpoint', 'kv', 'sched', 'control',
+               'config', 'observation', 'resources'},
+    'ros': {'engine', 'transforms', 'kv', 'sched', 'control', 'config', 'observation',
+            'resources', 'signals', 'units'},
     'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
-    'tools': {'sim', 'ros', 'engine', 'backends', 'checkpoint', 'model', 'kv', 'sched', 'control',
-              'config', 'observation', 'resources', 'signals', 'units'},
+    'tools': {'sim', 'ros', 'engine', 'backends', 'checkpoint', 'model', 'transforms', 'kv',
+              'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units'},
     'control': {'config', 'units'},
-    'checkpoint': {'model', 'config'},
     'config': set(),
     'observation': set(),
     'resources': set(),
@@ -71,7 +72,19 @@ def test_model_imports_no_ros_and_no_other_layer():
     assert 'rclpy' not in loaded
     assert not [m for m in loaded if m.startswith(('oxygen_ros.engine', 'oxygen_ros.ros',
                                                    'oxygen_ros.tools', 'oxygen_ros.sched',
-                                                   'oxygen_ros.kv'))]
+                                                   'oxygen_ros.kv', 'oxygen_ros.transforms',
+                                                   'oxygen_ros.checkpoint',
+                                                   'oxygen_ros.backends'))]
+
+
+def test_transforms_are_numpy_code_without_torch_or_ros():
+    # torch is imported inside images.resize_on_device only, when the device resizes
+    loaded = loaded_after_import(of('oxygen_ros.transforms'))
+    assert not {'torch', 'rclpy', 'sentencepiece'} & loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.model', 'oxygen_ros.engine',
+                                                   'oxygen_ros.backends', 'oxygen_ros.ros',
+                                                   'oxygen_ros.tools', 'oxygen_ros.sched',
+                                                   'oxygen_ros.kv', 'oxygen_ros.checkpoint'))]
 
 
 def test_engine_imports_no_ros_and_tensorrt_only_when_selected():

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 import numpy as np
-from oxygen_ros.model.preprocess import ImageResize, resize_on_device
+from oxygen_ros.transforms.images import ImageResize, resize_on_device
 import torch
 
 
@@ -85,7 +85,7 @@ class CameraUpload:
         Return the cameras as the vision tower's input on the device.
 
         :param images: per camera ``float32 [3, S, S]`` in [-1, 1] or ``uint8 [H, W, 3]``
-            (resized on the device: ``model.preprocess.resize_on_device``).
+            (resized on the device: ``transforms.images.resize_on_device``).
         :returns: ``float32 [1, N, 3, S, S]``.
         """
         out = [self._to_device(i, img) if img.dtype != np.uint8 else

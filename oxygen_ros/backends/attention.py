@@ -7,12 +7,15 @@ backend runs its warm-up (compiling and capturing: the kernel is chosen while tr
 every cycle in. AUTO leaves PyTorch's choice alone, except that where compiled for CUDA
 decode steps, causal suffixes and the denoise read the KV pool in place with the paged Triton
 kernel (``model/paged_attention.py``, the denoise fused: ``model/denoise_fused.py``; the
-graph builder loads the kernels on CUDA) and the other short-query attention runs as two
-matrix products; MATMUL runs the short-query attention as matrix products everywhere (decode
+graph builder loads the kernels on CUDA), the prefill's prefix attends itself with
+FlexAttention (``model/flex.py``) and the other short-query attention runs as two matrix
+products; MATMUL runs the short-query attention as matrix products everywhere (decode
 and denoise gather their context); TRITON runs decode, suffixes and the denoise with the
 paged kernel everywhere the fast path runs them (eager kernels in graphs too; on the CPU only
-under ``TRITON_INTERPRET=1``); the SDPA kernel names run every attention call with that
-kernel (decode and denoise gather their context).
+under ``TRITON_INTERPRET=1``) and the prefill's prefix with SDPA (AUTO without
+FlexAttention); FLEX runs the prefill's prefix and SigLIP's attention with
+FlexAttention where compiled, on any device; the SDPA kernel names run every attention call
+with that kernel (decode and denoise gather their context; no FlexAttention).
 """
 
 from __future__ import annotations
@@ -27,20 +30,25 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     Return the context that restricts attention to ``backend``.
 
     :returns: ``nullcontext()`` for AUTO (PyTorch's kernel choice; short-query attention as
-        matrix products and the paged kernel where compiled for CUDA),
-        ``matmul_short_queries()`` and no paged kernel for MATMUL, ``paged_kernel()`` for
-        TRITON, else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call and no
-        paged kernel.
+        matrix products, the paged kernel and the prefix's FlexAttention where compiled for
+        CUDA), ``paged_kernel()`` and no FlexAttention for TRITON, ``flex_kernels()`` for
+        FLEX, ``matmul_short_queries()`` and neither the paged kernel nor FlexAttention for
+        MATMUL, else ``sdpa_kernel([SDPBackend.<kernel>])`` for every attention call and
+        neither.
     :raises ImportError: TRITON without Triton.
     """
     if backend is AttentionBackend.AUTO:
         return nullcontext()
+    from oxygen_ros.model.flex import flex_kernels
     from oxygen_ros.model.layers import matmul_short_queries
     from oxygen_ros.model.paged_attention import paged_kernel
-    if backend is AttentionBackend.TRITON:
-        return paged_kernel(True)
+    if backend is AttentionBackend.FLEX:
+        return flex_kernels(True)
     stack = ExitStack()
-    stack.enter_context(paged_kernel(False))
+    stack.enter_context(paged_kernel(backend is AttentionBackend.TRITON))  # raises first
+    stack.enter_context(flex_kernels(False))
+    if backend is AttentionBackend.TRITON:
+        return stack
     if backend is AttentionBackend.MATMUL:
         stack.enter_context(matmul_short_queries(True))
         return stack

@@ -83,7 +83,7 @@ class AttentionBackend(enum.Enum):
     """
     Which kernels the model's attention may use (``backends/attention.py``).
 
-    AUTO is PyTorch's own choice per call (but see MATMUL and TRITON below); the SDPA kernel
+    AUTO is PyTorch's own choice per call (but see MATMUL, TRITON, FLEX below); the SDPA kernel
     names restrict every ``scaled_dot_product_attention`` of the model (eager, compiled and
     captured) to one kernel through ``torch.nn.attention.sdpa_kernel``, so that one run can
     compare them. A kernel that cannot run a call raises there (on CUDA FLASH takes no mask,
@@ -94,9 +94,14 @@ class AttentionBackend(enum.Enum):
     ``docs/gpu.md``). TRITON runs the decode steps, causal suffixes and denoise of the fast
     path with the paged attention kernel (``model/paged_attention.py``: the context read in
     place from the KV pool, no gather; the denoise with the fused norms of
-    ``model/denoise_fused.py``), in graphs of eager kernels too, and the rest as AUTO; AUTO
-    uses those kernels where compiled for CUDA with Triton importable. The eager model and
-    RTC's guided denoise always gather.
+    ``model/denoise_fused.py``), in graphs of eager kernels too, the prefill's prefix with
+    SDPA, and the rest as AUTO; AUTO uses those kernels where compiled for CUDA with Triton
+    importable. The eager model and RTC's guided denoise always gather. FLEX runs the
+    prefill's prefix attention and SigLIP's attention with PyTorch's FlexAttention where they
+    are compiled (``model/flex.py``: one flash-style kernel, the prefix mask a block mask of
+    per-row vectors), and the rest as AUTO; AUTO does so for the prefix where compiled for
+    CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager model,
+    graphs of eager kernels) both keep SDPA.
     """
 
     AUTO = 'auto'
@@ -106,6 +111,7 @@ class AttentionBackend(enum.Enum):
     CUDNN = 'cudnn'
     MATMUL = 'matmul'
     TRITON = 'triton'
+    FLEX = 'flex'
 
     @classmethod
     def resolve(cls, value: AttentionBackend | str | None) -> AttentionBackend:
@@ -123,6 +129,34 @@ class AttentionBackend(enum.Enum):
             source = f'{ATTENTION_ENV}={name!r}' if value is None else repr(name)
             raise ValueError(f'unknown attention backend {source}; choose one of '
                              f'{", ".join(b.value for b in cls)}') from None
+
+
+MAX_AUTOTUNE_ENV = 'OXYGEN_ROS_MAX_AUTOTUNE'
+"""Environment variable naming the fast-path steps whose Inductor compile autotunes."""
+
+
+def max_autotune_steps(value: str | None = None) -> frozenset[Step]:
+    """
+    Return the steps Inductor compiles with ``max_autotune`` (``backends/graph_builder.py``).
+
+    Autotuning benchmarks Triton GEMM templates (their epilogues fused: bias, GELU, residual)
+    against cuBLAS per shape, and FlexAttention's tile configurations, at compile time
+    (docs/gpu.md, "Prefill and vision": its cost and what it is expected to give).
+
+    :param value: comma-separated ``Step`` values (``vision,prefill``) or ``all``; None:
+        ``$OXYGEN_ROS_MAX_AUTOTUNE``, unset or empty: no step.
+    :raises ValueError: a name that is no step (the message lists them).
+    """
+    text = os.environ.get(MAX_AUTOTUNE_ENV, '') if value is None else value
+    names = [n.strip().lower() for n in text.split(',') if n.strip()]
+    if names == ['all']:
+        return frozenset(Step)
+    try:
+        return frozenset(Step(n) for n in names)
+    except ValueError:
+        source = f'{MAX_AUTOTUNE_ENV}={text!r}' if value is None else repr(text)
+        raise ValueError(f'unknown step in {source}; name some of '
+                         f'{", ".join(s.value for s in Step)}, or all') from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,4 +183,4 @@ class BackendConfig:
 
 
 __all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',
-           'Quantization', 'Step']
+           'MAX_AUTOTUNE_ENV', 'Quantization', 'Step', 'max_autotune_steps']

@@ -10,18 +10,20 @@ Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it f
 silent graph break), the same compiled ahead of time and kept on disk (``precompile.py``: a
 warm start loads them, no Dynamo trace) or PyTorch's eager ones; decode steps and causal
 suffixes attend the KV pool in place with the paged Triton kernel where the attention backend
-chooses it (``model/paged_attention.py``; on CUDA the builder loads it for AUTO). One
-compiled function serves every shape of a step: the bucketed dims are marked dynamic
-(``maybe_mark_dynamic``), so Inductor compiles a step once or twice, not once per bucket
-(sizes 1 are specialized; the suffix has two attention regimes, up to ``PAGED_MAX_QUERIES``
-new tokens per row and beyond: the paged kernel or folded queries, and the gathered context
-with a head-major mask); the CUDA graphs are still one per shape. The denoise step compiles
-the velocity of ONE Euler step (N times less Inductor work than the unrolled loop); the CUDA
-graph of the whole loop replays all N. Where the paged kernel is chosen
-(``paged_attention.denoise_attention``) that velocity is the fused one
-(``model/denoise_fused.py``: the prefix read in place, fused norms), else the gathered one.
-The guided denoise (real-time chunking, ``model.rtc.GuidedDenoiseCall``) likewise compiles
-one guided step, the velocity and its vector-Jacobian product in one graph.
+chooses it (``model/paged_attention.py``; on CUDA the builder loads it for AUTO), the
+prefill's prefix with FlexAttention where ``model/flex.py`` chooses it. One compiled function
+serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
+so Inductor compiles a step once or twice, not once per bucket (sizes 1 are specialized; the
+suffix has two attention regimes, up to ``PAGED_MAX_QUERIES`` new tokens per row and beyond:
+the paged kernel or folded queries, and the gathered context with a head-major mask); the
+CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler step
+(N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop replays
+all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``) that velocity
+is the fused one (``model/denoise_fused.py``: the prefix read in place, fused norms), else the
+gathered one. The guided denoise (real-time chunking, ``model.rtc.GuidedDenoiseCall``)
+likewise compiles one guided step, the velocity and its vector-Jacobian product in one graph.
+The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names (``config.max_autotune_steps``) compile with
+Inductor's ``max_autotune``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import enum
 from typing import Callable
 
-from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.config import max_autotune_steps, Step
 from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
@@ -88,6 +90,8 @@ class GraphBuilder:
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
         self.guided = GuidedDenoiseCall(model)
+        self.autotune = max_autotune_steps()
+        """Steps compiled with Inductor's ``max_autotune`` (``$OXYGEN_ROS_MAX_AUTOTUNE``)."""
         self._compiled: dict[tuple[Step, Kernels, bool], Callable] = {}
         """Compiled step functions by step, kernels and, for denoise, fused or gathered."""
 
@@ -106,6 +110,12 @@ class GraphBuilder:
         if kernels is Kernels.EAGER:
             return self.calls[step]
         return self._compile(step, kernels, self.calls[step])
+
+    def compile_options(self, step: Step) -> dict | None:
+        """Return Inductor's options for ``step``: ``max_autotune`` where asked, else None."""
+        if step in self.autotune and self.compiler == 'inductor':
+            return {'max_autotune': True}
+        return None     # other compilers take no Inductor options
 
     def _denoise_kernel(self, kernels: Kernels) -> Callable:
         """Return the denoise loop with one velocity step (fused or gathered) inside."""
@@ -129,9 +139,11 @@ class GraphBuilder:
         if key not in self._compiled:
             if kernels is Kernels.PRECOMPILED:
                 assert self.store is not None and isinstance(self.compiler, str)
-                fn = PrecompiledStep(target, self.compiler, self.store, step.value)
+                fn = PrecompiledStep(target, self.compiler, self.store, step.value,
+                                     options=self.compile_options(step))
             else:
-                fn = torch.compile(target, backend=self.compiler, fullgraph=True)
+                fn = torch.compile(target, backend=self.compiler, fullgraph=True,
+                                   options=self.compile_options(step))
             self._compiled[key] = wrap(fn) if wrap is not None else fn
         return self._compiled[key]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, runtime_checkable, TYPE_CHECKING
 
-from oxygen_ros.model.preprocess import ImageResize
+from oxygen_ros.transforms.images import ImageResize
 
 if TYPE_CHECKING:
     import numpy as np

@@ -205,18 +205,21 @@ class PrecompiledStep:
     :param backend: a name in :data:`AOT_BACKENDS`.
     :param store: where the step's functions are loaded from and saved to.
     :param step: the step's name in ``store``.
+    :param options: Inductor's options (``torch.compile(options=...)``), None: its defaults.
     """
 
     def __init__(self, target: nn.Module | types.MethodType, backend: str,
-                 store: ArtifactStore, step: str) -> None:
+                 store: ArtifactStore, step: str, options: dict | None = None) -> None:
         with _aot_enabled():
             if isinstance(target, nn.Module):
                 self.owner: nn.Module = target
                 self._compiled: Callable = torch.compile(target, backend=backend,
-                                                         fullgraph=True).forward
+                                                         fullgraph=True,
+                                                         options=options).forward
             else:
                 self.owner = target.__self__
-                self._compiled = torch.compile(target, backend=backend, fullgraph=True)
+                self._compiled = torch.compile(target, backend=backend, fullgraph=True,
+                                               options=options)
         self.store, self.step = store, step
         self.variants = store.variants(step)
         self._chosen: dict[Any, Any] = {}

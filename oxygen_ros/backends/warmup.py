@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from oxygen_ros.backends.compile_cache import cache_root, CompileCache
-from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.config import max_autotune_steps, Step
 from oxygen_ros.backends.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels
 from oxygen_ros.backends.parity import ParityResult
@@ -256,7 +256,7 @@ class FastPathWarmup:
         Model config, dtype, quantization, device and GPU (name, capability), compile mode,
         shapes, folded norms, the adapter's rank, the compiler, Triton's version and how
         attention is traced (the attention backend, paged or gathered decode, the SDPA kernels
-        enabled).
+        enabled) and the steps compiled with ``max_autotune``.
         """
         dev = self.device
         sdpa = ''.join(str(int(f())) for f in (
@@ -268,7 +268,8 @@ class FastPathWarmup:
                 f'{_device_name(dev)}|{self.mode}|{self.shapes}|{self.fold_norms}|adapter rank '
                 f'{self.adapter.rank if self.adapter else 0}|{compiler}|triton {_triton()}|'
                 f'attention {self.attention.value} decode '
-                f'{decode_attention(dev, self.kernels is Kernels.INDUCTOR)} sdpa {sdpa}')
+                f'{decode_attention(dev, self.kernels is Kernels.INDUCTOR)} sdpa {sdpa}|'
+                f'max_autotune {sorted(s.value for s in max_autotune_steps())}')
 
     def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
                    probe: ParityProbe, capture: GraphCapture | None, bar: Any) -> None:

@@ -1,1 +1,1 @@
-"""Checkpoint conversion: openpi JAX (orbax) checkpoints to openpi-PyTorch folders, no JAX."""
+"""Checkpoints: openpi-PyTorch and LeRobot weights read and written, openpi JAX converted."""

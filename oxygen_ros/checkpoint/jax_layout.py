@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oxygen_ros.checkpoint.keys import EXPERT, key_map, LANGUAGE, PROJECTOR, VISION
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.model.checkpoint_keys import EXPERT, key_map, LANGUAGE, PROJECTOR, VISION
 
 Path_ = tuple[str, ...]
 Transform = Callable[[np.ndarray], np.ndarray]
@@ -157,7 +157,7 @@ def sources(cfg: ModelConfig) -> dict[str, Source]:
 
 def jax_dims(shapes: dict[Path_, tuple[int, ...]]) -> dict[str, int]:
     """
-    Infer model dimensions from JAX array shapes (the names of ``checkpoint_keys.config_dims``).
+    Infer model dimensions from JAX array shapes (the names of ``keys.config_dims``).
 
     :param shapes: tree path → shape.
     """

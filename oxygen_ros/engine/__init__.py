@@ -1,1 +1,1 @@
-"""The OxyGen engine: configuration, observation inputs, model loading, the control cycle."""
+"""The OxyGen engine: configuration, model loading, the control cycle and its outputs."""

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from oxygen_ros.backends.config import (
-    AttentionBackend, BackendConfig, BackendKind, CompileMode, Quantization)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
-from oxygen_ros.model.preprocess import ImageResize
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.sched.request import TextContext
-from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.sched.scheduler import Policy, SchedulerConfig
+from oxygen_ros.transforms.images import ImageResize
+from oxygen_ros.transforms.prompt import TextTask
 
 
 MAX_STATE_PROMPT_PAD = 256
@@ -39,7 +39,7 @@ class EngineConfig:
         layout) and ``assets/<asset_id>/norm_stats.json``; None: random weights (logged).
     :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
     :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's (openpi's or
-        LeRobot's; ``engine/conventions.py``).
+        LeRobot's; ``transforms/conventions.py``).
     :param prompt_format: the action prompt's format; None: the checkpoint family's (LeRobot:
         with the state, or as its processor says), else the preset's.
     :param state_prompt_pad: zero-pad the normalized state to this many dims before binning
@@ -47,7 +47,7 @@ class EngineConfig:
         LeRobot >= v0.5.0).
     :param quantile_eps: added to ``q99 - q01`` by the quantile normalization; None: the
         stats' family's (openpi 1e-6, LeRobot 0).
-    :param image_resize: the resize-with-pad filter (``model/preprocess.py``); None: the
+    :param image_resize: the resize-with-pad filter (``transforms/images.py``); None: the
         checkpoint family's (openpi: Pillow's; LeRobot: ``F.interpolate``'s).
     :param resize_on_device: uint8 camera images go up as they came and are resized and
         scaled on the backend's device; None: on CUDA.
@@ -63,8 +63,9 @@ class EngineConfig:
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
     :param attention_backend: the attention kernel of the torch backend (``math``,
-        ``efficient``, ``flash``, ``cudnn``; ``auto``: PyTorch's choice); None:
-        ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
+        ``efficient``, ``flash``, ``cudnn``, ``matmul``, ``triton``, ``flex``; ``auto``:
+        PyTorch's choice but where compiled for CUDA; ``backends/config.py``
+        ``AttentionBackend``); None: ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
     :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
         dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
     :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
@@ -135,6 +136,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises with a suggestion
         AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
+        max_autotune_steps()                                # likewise
         if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
             raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
                              f'{self.trt_precision!r}')
@@ -224,6 +226,24 @@ class EngineConfig:
         per_prefix = -(-cfg.max_prefix_tokens // self.block_size) + 1
         per_request = per_prefix + -(-cfg.decode_budget // self.block_size)
         return 1 + 2 * per_prefix + self.max_running_requests * per_request
+
+    def scheduler_config(self, eos_token_id: int) -> SchedulerConfig:
+        """
+        Return the scheduler's config of an engine of this config.
+
+        :param eos_token_id: the tokenizer's EOS id (ends a text request when
+            ``stop_on_eos``).
+        """
+        cfg = self.model_config()
+        return SchedulerConfig(
+            num_blocks=self.pool_blocks(), max_prefix_tokens=cfg.max_prefix_tokens,
+            policy=self.policy, prefix_attention=cfg.prefix_attention,
+            block_size=self.block_size, tokens_per_cycle=self.tokens_per_cycle,
+            min_tokens_per_cycle=min(self.min_tokens_per_cycle, self.tokens_per_cycle),
+            adapt_tokens_per_cycle=self.control_period_s is not None,
+            max_running_requests=self.max_running_requests,
+            max_waiting_requests=self.max_waiting_requests,
+            eos_token_id=eos_token_id if self.stop_on_eos else None)
 
     def backend_config(self) -> BackendConfig:
         """Return the fields a backend needs (``backends.factory.make_backend``)."""

@@ -23,29 +23,28 @@ import time
 from typing import Callable, Mapping
 
 import numpy as np
-from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend, FrameInputs
 from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
 from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.conventions import resolve_conventions
-from oxygen_ros.engine.inputs import (
+from oxygen_ros.engine.loading import (
+    build_backend, check_quantization, check_shared_backend, load_model, load_tokenizer,
+    LoadedModel)
+from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, TextOutput
+from oxygen_ros.engine.text_states import TextStates
+from oxygen_ros.model.lora import SuffixLoRA
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import RtcGuidance
+from oxygen_ros.observation import Observation
+from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
+from oxygen_ros.sched.scheduler import Scheduler
+from oxygen_ros.transforms.conventions import resolve_conventions
+from oxygen_ros.transforms.inputs import (
     CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
     PreparedObservation)
-from oxygen_ros.engine.loading import (
-    check_quantization, load_model, load_tokenizer, LoadedModel)
-from oxygen_ros.engine.outputs import ActionChunk, CycleStats, StepOutput, TextOutput
-from oxygen_ros.engine.text_states import TextStates
-from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
-from oxygen_ros.model.norm_stats import NormStats
-from oxygen_ros.model.normalize import Normalizer
-from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.prompt import TextTask
-from oxygen_ros.model.rtc import RtcGuidance
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
-from oxygen_ros.observation import Observation
-from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
-from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
-from oxygen_ros.sched.scheduler import Scheduler, SchedulerConfig
+from oxygen_ros.transforms.norm_stats import NormStats
+from oxygen_ros.transforms.normalize import Normalizer
+from oxygen_ros.transforms.prompt import TextTask
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -100,29 +99,12 @@ class Engine:
         self.normalizer = Normalizer.from_config(
             cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
         self.max_prefix_tokens = cfg.max_prefix_tokens
-        sched_cfg = SchedulerConfig(
-            num_blocks=config.pool_blocks(), max_prefix_tokens=self.max_prefix_tokens,
-            policy=config.policy, prefix_attention=cfg.prefix_attention,
-            block_size=config.block_size, tokens_per_cycle=config.tokens_per_cycle,
-            min_tokens_per_cycle=min(config.min_tokens_per_cycle, config.tokens_per_cycle),
-            adapt_tokens_per_cycle=config.control_period_s is not None,
-            max_running_requests=config.max_running_requests,
-            max_waiting_requests=config.max_waiting_requests,
-            eos_token_id=self.tokenizer.eos_id if config.stop_on_eos else None)
+        sched_cfg = config.scheduler_config(self.tokenizer.eos_id)
         self.scheduler = Scheduler(sched_cfg)
         if backend is None:
-            adapter = self._load_adapter(config, cfg)
-            backend = make_backend(config.backend_config(), self.model, sched_cfg.num_blocks,
-                                   adapter=adapter, reference=loaded.reference)
-        elif backend.source_model is not self.model or \
-                backend.block_size != config.block_size or \
-                backend.num_blocks < sched_cfg.num_blocks or \
-                bool(config.memory_adapter) != (backend.adapter is not None):
-            raise ValueError(f'the shared backend does not fit: it needs this model, block size '
-                             f'{config.block_size}, {sched_cfg.num_blocks} blocks and '
-                             f'{"a" if config.memory_adapter else "no"} memory adapter (it has '
-                             f'{backend.block_size}, {backend.num_blocks} and '
-                             f'{"an" if backend.adapter is not None else "no"} adapter)')
+            backend = build_backend(config, self.model, sched_cfg.num_blocks, loaded.reference)
+        else:
+            check_shared_backend(config, backend, self.model, sched_cfg.num_blocks)
         if config.rtc and backend.guidance_unsupported:
             raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
                              f'{backend.guidance_unsupported}')
@@ -141,14 +123,6 @@ class Engine:
                   '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
                   config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
                   self.backend.cache.nbytes / 2**20, self.describe_text())
-
-    def _load_adapter(self, config: EngineConfig, cfg) -> SuffixLoRA | None:
-        """Return the memory adapter of ``config`` in the model's dtype, or None."""
-        if not config.memory_adapter:
-            return None
-        return load_oxygen_adapter(config.memory_adapter, cfg,
-                                   alpha=config.memory_adapter_alpha, dtype=self.model.dtype,
-                                   device=self.model.device)
 
     def describe_contexts(self) -> str:
         """Return what each text task reads, e.g. ``subtask: own_prompt, answer: ...``."""
@@ -291,7 +265,7 @@ class Engine:
         """
         Check and transform an observation without changing any engine state.
 
-        :raises ObservationError: see ``engine.inputs.prepare_observation``.
+        :raises ObservationError: see ``transforms.inputs.prepare_observation``.
         """
         return prepare_observation(obs, self.model_cfg, self.tokenizer, self.normalizer,
                                    prompt_format=self.conventions.prompt_format,
@@ -364,7 +338,8 @@ class Engine:
             finished = self.scheduler.update_from_output(plan, result.runner)
             deltas = [self._texts.delta(req, num_before) for req, num_before in decoding]
             texts = [self._texts.finished(req) for req in finished] + rejected
-            stats = self._stats(plan, result, time.perf_counter() - t0, latency[0])
+            stats = cycle_stats(plan, result, self.scheduler, self.bytes_per_block,
+                                time.perf_counter() - t0, latency[0])
         return StepOutput(ready[0] if ready else None, tuple(texts), stats,
                           tuple(d for d in deltas if d is not None))
 
@@ -404,31 +379,6 @@ class Engine:
         robot = self.normalizer.actions_to_robot(x, prepared.state)
         return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
                            frame_id, prepared.state, guided)
-
-    def _stats(self, plan, result, total_s: float, action_latency_s: float) -> CycleStats:
-        by_job: dict[str, float] = {}
-        generated = 0
-        decode_batch = 0
-        for t in result.runner.timings:
-            by_job[t.kind.value] = by_job.get(t.kind.value, 0.0) + t.seconds
-            if t.kind is JobKind.DECODE:
-                decode_batch = max(decode_batch, t.batch_size)
-        for tokens in result.runner.sampled_token_ids.values():
-            generated += len(tokens)
-        kv = self.scheduler.kv
-        prefills = [j for j in plan.jobs if isinstance(j, PrefillJob)]
-        return CycleStats(
-            cycle_id=plan.cycle_id, total_s=total_s, forward_s=result.forward_seconds,
-            seconds_by_job=by_job, tokens_per_cycle=plan.tokens_per_cycle,
-            decode_batch=decode_batch, tokens_generated=generated,
-            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
-            kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
-            kv_used_bytes=kv.num_used_blocks * self.bytes_per_block,
-            kv_peak_bytes=kv.pool.peak_used_blocks * self.bytes_per_block,
-            action_latency_s=action_latency_s,
-            full_prefills=sum(j.segment_kind is not SegmentKind.TEXT for j in prefills),
-            prefill_tokens=sum(j.num_tokens for j in prefills),
-            suffix_tokens=sum(j.num_tokens for j in plan.jobs if isinstance(j, SuffixJob)))
 
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:

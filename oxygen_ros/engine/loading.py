@@ -1,5 +1,5 @@
 """
-Building what an engine needs from its config: model weights and tokenizer.
+Building what an engine needs from its config: model weights, tokenizer and backend.
 
 With no checkpoint the model gets seeded random weights and identity norm stats: the
 pipeline, timings and KV behaviour are real, the actions and texts are meaningless (logged).
@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 import logging
 
 from oxygen_ros.backends.config import Quantization
+from oxygen_ros.backends.factory import make_backend
+from oxygen_ros.backends.interface import Backend
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
+from oxygen_ros.model.lora import load_oxygen_adapter
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -43,7 +46,7 @@ def build_model(config: EngineConfig, model_cfg: ModelConfig) -> Pi05Model:
     """
     dtype = torch_dtype(config.dtype)
     if config.checkpoint:
-        from oxygen_ros.model.weights import load_checkpoint
+        from oxygen_ros.checkpoint.weights import load_checkpoint
         model = load_checkpoint(config.checkpoint, model_cfg, dtype=dtype, device=config.device)
         _LOG.info('loaded %s weights from %s', model_cfg.name, config.checkpoint)
         return model
@@ -143,3 +146,41 @@ def load_tokenizer(config: EngineConfig) -> PaligemmaTokenizer:
     :raises FileNotFoundError: no tokenizer file (the message says how to fetch one).
     """
     return PaligemmaTokenizer(config.tokenizer)
+
+
+def build_backend(config: EngineConfig, model: Pi05Model, num_blocks: int,
+                  reference: Pi05Model | None = None) -> Backend:
+    """
+    Make the backend of ``config`` on ``model``, with the memory adapter it names.
+
+    :param num_blocks: the KV pool's blocks (``EngineConfig.pool_blocks``).
+    :param reference: the float32 weights for the fast path's parity gate
+        (``LoadedModel.reference``).
+    :raises FileNotFoundError: the adapter file is missing.
+    :raises AdapterFormatError: an adapter that is not OxyGen's for this model.
+    """
+    adapter = None
+    if config.memory_adapter:
+        adapter = load_oxygen_adapter(config.memory_adapter, model.cfg,
+                                      alpha=config.memory_adapter_alpha, dtype=model.dtype,
+                                      device=model.device)
+    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
+                        reference=reference)
+
+
+def check_shared_backend(config: EngineConfig, backend: Backend, model: Pi05Model,
+                         num_blocks: int) -> None:
+    """
+    Refuse a backend built elsewhere that does not fit an engine of ``config`` on ``model``.
+
+    :raises ValueError: another model, block size, fewer than ``num_blocks`` blocks, or a
+        memory adapter where the config names none (or none where it names one).
+    """
+    if backend.source_model is not model or backend.block_size != config.block_size or \
+            backend.num_blocks < num_blocks or \
+            bool(config.memory_adapter) != (backend.adapter is not None):
+        raise ValueError(f'the shared backend does not fit: it needs this model, block size '
+                         f'{config.block_size}, {num_blocks} blocks and '
+                         f'{"a" if config.memory_adapter else "no"} memory adapter (it has '
+                         f'{backend.block_size}, {backend.num_blocks} and '
+                         f'{"an" if backend.adapter is not None else "no"} adapter)')

@@ -3,16 +3,24 @@ What the engine hands back per cycle (no torch): the action chunk, texts, timing
 
 ``Engine.step`` returns a ``StepOutput``: the cycle's ``ActionChunk`` (robot units, stamped
 with its observation), the ``TextDelta`` of every text request that decoded and the
-``TextOutput`` of every one that finished, and the cycle's ``CycleStats``.
+``TextOutput`` of every one that finished, and the cycle's ``CycleStats`` (counted from the
+plan, what the backend reported and the scheduler after it: :func:`cycle_stats`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
 from oxygen_ros.sched.request import FinishReason
+from oxygen_ros.transforms.prompt import TextTask
+
+if TYPE_CHECKING:
+    from oxygen_ros.backends.interface import BackendOutput
+    from oxygen_ros.sched.output import SchedulerOutput
+    from oxygen_ros.sched.scheduler import Scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,4 +150,36 @@ class StepOutput:
     text_deltas: tuple[TextDelta, ...] = ()
 
 
-__all__ = ['ActionChunk', 'CycleStats', 'StepOutput', 'TextDelta', 'TextOutput']
+def cycle_stats(plan: SchedulerOutput, result: BackendOutput, scheduler: Scheduler,
+                bytes_per_block: int, total_s: float, action_latency_s: float) -> CycleStats:
+    """
+    Return the measurements of one cycle: its plan, as the backend ran it, and the scheduler.
+
+    :param scheduler: after ``update_from_output`` of the plan (the counts at the cycle's end).
+    :param bytes_per_block: KV bytes of one block of the pool (every layer, K and V).
+    :param total_s: wall time of the cycle; ``action_latency_s`` as ``CycleStats``.
+    """
+    by_job: dict[str, float] = {}
+    decode_batch = 0
+    for t in result.runner.timings:
+        by_job[t.kind.value] = by_job.get(t.kind.value, 0.0) + t.seconds
+        if t.kind is JobKind.DECODE:
+            decode_batch = max(decode_batch, t.batch_size)
+    generated = sum(len(tokens) for tokens in result.runner.sampled_token_ids.values())
+    kv = scheduler.kv
+    prefills = [j for j in plan.jobs if isinstance(j, PrefillJob)]
+    return CycleStats(
+        cycle_id=plan.cycle_id, total_s=total_s, forward_s=result.forward_seconds,
+        seconds_by_job=by_job, tokens_per_cycle=plan.tokens_per_cycle,
+        decode_batch=decode_batch, tokens_generated=generated,
+        num_running=scheduler.num_running, num_waiting=scheduler.num_waiting,
+        kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
+        kv_used_bytes=kv.num_used_blocks * bytes_per_block,
+        kv_peak_bytes=kv.pool.peak_used_blocks * bytes_per_block,
+        action_latency_s=action_latency_s,
+        full_prefills=sum(j.segment_kind is not SegmentKind.TEXT for j in prefills),
+        prefill_tokens=sum(j.num_tokens for j in prefills),
+        suffix_tokens=sum(j.num_tokens for j in plan.jobs if isinstance(j, SuffixJob)))
+
+
+__all__ = ['ActionChunk', 'CycleStats', 'StepOutput', 'TextDelta', 'TextOutput', 'cycle_stats']

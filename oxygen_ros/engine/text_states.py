@@ -5,7 +5,7 @@ The scheduler's ``Request`` holds token ids; here each text request keeps what o
 needs: its task and question, the instruction its own prompt was built from, the stamp of the
 frame it reads, and its ``IncrementalDetokenizer``, the one place ids become text. Each cycle's
 new ids become one piece (``TextDelta.text``); a request's ``TextOutput.text`` is its pieces
-concatenated, which equals ``tokenizer.decode`` of its ids (model/detokenizer.py). vLLM keeps
+concatenated, which equals ``tokenizer.decode`` of its ids (transforms/detokenizer.py). vLLM keeps
 the same split: ``v1/engine/output_processor.py`` holds a ``RequestState`` with a detokenizer
 per request beside the scheduler's ``Request``, and its input processor validates and
 tokenizes a request before the scheduler sees it.
@@ -20,10 +20,10 @@ import time
 from typing import Iterable
 
 from oxygen_ros.engine.outputs import TextDelta, TextOutput
-from oxygen_ros.model.detokenizer import IncrementalDetokenizer
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.sched.request import FinishReason, Request, RequestKind, TextContext
+from oxygen_ros.transforms.detokenizer import IncrementalDetokenizer
+from oxygen_ros.transforms.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 
 
 @dataclass(slots=True)

@@ -4,27 +4,27 @@
 The model owns no cache: ``prefill`` writes the VLM expert's K/V of a prefix into the slots of
 a :class:`KVCache` it is given (or allocates), ``denoise`` and ``decode_step`` read them by
 slot. Packed tokens: invalid tokens are dropped before the VLM, so positions = index among the
-valid tokens (spec §1.5, §2). Uncached ground truth for the tests: ``reference.py``.
+valid tokens (spec §1.5, §2). The layers of a prefill and of a decode step run in
+``vlm_passes.py``, the action expert's in ``denoise.py``; embeddings and heads are methods here.
+Uncached ground truth for the tests: ``test/reference.py``.
 """
 
 from __future__ import annotations
 
 import math
 
-from oxygen_ros.config import ModelConfig, PrefixAttention
+from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.denoise import (
     denoise_context, DenoiseContext, euler_loop, euler_modulations, velocity)
 from oxygen_ros.model.flow import sincos_time_embedding
 from oxygen_ros.model.gemma import GemmaExpert, NormKind
 from oxygen_ros.model.init import init_parameters
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
-from oxygen_ros.model.layers import (
-    AdaRMSNorm, attention, AttentionMask, RMSNorm, rope_cos_sin)
+from oxygen_ros.model.layers import AdaRMSNorm, RMSNorm
 from oxygen_ros.model.lora import AdapterRows
-from oxygen_ros.model.masks import make_attn_mask
-from oxygen_ros.model.prefix import (
-    check_new_slots, pack_prefix, PackedPrefix, suffix_tokens)
+from oxygen_ros.model.prefix import check_context, check_new_slots, pack_prefix, suffix_tokens
 from oxygen_ros.model.siglip import SiglipTower
+from oxygen_ros.model.vlm_passes import run_decode_step, run_prefill
 
 import torch
 from torch import nn
@@ -40,8 +40,9 @@ class Pi05Model(nn.Module):
     π0.5: SigLIP + projector, Gemma VLM expert (RMSNorm), action expert (adaRMSNorm).
 
     Parameters are random (``init.init_parameters``) and deterministic under
-    ``torch.manual_seed``; load real weights with ``weights.load_checkpoint``. Built inside
-    ``with torch.device('meta')`` it allocates nothing (parameter counts, meta loading).
+    ``torch.manual_seed``; load real weights with ``checkpoint.weights.load_checkpoint``.
+    Built inside ``with torch.device('meta')`` it allocates nothing (parameter counts, meta
+    loading).
 
     :param untied_lm_head: give the LM head its own ``[V, W]`` weight (``lm_head``) instead of
         the token embedding (π0.5 ties them; some fine-tunes do not).
@@ -243,7 +244,7 @@ class Pi05Model(nn.Module):
         packed = pack_prefix(self, tokens, token_mask, image_embeds, image_mask)
         b, p = packed.valid.shape
         if context is not None:
-            self._check_context(context, packed)
+            check_context(context, packed, self.cfg.prefix_attention)
             if cache is None:
                 cache = context.cache
             elif cache is not context.cache:
@@ -263,7 +264,7 @@ class Pi05Model(nn.Module):
                      + torch.arange(p, device=self.device))
         else:
             slots = check_new_slots(slots, cache, packed, context)
-        last_hidden = self._run_prefill(packed, cache, slots, base, context)
+        last_hidden = run_prefill(self, packed, cache, slots, base, context)
         last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
                                   0.0 if context is None else context.last_hidden)
         if context is None:
@@ -300,72 +301,13 @@ class Pi05Model(nn.Module):
         slots = check_new_slots(slots, cache, packed, context)
         if packed.valid.shape[1] == 0:
             return context
-        last_hidden = self._run_prefill(packed, cache, slots, context.num_tokens, context,
-                                        adapter)
+        last_hidden = run_prefill(self, packed, cache, slots, context.num_tokens, context,
+                                  adapter)
         last_hidden = torch.where((packed.counts > 0)[:, None], last_hidden,
                                   context.last_hidden)
         return PrefixKV(cache, torch.cat([context.slots, slots], 1),
                         torch.cat([context.mask, packed.valid], 1),
                         context.num_tokens + packed.counts, last_hidden)
-
-    def _check_context(self, context: PrefixKV, packed: PackedPrefix) -> None:
-        if self.cfg.prefix_attention is PrefixAttention.BIDIRECTIONAL:
-            raise ValueError(
-                'a prefix cannot be extended with prefix_attention=BIDIRECTIONAL: every '
-                'prefix token attends the new ones (use CAUSAL_TEXT to share image K/V)')
-        if context.batch_size != packed.valid.shape[0]:
-            raise ValueError(f'context batch {context.batch_size} != batch '
-                             f'{packed.valid.shape[0]}')
-        if packed.valid.shape[1] and bool(((packed.counts > 0) & (packed.ar[:, 0] == 0)).any()):
-            raise ValueError('with a context the first new token must have ar=1 (text only, '
-                             'CAUSAL_TEXT); got image tokens')
-
-    def _run_prefill(self, packed: PackedPrefix, cache: KVCache, slots: torch.Tensor,
-                     base: torch.Tensor, context: PrefixKV | None,
-                     adapter: AdapterRows | None = None) -> torch.Tensor:
-        b, p = packed.valid.shape
-        vlm = self.cfg.vlm
-        dev = self.device
-        positions = base[:, None] + torch.arange(p, device=dev)
-        cos, sin = rope_cos_sin(positions, vlm.head_dim, self.cfg.rope_base)
-        # Padding queries attend themselves only (never read, avoids NaN rows).
-        mask = make_attn_mask(packed.valid, packed.ar) | torch.eye(p, dtype=torch.bool,
-                                                                   device=dev)
-        key_slots = None
-        if context is not None:
-            pc = context.slots.shape[1]
-            mask = torch.cat([context.mask[:, None, :].expand(b, p, pc), mask], dim=2)
-            key_slots = torch.cat([context.slots, slots], dim=1).reshape(-1)
-        if packed.all_valid:
-            write_rows, write_slots = None, slots.reshape(-1)
-        else:
-            write_rows = packed.valid.nonzero(as_tuple=True)
-            write_slots = slots[write_rows]
-        last = (packed.counts - 1).clamp(min=0)
-        rows = torch.arange(b, device=dev)
-        full_mask = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, self.dtype)
-        last_mask = AttentionMask.build(mask[rows, last][:, None], vlm.num_heads,
-                                        vlm.num_kv_heads, self.dtype)
-        h = packed.embeds
-        num_layers = len(self.vlm.layers)
-        loras = adapter.layers(h.dtype) if adapter is not None else [None] * num_layers
-        for i, (layer, lora) in enumerate(zip(self.vlm.layers, loras)):
-            q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
-            kw, vw = ((k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]))
-                      if write_rows is None else (k[write_rows], v[write_rows]))
-            cache.k[i].index_copy_(0, write_slots, kw.to(cache.dtype))
-            cache.v[i].index_copy_(0, write_slots, vw.to(cache.dtype))
-            if key_slots is not None:
-                k = cache.k[i].index_select(0, key_slots).view(b, -1, *k.shape[2:])
-                v = cache.v[i].index_select(0, key_slots).view(b, -1, *v.shape[2:])
-            k, v = k.to(self.dtype).transpose(1, 2), v.to(self.dtype).transpose(1, 2)
-            if i < num_layers - 1:
-                h = layer.finish(h, attention(q, k, v, full_mask), None, lora=lora)
-            else:  # only the last token's output is needed after the last layer
-                h = h[rows, last][:, None]
-                h = layer.finish(h, attention(q[rows, last][:, None], k, v, last_mask), None,
-                                 lora=lora)
-        return h[:, 0]
 
     # ---------------------------------------------------------------- denoise
     def denoise_context(self, prefix: PrefixKV, horizon: int | None = None) -> DenoiseContext:
@@ -448,25 +390,8 @@ class Pi05Model(nn.Module):
         :param adapter: a suffix LoRA active on the rows it selects (``model/lora.py``).
         :returns: ``float32 [B, V]`` logits (final RMSNorm, tied embedding).
         """
-        b, c = ctx_slots.shape
-        vlm = self.cfg.vlm
-        h = self.embed_text(tokens[:, None])
-        cos, sin = rope_cos_sin(positions[:, None], vlm.head_dim, self.cfg.rope_base)
-        key_slots = torch.cat([ctx_slots, write_slots[:, None]], dim=1).reshape(-1)
-        mask = torch.cat([ctx_mask, torch.ones(b, 1, dtype=torch.bool, device=h.device)], 1)
-        amask = AttentionMask.build(mask[:, None, :], vlm.num_heads, vlm.num_kv_heads,
-                                    self.dtype)
-        loras = adapter.layers(h.dtype) if adapter is not None else [None] * len(self.vlm.layers)
-        for i, (layer, lora) in enumerate(zip(self.vlm.layers, loras)):
-            q, k, v, _ = layer.project_qkv(h, cos, sin, lora=lora)
-            cache.k[i].index_copy_(0, write_slots, k[:, 0].to(cache.dtype))
-            cache.v[i].index_copy_(0, write_slots, v[:, 0].to(cache.dtype))
-            kk = cache.k[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
-            vv = cache.v[i].index_select(0, key_slots).view(b, c + 1, vlm.num_kv_heads, -1)
-            attn = attention(q, kk.to(self.dtype).transpose(1, 2),
-                             vv.to(self.dtype).transpose(1, 2), amask)
-            h = layer.finish(h, attn, None, lora=lora)
-        return self.lm_logits(h[:, 0])
+        return run_decode_step(self, tokens, positions, cache, write_slots, ctx_slots, ctx_mask,
+                               adapter)
 
 
 def check_image_batch(images: torch.Tensor, cfg: ModelConfig) -> None:

@@ -1,6 +1,8 @@
 """
 Prefix embedding and packing: [image tokens of valid cameras] + [valid prompt tokens].
 
+And the checks of a segment written to the cache: its slots, and the context it extends.
+
 openpi lays the prefix out as fixed slots (every camera, then ``max_token_len`` prompt slots)
 and masks the invalid ones; dropping them and packing the valid tokens to the left gives the
 same outputs for valid tokens because positions come from ``cumsum(valid)`` (spec §1.5) and
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from oxygen_ros.config import ModelConfig
+from oxygen_ros.config import ModelConfig, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.masks import text_ar
 
@@ -175,5 +177,25 @@ def check_new_slots(slots: torch.Tensor | None, cache: KVCache, packed: PackedPr
     return slots
 
 
-__all__ = ['PackedPrefix', 'PrefixEmbedder', 'check_new_slots', 'pack_prefix', 'padded_prefix',
-           'suffix_tokens']
+def check_context(context: PrefixKV, packed: PackedPrefix,
+                  prefix_attention: PrefixAttention) -> None:
+    """
+    Check that ``packed`` may extend the cached prefix ``context`` (a causal prompt on it).
+
+    :raises ValueError: a bidirectional prefix (its tokens would attend the new ones), another
+        batch size, or a first new token with ar=0 (image tokens).
+    """
+    if prefix_attention is PrefixAttention.BIDIRECTIONAL:
+        raise ValueError(
+            'a prefix cannot be extended with prefix_attention=BIDIRECTIONAL: every '
+            'prefix token attends the new ones (use CAUSAL_TEXT to share image K/V)')
+    if context.batch_size != packed.valid.shape[0]:
+        raise ValueError(f'context batch {context.batch_size} != batch '
+                         f'{packed.valid.shape[0]}')
+    if packed.valid.shape[1] and bool(((packed.counts > 0) & (packed.ar[:, 0] == 0)).any()):
+        raise ValueError('with a context the first new token must have ar=1 (text only, '
+                         'CAUSAL_TEXT); got image tokens')
+
+
+__all__ = ['PackedPrefix', 'PrefixEmbedder', 'check_context', 'check_new_slots', 'pack_prefix',
+           'padded_prefix', 'suffix_tokens']

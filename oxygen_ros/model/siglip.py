@@ -9,6 +9,7 @@ tanh-GELU MLP, a final LayerNorm. The linear projector to the VLM width lives in
 from __future__ import annotations
 
 from oxygen_ros.config import VisionConfig
+from oxygen_ros.model.flex import vision_attention
 
 import torch
 from torch import nn
@@ -36,7 +37,7 @@ class SiglipBlock(nn.Module):
         b, t, w = x.shape
         h = self.num_heads
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, h, w // h).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v)
+        attn = vision_attention(q, k, v)
         x = x + self.out(attn.transpose(1, 2).reshape(b, t, w))
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate='tanh'))
 

@@ -13,7 +13,8 @@ call              padding
 ``VisionCall``    none (one shape per camera count)
 ``PrefillCall``   prompt padded at its end to a bucket; padded tokens are masked as keys and
                   attend only themselves, so valid tokens' K/V and hidden states are those of
-                  the unpadded prefix (spec §1.5: positions = index among valid tokens)
+                  the unpadded prefix (spec §1.5: positions = index among valid tokens); the
+                  mask a dense bias, or FlexAttention's block mask (``flex.py``)
 ``ExtendCall``    T new tokens per row on a cached context (decode step T = 1, a prompt on an
                   image prefix, or causal suffixes on action prefixes): new tokens padded at
                   the end, context padded with masked slots; optionally a suffix LoRA on the
@@ -39,6 +40,8 @@ from typing import Callable
 from oxygen_ros.model.denoise import (
     denoise_context, DenoiseContext, euler_step_modulations, expert_velocity)
 from oxygen_ros.model.denoise_fused import action_tokens, fused_velocity
+from oxygen_ros.model.flex import (
+    prefix_attention, prefix_block_mask, prefix_row_mask, use_flex_prefill)
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
@@ -80,7 +83,10 @@ class PrefillCall(nn.Module):
     ``forward(image_embeds [1, N, Ti, W], tokens [1, T], valid [1, N*Ti + T], last [1])``
     returns ``(last_hidden [1, W], k [L, N*Ti + T, Hkv, D], v [...])``: K/V of every
     position (padding included, to be written to a null slot) and the hidden state at index
-    ``last`` (the last valid token) after the last layer.
+    ``last`` (the last valid token) after the last layer. The prefix attends itself with a
+    dense bias (``layers.attention``) or, where ``flex.use_flex_prefill`` chooses it,
+    FlexAttention over a block mask built from ``valid`` and the ar flags in the call; the
+    last layer's one query row attends with the bias of its row either way.
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:
@@ -98,13 +104,21 @@ class PrefillCall(nn.Module):
         p = h.shape[1]
         ar = torch.cat([torch.zeros(b, n * ti, dtype=torch.int64, device=h.device),
                         torch.full_like(tokens, text_ar(cfg.prefix_attention))], 1)
-        eye = torch.eye(p, dtype=torch.bool, device=h.device)
-        mask = make_attn_mask(valid, ar) | eye          # padding queries attend themselves
         positions = torch.arange(p, device=h.device).expand(b, p)
         cos, sin = rope_cos_sin(positions, cfg.vlm.head_dim, cfg.rope_base)
-        full = AttentionMask.build(mask, cfg.vlm.num_heads, cfg.vlm.num_kv_heads, m.dtype)
-        tail = AttentionMask.build(_rows(mask, last), cfg.vlm.num_heads, cfg.vlm.num_kv_heads,
-                                   m.dtype)
+        heads = (cfg.vlm.num_heads, cfg.vlm.num_kv_heads, m.dtype)
+        if use_flex_prefill(h):
+            block = prefix_block_mask(valid, ar)
+
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return prefix_attention(q, k, v, block)
+        else:
+            eye = torch.eye(p, dtype=torch.bool, device=h.device)
+            full = AttentionMask.build(make_attn_mask(valid, ar) | eye, *heads)
+
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return attention(q, k, v, full)
+        tail = AttentionMask.build(prefix_row_mask(valid, ar, last), *heads)
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             q, k, v, _ = layer.project_qkv(h, cos, sin)
@@ -112,7 +126,7 @@ class PrefillCall(nn.Module):
             vs.append(v[0])
             kt, vt = k.transpose(1, 2), v.transpose(1, 2)
             if i < len(self.layers) - 1:
-                h = layer.finish(h, attention(q, kt, vt, full), None)
+                h = layer.finish(h, attend(q, kt, vt), None)
             else:  # only the last valid token is needed after the last layer
                 h = layer.finish(_rows(h, last), attention(_rows(q, last), kt, vt, tail), None)
         return h[:, 0], torch.stack(ks), torch.stack(vs)

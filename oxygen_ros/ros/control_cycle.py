@@ -20,7 +20,6 @@ from typing import Callable
 
 from oxygen_ros.control.action_space import ClipCount
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.inputs import ObservationError, PreparedObservation
 from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
@@ -29,6 +28,7 @@ from oxygen_ros.ros.node_config import NodeConfig
 from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
 from oxygen_ros.ros.output_publishers import OutputPublishers
 from oxygen_ros.ros.text_requests import TextRequests
+from oxygen_ros.transforms.inputs import ObservationError, PreparedObservation
 from oxygen_ros.units import NS_PER_S
 from rclpy.impl.rcutils_logger import RcutilsLogger
 

@@ -6,7 +6,7 @@ Every input the node acts on is bounded before it costs more than a look at its 
 from the message or the JPEG/PNG header before decoding), a ``JointState`` by
 ``MAX_JOINT_STATE_LENGTH`` entries, an instruction and a question by their UTF-8 bytes; an
 instruction whose action prompt does not fit the model's ``max_token_len`` is refused when
-the prompt is built (``engine.inputs``). docs/diagnostics.md lists what is refused and how it
+the prompt is built (``transforms.inputs``). docs/diagnostics.md lists what is refused and how it
 shows.
 """
 

@@ -28,13 +28,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
-from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.observation import Observation
 from oxygen_ros.ros.images.raw import ImageConversionError
 from oxygen_ros.ros.images.transport import camera_image_to_rgb
 from oxygen_ros.ros.input_limits import instruction_refusal
 from oxygen_ros.ros.joint_states import joint_state_to_vector, JointStateError
 from oxygen_ros.ros.stamps import stamp_to_ns
+from oxygen_ros.transforms.inputs import InputFault
 from oxygen_ros.units import NS_PER_S
 from sensor_msgs.msg import CompressedImage, Image, JointState
 

@@ -27,12 +27,12 @@ from oxygen_ros.config import (
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import (
     BackendKind, CompileMode, MAX_STATE_PROMPT_PAD, Quantization)
-from oxygen_ros.model.preprocess import ImageResize
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.param_spec import Into, OnChange, ParamSpec, ParamType, quoted
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.transforms.images import ImageResize
 from rclpy.node import Node
 
 DEFAULT_PRESET = 'demo'

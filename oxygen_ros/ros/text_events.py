@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import enum
 
-from oxygen_ros.model.prompt import TextTask
+from oxygen_ros.transforms.prompt import TextTask
 
 NO_ANSWER = 'no answer: '
 """Prefix of the ``~/answer`` text for a question that could not be answered."""

@@ -42,7 +42,6 @@ from typing import Callable, Iterable
 
 from oxygen_ros.engine.engine import Engine, EngineClosedError
 from oxygen_ros.engine.outputs import StepOutput, TextOutput
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.deferred_log import DeferredLog, LogLevel
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.input_limits import question_refusal
@@ -50,6 +49,7 @@ from oxygen_ros.ros.text_events import (  # re-exported: the events are part of 
     NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.request_queue import QueueFullError
+from oxygen_ros.transforms.prompt import TextTask
 from rclpy.impl.rcutils_logger import RcutilsLogger
 
 INFO = LogLevel.INFO

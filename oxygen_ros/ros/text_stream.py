@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.stamps import ns_to_duration, ns_to_stamp
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece
+from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy

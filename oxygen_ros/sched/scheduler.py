@@ -2,8 +2,9 @@
 The per-cycle scheduler: OxyGen and the isolated baseline as two policies (stdlib only).
 
 Contract (vLLM v1 ``sched/interface.py``): ``add_request`` → ``schedule`` → a backend runs the
-plan → ``update_from_output``. One call of ``schedule`` plans one control cycle. Not
-thread-safe: the engine makes every call under its lock (engine/engine.py).
+plan → ``update_from_output``. One call of ``schedule`` plans one control cycle; the prefix
+chain each request reads and the jobs that compute it come from ``plan.py``. Not thread-safe:
+the engine makes every call under its lock (engine/engine.py).
 
 **Admission** (vLLM v1 ``Scheduler``): text requests wait in one bounded queue
 (``request_queue.py``); ``schedule`` admits from its head and stops at the first request that
@@ -37,16 +38,16 @@ to completion in its frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import enum
 import itertools
 
 from oxygen_ros.config import PrefixAttention
-from oxygen_ros.kv.manager import KVCacheManager, Segment, SegmentSpec
+from oxygen_ros.kv.manager import KVCacheManager, SegmentSpec
 from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import (
-    DecodeJob, DenoiseJob, Job, NewRequestData, PrefillJob, RunnerOutput, SchedulerOutput,
-    SeedJob, SegmentKind, SuffixJob, SuffixRow, VisionJob)
+    DecodeJob, DenoiseJob, NewRequestData, RunnerOutput, SchedulerOutput, SeedJob, SegmentKind)
+from oxygen_ros.sched.plan import CyclePlan, request_chain
 from oxygen_ros.sched.request import (
     FrameSpec, Request, RequestKind, RequestStatus, TextContext)
 from oxygen_ros.sched.request_queue import RequestQueue
@@ -97,32 +98,6 @@ class SchedulerConfig:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.max_prefix_tokens < 1:
             raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentKey:
-    """Identity of a prefix segment; ``owner`` is set only where sharing is forbidden."""
-
-    kind: SegmentKind
-    frame_id: int
-    prompt_token_ids: tuple[int, ...] = ()
-    owner: str | None = None
-
-
-@dataclass(slots=True)
-class _Plan:
-    jobs: list[Job] = field(default_factory=list)
-    emb_id: int | None = None
-    num_images: int = 0
-    num_prefill_tokens: int = 0
-    num_suffix_tokens: int = 0
-    suffix_rows: list[SuffixRow] = field(default_factory=list)
-
-    def flush_suffixes(self) -> None:
-        """Append one ``SuffixJob`` for the suffixes collected so far (none: nothing)."""
-        if self.suffix_rows:
-            self.jobs.append(SuffixJob(tuple(self.suffix_rows)))
-            self.suffix_rows.clear()
 
 
 class Scheduler:
@@ -235,11 +210,11 @@ class Scheduler:
         """
         assert self._action_req_id is None, 'update_from_output() of the last plan missing'
         cycle_id = next(self._cycle)
-        plan = _Plan()
+        plan = CyclePlan(self._emb_ids, isolated=self.config.policy is Policy.ISOLATED)
         new_requests: list[NewRequestData] = []
         if frame is not None and frame.action is not None:
             self._schedule_action(frame, plan)
-        isolated = self.config.policy is Policy.ISOLATED
+        isolated = plan.isolated
         passed_over: list[Request] = []
         while frame is not None and self.waiting:
             req = self.waiting.peek()
@@ -286,64 +261,11 @@ class Scheduler:
             return self.kv.blocks_for(prefix_tokens) + 1
         return self.kv.blocks_for(prefix_tokens)
 
-    def _prefix_chain(self, frame: FrameSpec, prompt: tuple[int, ...],
-                      owner: str | None) -> list[SegmentSpec]:
-        """Return the segments of images + ``prompt``; ``owner`` set: a private FULL one."""
-        if owner is not None:
-            key = SegmentKey(SegmentKind.FULL, frame.frame_id, prompt, owner=owner)
-            return [SegmentSpec(key, frame.num_image_tokens + len(prompt))]
-        if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
-            return [SegmentSpec(SegmentKey(SegmentKind.IMAGE, frame.frame_id),
-                                frame.num_image_tokens),
-                    SegmentSpec(SegmentKey(SegmentKind.TEXT, frame.frame_id, prompt),
-                                len(prompt))]
-        return [SegmentSpec(SegmentKey(SegmentKind.FULL, frame.frame_id, prompt),
-                            frame.num_image_tokens + len(prompt))]
-
     def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec] | None:
-        """
-        Return the prefix chain ``req`` reads on ``frame`` (None: the frame has no root).
+        return request_chain(frame, req, isolated=self.config.policy is Policy.ISOLATED,
+                             prefix_attention=self.config.prefix_attention)
 
-        ISOLATED gives every job private segments (a copy of the root for a request on the
-        action prefix); OXYGEN shares every segment but a request's own suffix.
-        """
-        owner = req.req_id if self.config.policy is Policy.ISOLATED else None
-        prompt = req.prompt_token_ids
-        if req.context is not TextContext.ACTION_PREFIX:
-            return self._prefix_chain(frame, prompt, owner)
-        if not frame.root_prompt:
-            return None
-        suffix = SegmentKey(SegmentKind.SUFFIX, frame.frame_id, prompt, owner=req.req_id)
-        return self._prefix_chain(frame, frame.root_prompt, owner) + [
-            SegmentSpec(suffix, len(prompt))]
-
-    def _prefill_jobs(self, frame: FrameSpec, req: Request, new_segments: tuple[Segment, ...],
-                      plan: _Plan) -> None:
-        for seg in new_segments:
-            key: SegmentKey = seg.key
-            if key.kind is SegmentKind.SUFFIX:
-                assert seg.parent is not None
-                plan.suffix_rows.append(SuffixRow(
-                    req.req_id, seg.seg_id, seg.parent.seg_id, key.prompt_token_ids,
-                    seg.block_ids, req.use_adapter))
-                plan.num_suffix_tokens += seg.num_tokens
-                continue
-            emb_id = None
-            if key.kind is not SegmentKind.TEXT:
-                # isolated: every job encodes its own images; oxygen: once per frame
-                if plan.emb_id is None or self.config.policy is Policy.ISOLATED:
-                    plan.emb_id = next(self._emb_ids)
-                    plan.jobs.append(VisionJob(frame.frame_id, plan.emb_id))
-                    plan.num_images += frame.num_images
-                emb_id = plan.emb_id
-            plan.jobs.append(PrefillJob(
-                seg_id=seg.seg_id, frame_id=frame.frame_id, segment_kind=key.kind,
-                prompt_token_ids=key.prompt_token_ids, block_ids=seg.block_ids,
-                num_tokens=seg.num_tokens, emb_id=emb_id,
-                parent_seg_id=seg.parent.seg_id if seg.parent else None))
-            plan.num_prefill_tokens += seg.num_tokens
-
-    def _schedule_action(self, frame: FrameSpec, plan: _Plan) -> None:
+    def _schedule_action(self, frame: FrameSpec, plan: CyclePlan) -> None:
         req = frame.action
         assert req is not None
         chain = self._chain(frame, req)
@@ -356,11 +278,11 @@ class Scheduler:
         req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
         self._action_req_id = req.req_id
         self.requests[req.req_id] = req
-        self._prefill_jobs(frame, req, alloc.new_segments, plan)
+        plan.add_segments(frame, req, alloc.new_segments)
         plan.jobs.append(DenoiseJob(req.req_id, frame.frame_id,
                                     tuple(s.seg_id for s in alloc.segments)))
 
-    def _admit(self, req: Request, frame: FrameSpec, plan: _Plan,
+    def _admit(self, req: Request, frame: FrameSpec, plan: CyclePlan,
                cycle_id: int) -> NewRequestData | None:
         if self.config.policy is Policy.OXYGEN and \
                 len(self.running) >= self.config.max_running_requests:
@@ -377,12 +299,12 @@ class Scheduler:
         req.first_cycle = cycle_id
         req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
         self.running.append(req)
-        self._prefill_jobs(frame, req, alloc.new_segments, plan)
+        plan.add_segments(frame, req, alloc.new_segments)
         return NewRequestData(req.req_id, req.kind, frame.frame_id,
                               tuple(s.seg_id for s in alloc.segments), alloc.block_ids,
                               alloc.num_prefix_tokens, req.max_tokens, req.use_adapter)
 
-    def _fits(self, req: Request, frame: FrameSpec, plan: _Plan, num_new: int,
+    def _fits(self, req: Request, frame: FrameSpec, plan: CyclePlan, num_new: int,
               now: float) -> bool:
         """
         Return whether admitting ``req`` leaves time for a decode step before the deadline.
@@ -406,7 +328,7 @@ class Scheduler:
         step = self.cost.decode_step(len(self.running) + 1) or 0.0
         return left >= step * self.config.min_tokens_per_cycle
 
-    def _tokens_this_cycle(self, frame: FrameSpec | None, plan: _Plan, num_new: int,
+    def _tokens_this_cycle(self, frame: FrameSpec | None, plan: CyclePlan, num_new: int,
                            now: float) -> int:
         cfg = self.config
         action = frame.action if frame is not None else None

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.backends.experimental.onnx_export import export_graphs, WeightStorage
     from oxygen_ros.backends.experimental.onnx_graphs import GraphName
     from oxygen_ros.model.pi05 import build_model
-    from oxygen_ros.model.weights import CheckpointError, load_checkpoint
+    from oxygen_ros.checkpoint.weights import CheckpointError, load_checkpoint
 
     cfg = get_preset(args.preset)
     if args.prefix_attention:

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     from oxygen_ros.engine.config import EngineConfig
     from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.model.prompt import TextTask
+    from oxygen_ros.transforms.prompt import TextTask
     from oxygen_ros.observation import Observation
 
     cfg = EngineConfig(preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,

@@ -10,11 +10,12 @@ from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend, CompileM
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.flex import prefill_attention
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.paged_attention import use_paged_kernel
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 from paged_cases import interpreted_kernel
 import pytest
 import torch
@@ -154,3 +155,58 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
     assert sum(g.num_calls for g in fast._graphs[Step.DENOISE].values()) > 0
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     torch.testing.assert_close(got_guided, want_guided, atol=1e-5, rtol=0)
+
+
+def test_flex_is_chosen_by_its_name_and_by_auto_for_the_compiled_cuda_prefix_only():
+    """TRITON is AUTO without FlexAttention: the way back to SDPA for the prefix on CUDA."""
+    for backend, cpu, cuda in ((AttentionBackend.FLEX, 'flex', 'flex'),
+                               (AttentionBackend.AUTO, 'sdpa', 'flex'),
+                               (AttentionBackend.TRITON, 'sdpa', 'sdpa'),
+                               (AttentionBackend.MATMUL, 'sdpa', 'sdpa'),
+                               (AttentionBackend.CUDNN, 'sdpa', 'sdpa')):
+        with sdpa_context(backend):
+            assert prefill_attention('cpu', compiled=True) == cpu, backend
+            assert prefill_attention('cuda', compiled=True) == cuda, backend
+            assert prefill_attention('cuda', compiled=False) == 'sdpa', backend
+
+
+@pytest.mark.parametrize('mode', list(PrefixAttention), ids=lambda m: m.value)
+def test_flex_runs_vision_and_the_prefill_on_the_fast_path(tiny_models, mode):
+    """The graphs hold FlexAttention, compile once for every bucket, gate and equal eager."""
+    model = tiny_models(mode, CAMERA_SLOTS[:2])
+    graphs, aot_eager = [], lookup_backend('aot_eager')
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+    limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+                         only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
+    pool = KVCache(model.cfg.vlm, 1024)
+    torch._dynamo.reset()
+    with sdpa_context(AttentionBackend.FLEX):
+        fast.warmup(pool, progress=False)
+    torch._dynamo.reset()
+    assert fast.fallbacks == {} and set(fast.parity) == {'vision', 'prefill'}
+    assert fast.compiles == {'vision': 1, 'prefill': 1}, fast.compiles
+    vision, prefill = ([str(n.target) for n in gm.graph.nodes if n.op == 'call_function']
+                       for gm in graphs)
+    assert vision.count('flex_attention') == model.cfg.vision.depth
+    assert prefill.count('flex_attention') == model.cfg.vlm.depth - 1
+    gen = torch.Generator().manual_seed(5)
+    size, ti = model.cfg.vision.image_size, model.cfg.image_tokens_per_camera
+    images = torch.rand(1, 2, 3, size, size, generator=gen) * 2 - 1
+    with torch.inference_mode():
+        embeds = model.encode_images(images)
+        torch.testing.assert_close(fast.encode_images(images), embeds, atol=1e-5, rtol=0)
+        for t in (5, 30, model.cfg.max_token_len):            # three prompt buckets
+            tokens = torch.randint(3, 1000, (1, t), generator=gen)
+            slots = torch.arange(16, 16 + 2 * ti + t)[None]
+            got = fast.prefill(tokens, None, image_embeds=embeds, cache=pool, slots=slots)
+            k, v = pool.k[:, slots[0]].clone(), pool.v[:, slots[0]].clone()
+            want = model.prefill(tokens, None, image_embeds=embeds, cache=pool, slots=slots)
+            torch.testing.assert_close(got.last_hidden, want.last_hidden, atol=1e-5, rtol=0)
+            torch.testing.assert_close(k, pool.k[:, slots[0]], atol=1e-5, rtol=0)
+            torch.testing.assert_close(v, pool.v[:, slots[0]], atol=1e-5, rtol=0)
+    assert all(g.num_calls >= 2 for g in fast._graphs[Step.PREFILL].values())

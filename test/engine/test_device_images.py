@@ -1,4 +1,4 @@
-"""Camera images resized on the backend's device, and prepared when they arrive."""
+"""An engine whose camera images are resized on the backend's device, or prepared on arrival."""
 
 from dataclasses import replace
 
@@ -6,36 +6,14 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.inputs import CameraImage, InputFault, ObservationError
-from oxygen_ros.model.preprocess import image_to_model, ImageResize, resize_on_device
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.observation import Observation
+from oxygen_ros.transforms.images import ImageResize
+from oxygen_ros.transforms.inputs import CameraImage, InputFault, ObservationError
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 from skimage import data
-import torch
 
 CAMS = CAMERA_SLOTS[:2]
-ONE_LEVEL = 2.0 / 255.0 + 1e-6          # one uint8 level in model units ([-1, 1])
-
-
-def photos():
-    coffee = np.ascontiguousarray(data.coffee()[:400, :600])
-    rng = np.random.default_rng(0)
-    return [coffee, np.ascontiguousarray(data.astronaut()),
-            rng.integers(0, 256, (97, 33, 3), dtype=np.uint8),
-            rng.integers(0, 256, (100, 150, 3), dtype=np.uint8),
-            rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)]
-
-
-@pytest.mark.parametrize('resize', list(ImageResize), ids=lambda r: r.value)
-def test_device_resize_against_the_host_path(resize):
-    for img in photos():
-        host = image_to_model(img, 224, resize)
-        device = resize_on_device(torch.from_numpy(img), 224, resize).numpy()
-        if resize is ImageResize.LEROBOT:      # the same computation
-            np.testing.assert_array_equal(device, host)
-        else:                                  # Pillow's filter, within one uint8 level
-            assert np.abs(device - host).max() <= ONE_LEVEL, img.shape
 
 
 def observation(f, prompt='pick up the cup'):

@@ -6,9 +6,9 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.scheduler import Policy
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 
 

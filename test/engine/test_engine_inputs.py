@@ -7,12 +7,12 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, PromptFormat
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine, EngineClosedError
-from oxygen_ros.engine.inputs import InputFault, ObservationError
-from oxygen_ros.model.norm_stats import identity_norm_stats
-from oxygen_ros.model.prompt import action_prompt_ids, TextTask
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.inputs import InputFault, ObservationError
+from oxygen_ros.transforms.norm_stats import identity_norm_stats
+from oxygen_ros.transforms.prompt import action_prompt_ids, TextTask
 import pytest
 
 CAMS = CAMERA_SLOTS[:2]

@@ -10,12 +10,12 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
-from oxygen_ros.model.reference import reference_sample_actions, reference_text_logits
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
 import pytest
+from reference import reference_sample_actions, reference_text_logits
 import torch
 
 

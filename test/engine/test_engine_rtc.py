@@ -7,9 +7,9 @@ from oxygen_ros.config import get_preset, PrefixAttention, RobotAdapter
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.norm_stats import NormStats
-from oxygen_ros.model.normalize import Normalizer, QuantityNorm
 from oxygen_ros.observation import Observation
+from oxygen_ros.transforms.norm_stats import NormStats
+from oxygen_ros.transforms.normalize import Normalizer, QuantityNorm
 import pytest
 import torch
 

@@ -21,8 +21,8 @@ from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import build_model, load_tokenizer
 from oxygen_ros.model.paged_attention import decode_attention
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import torch
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 from oxygen_ros.backends.async_io import CameraUpload
-from oxygen_ros.model.preprocess import image_to_model, ImageResize, resize_on_device
+from oxygen_ros.transforms.images import image_to_model, ImageResize, resize_on_device
 import pytest
 from skimage import data
 import torch

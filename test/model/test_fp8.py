@@ -7,6 +7,7 @@ both kernels (the dequantizing reference path and ``torch._scaled_mm``, which ru
 in torch 2.13) are each held to an independent reference.
 """
 
+from oxygen_ros.checkpoint.weights import save_checkpoint
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
@@ -15,7 +16,6 @@ from oxygen_ros.model.fp8 import (
     Fp8Linear, Fp8Unsupported, MIN_ACTIVATION_SCALE, quantize_rows, quantize_weight,
     quantized_copy)
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.weights import save_checkpoint
 import pytest
 import torch
 from torch import nn

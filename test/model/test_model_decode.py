@@ -3,8 +3,8 @@
 from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.reference import reference_text_logits
 import pytest
+from reference import reference_text_logits
 import torch
 
 NUM_NEW = 6

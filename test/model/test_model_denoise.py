@@ -2,8 +2,8 @@
 
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.reference import reference_sample_actions
 import pytest
+from reference import reference_sample_actions
 import torch
 
 

@@ -9,8 +9,8 @@ from oxygen_ros.model.layers import (AdaRMSNorm, apply_rope, attention, Attentio
                                      rope_cos_sin)
 from oxygen_ros.model.masks import make_attn_mask, suffix_ar
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.reference import eager_attention
 import pytest
+from reference import eager_attention
 import torch
 import torch.nn.functional as F  # noqa: N812
 

@@ -4,8 +4,8 @@ from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prefix import padded_prefix
-from oxygen_ros.model.reference import joint_forward
 import pytest
+from reference import joint_forward
 import torch
 
 TI = 64  # image tokens per camera in the tiny preset

@@ -6,8 +6,8 @@ from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays, RowLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.reference import reference_text_logits
 import pytest
+from reference import reference_text_logits
 import torch
 
 NUM_NEW = 4

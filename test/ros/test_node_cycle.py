@@ -10,13 +10,13 @@ import threading
 import time
 
 import numpy as np
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.control_cycle import CYCLE_SLACK
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.trajectories import trajectory_to_actions
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup

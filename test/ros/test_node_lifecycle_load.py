@@ -18,12 +18,12 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 import numpy as np
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.tools.bag.topics import qos_profile, QosRole
 from oxygen_ros.tools.common.node_client import LifecycleClient, ProcessFigures
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import rclpy
 from rclpy.context import Context

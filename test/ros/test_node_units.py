@@ -5,12 +5,12 @@ import math
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
-from oxygen_ros.engine.inputs import InputFault
 from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
+from oxygen_ros.transforms.inputs import InputFault
 from oxygen_ros.units import NS_PER_S
 import pytest
 from ros_inputs import image, joint_state, JOINTS

@@ -13,8 +13,6 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextDelta, TextOutput
-from oxygen_ros.model.detokenizer import IncrementalDetokenizer
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.input_limits import MAX_QUESTION_BYTES
 from oxygen_ros.ros.text_outputs import TextOutputs
@@ -22,6 +20,8 @@ from oxygen_ros.ros.text_requests import (
     Origin, TextDone, TextPiece, TextRequests, TextStatus)
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.detokenizer import IncrementalDetokenizer
+from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 from rclpy.logging import get_logger

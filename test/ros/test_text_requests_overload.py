@@ -17,13 +17,13 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextOutput
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.text_outputs import TextOutputs
 from oxygen_ros.ros.text_requests import (
     RESERVATION_TIMEOUT_S, TextDone, TextRequests, TextStatus)
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 from std_msgs.msg import String
 

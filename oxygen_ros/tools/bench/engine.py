@@ -235,8 +235,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     from tqdm import tqdm
 
     from oxygen_ros.backends.async_io import block_slots
-    from oxygen_ros.engine.inputs import prepare_camera
-    from oxygen_ros.model.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
+    from oxygen_ros.transforms.inputs import prepare_camera
+    from oxygen_ros.transforms.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
     from oxygen_ros.sched.scheduler import Policy
     from oxygen_ros.tools.bench.probe import ComponentProbe
     from oxygen_ros.tools.common.workload import make_observation

@@ -6,8 +6,9 @@ What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or t
 the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
 10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
 head), the outputs of one untimed pass, and the parity of the fast path's outputs against
-eager with eager float32 as the reference (``backends/parity.py``'s rule). Defaults: the deployment case (``pi05_droid``,
-bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
+eager with eager float32 as the reference (``backends/parity.py``'s rule); the attention of
+a decode step, of the prefill's prefix and of SigLIP alone, kernel by kernel. Defaults: the
+deployment case (``pi05_droid``, bfloat16, 3 cameras, 50 prompt tokens; docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -221,6 +222,128 @@ def time_decode_attention(work: Workload) -> dict:
     return out
 
 
+def time_prefix_attention(work: Workload, compiler: str = 'inductor') -> dict:
+    """
+    Time the prefill's and SigLIP's attention alone, kernel by kernel, and compare outputs.
+
+    Prefill: the ``depth - 1`` full-prefix attention calls of one prefill (the workload's
+    prefix in its prompt bucket, padding masked; random post-RoPE Q/K/V, one set per layer)
+    as ``PrefillCall`` makes them: ``sdpa``, the mask built once as a dense bias
+    (``layers.AttentionMask``) and PyTorch's SDPA kernel choice per layer (cuDNN on the H100
+    with torch 2.11); ``flex``, the block mask built once from the per-row vectors and
+    FlexAttention per layer (``model/flex.py``); ``block_mask``, the block mask alone. Vision:
+    SigLIP's ``depth`` unmasked calls ``[cameras, heads, 256, 72]`` (Q/K/V views of one
+    projection, as ``SiglipBlock``) with PyTorch's choice (``sdpa``), each SDPA kernel alone
+    and FlexAttention. Each is compiled (``compiler``, fullgraph; the SDPA kernels of vision
+    run eagerly: Inductor calls the same ATen kernel) and, on CUDA, captured in one CUDA graph
+    (median replay, as inside the fast path's graphs); on the CPU timed as called.
+
+    :returns: ``{'prefill': {tokens, valid, layers, sdpa_us, flex_us, block_mask_us,
+        max_abs_diff}, 'vision': {sdpa_us, cudnn_us, flash_us, efficient_us, math_us,
+        flex_us, max_abs_diff}}``; a kernel that cannot run these calls: ``{kernel: error}``.
+    """
+    import torch
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+
+    from oxygen_ros.backends.buckets import bucket_for, prompt_buckets
+    from oxygen_ros.model.flex import prefix_attention, prefix_block_mask
+    from oxygen_ros.model.layers import attention, AttentionMask
+    from oxygen_ros.model.masks import make_attn_mask, text_ar
+
+    cfg, dtype, dev = work.model_config(), getattr(torch, work.dtype), work.device
+    vlm, vis = cfg.vlm, cfg.vision
+    gen = torch.Generator(device=dev).manual_seed(work.seed)
+    cuda = dev.startswith('cuda')
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device=dev, dtype=dtype)
+
+    def timed_us(fn: Callable[[], object]) -> float:
+        if cuda:
+            return _graph_replay_us(fn, work.repeats)
+        return 1e3 * timed_ms(fn, work.repeats, work.sync())
+
+    def run(name: str, fn: Callable[[], object], out: dict) -> object:
+        try:
+            result = fn()
+            out[f'{name}_us'] = timed_us(fn)
+            return result
+        except Exception as exc:  # noqa: B902 - a kernel that cannot run these calls
+            out[name] = f'{type(exc).__name__}: {exc}'[:300]
+            return None
+
+    ti = cfg.image_tokens_per_camera
+    count = work.cameras * ti + work.prompt_tokens
+    p = work.cameras * ti + bucket_for(work.prompt_tokens, prompt_buckets(cfg.max_token_len))
+    layers = vlm.depth - 1
+    q = randn(layers, 1, p, vlm.num_heads, vlm.head_dim)
+    k, v = (randn(layers, 1, p, vlm.num_kv_heads, vlm.head_dim).transpose(2, 3)
+            for _ in range(2))
+    valid = (torch.arange(p, device=dev) < count)[None]
+    ar = torch.cat([torch.zeros(1, work.cameras * ti, dtype=torch.int64, device=dev),
+                    torch.full((1, p - work.cameras * ti), text_ar(cfg.prefix_attention),
+                               device=dev)], 1)
+
+    def dense(q, k, v, valid, ar):
+        mask = make_attn_mask(valid, ar) | torch.eye(valid.shape[1], dtype=torch.bool,
+                                                     device=valid.device)
+        bias = AttentionMask.build(mask, vlm.num_heads, vlm.num_kv_heads, q.dtype)
+        return tuple(attention(q[i], k[i], v[i], bias) for i in range(layers))
+
+    def flex(q, k, v, valid, ar):
+        block = prefix_block_mask(valid, ar)
+        return tuple(prefix_attention(q[i], k[i], v[i], block) for i in range(layers))
+
+    def block_mask(valid, ar):
+        block = prefix_block_mask(valid, ar)
+        return block.kv_num_blocks, block.kv_indices, block.full_kv_num_blocks
+
+    def compiled(fn: Callable, *args: torch.Tensor) -> Callable[[], object]:
+        call = torch.compile(fn, backend=compiler, fullgraph=True)
+        return lambda: call(*args)
+    prefill = {'tokens': p, 'valid': count, 'layers': layers, 'mode': cfg.prefix_attention.value}
+    with torch.inference_mode():
+        want = run('sdpa', compiled(dense, q, k, v, valid, ar), prefill)
+        got = run('flex', compiled(flex, q, k, v, valid, ar), prefill)
+        run('block_mask', compiled(block_mask, valid, ar), prefill)
+        if want is not None and got is not None:
+            prefill['max_abs_diff'] = _max_abs_diff(got, want)
+
+        m, t, h = work.cameras, vis.num_tokens, vis.num_heads
+        qkv = randn(vis.depth, m, t, 3 * vis.width).view(vis.depth, m, t, 3, h, -1)
+        qkv = qkv.permute(3, 0, 1, 4, 2, 5)             # [3, depth, M, H, T, D] views
+
+        def sdpa_vision() -> tuple[torch.Tensor, ...]:
+            return tuple(torch.nn.functional.scaled_dot_product_attention(*qkv[:, i])
+                         for i in range(vis.depth))
+
+        def flex_vision(qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            from torch.nn.attention.flex_attention import flex_attention
+            return tuple(flex_attention(*qkv[:, i]) for i in range(vis.depth))
+
+        def restricted(kernel: SDPBackend) -> Callable[[], object]:
+            def fn() -> object:
+                with sdpa_kernel([kernel]):
+                    return sdpa_vision()
+            return fn
+        vision: dict = {'calls': vis.depth, 'shape': [m, h, t, vis.width // h]}
+        want = run('sdpa', sdpa_vision, vision)
+        for name, kernel in (('cudnn', SDPBackend.CUDNN_ATTENTION),
+                             ('flash', SDPBackend.FLASH_ATTENTION),
+                             ('efficient', SDPBackend.EFFICIENT_ATTENTION),
+                             ('math', SDPBackend.MATH)):
+            run(name, restricted(kernel), vision)
+        got = run('flex', compiled(flex_vision, qkv), vision)
+        if want is not None and got is not None:
+            vision['max_abs_diff'] = _max_abs_diff(got, want)
+    return {'prefill': prefill, 'vision': vision}
+
+
+def _max_abs_diff(got: tuple, want: tuple) -> float:
+    """Return the largest ``|got - want|`` over tuples of tensors, in float32."""
+    return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want))
+
+
 def _graph_replay_us(fn: Callable[[], None], repeats: int) -> float:
     """Return the median time of one replay of a CUDA graph of ``fn``, in microseconds."""
     import torch
@@ -310,4 +433,4 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
 
 
 __all__ = ['DECODE_BATCHES', 'Workload', 'denoise_entry', 'pipeline_parity', 'roofline_entry',
-           'run_components', 'time_decode_attention', 'timed_ms']
+           'run_components', 'time_decode_attention', 'time_prefix_attention', 'timed_ms']

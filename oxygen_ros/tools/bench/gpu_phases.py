@@ -15,7 +15,8 @@ eager_components     each model call, eager, with every attention kernel; roofli
 compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
                      gate, fallbacks, compile cache, the decode attention used; RTC's
                      guided denoise included), each call (the guided denoise too), the
-                     action path's parity, the decode attention alone (paged vs gather)
+                     action path's parity, the decode attention alone (paged vs gather),
+                     the prefill's and SigLIP's attention alone, kernel by kernel
 bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
                      shared warm-up), the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
@@ -23,6 +24,8 @@ fp8_components       FP8 weights (``model/fp8.py``): the action check against bf
                      float32, then as ``compiled_components`` on the FP8 model (the gate
                      against the unquantized float32 copy), rooflines with FP8 bytes and
                      FLOPs, Thor's projection
+autotune_components  vision and prefill compiled with Inductor's defaults, then with
+                     ``max_autotune``: compile time, gate, each call
 ==================== =====================================================================
 """
 
@@ -43,6 +46,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from oxygen_ros.tools.bench.gpu_autotune import autotune_components
 from oxygen_ros.tools.bench.gpu_components import Workload
 
 REPO = Path(__file__).resolve().parents[3]
@@ -94,7 +98,7 @@ def environment(ctx: PhaseContext) -> bool:
     """Record the machine and software; fail when the device asked for is not there."""
     import torch
 
-    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
     from oxygen_ros.tools.common.machine import cpu_name
 
     dev = ctx.args.device
@@ -172,8 +176,10 @@ def eager_components(ctx: PhaseContext) -> bool:
     kernels: dict = {}
     ctx.save('workload', {**work.as_dict(), 'model_build_s': time.perf_counter() - t0,
                           'attention_backend': chosen.value})
-    # the eager model always gathers its decode context: TRITON times the same calls as AUTO
-    others = [b for b in AttentionBackend if b not in (chosen, AttentionBackend.TRITON)]
+    # the eager model always gathers its decode context and never runs FlexAttention: TRITON
+    # and FLEX time the same calls as AUTO
+    others = [b for b in AttentionBackend
+              if b not in (chosen, AttentionBackend.TRITON, AttentionBackend.FLEX)]
     for backend in [chosen] + others:
         try:
             with sdpa_context(backend):
@@ -225,7 +231,8 @@ def compiled_components(ctx: PhaseContext) -> bool:
     with the rest, timed beside the plain one and held against eager's guided denoise.
     """
     from oxygen_ros.backends.parity_probe import float32_copy
-    from oxygen_ros.tools.bench.gpu_components import time_decode_attention
+    from oxygen_ros.tools.bench.gpu_components import (
+        time_decode_attention, time_prefix_attention)
 
     work = ctx.workload()
     model = work.build_model()
@@ -235,6 +242,11 @@ def compiled_components(ctx: PhaseContext) -> bool:
         ctx.save('decode_attention', {'used': paged, **time_decode_attention(work)})
     except Exception as exc:  # noqa: B902 - a figure lost, not the phase
         ctx.save('decode_attention', {'used': paged, 'error': f'{type(exc).__name__}: {exc}'})
+    del model, reference
+    try:
+        ctx.save('prefix_attention', time_prefix_attention(work, ctx.args.compile_backend))
+    except Exception as exc:  # noqa: B902 - a figure lost, not the phase
+        ctx.save('prefix_attention', {'error': f'{type(exc).__name__}: {exc}'[:600]})
     return failed
 
 
@@ -284,6 +296,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.graph_builder import Kernels
+    from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
@@ -304,11 +317,13 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
         paged = decode_attention(fast.device, compiled)
         fused = denoise_attention(fast.device, fast.kernels is Kernels.INDUCTOR
                                   and 'denoise' not in report.fallbacks, model.cfg.action_horizon)
+        prefix = prefill_attention(fast.device, fast.kernels is Kernels.INDUCTOR
+                                   and 'prefill' not in report.fallbacks)
     ctx.save('warmup', {
         'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
         'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
         'attention_backend': attention.value, 'decode_attention': paged,
-        'denoise_attention': fused,
+        'denoise_attention': fused, 'prefill_attention': prefix,
         'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
         'phases': {k: round(v, 3) for k, v in report.phases.items()},
         'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
@@ -390,6 +405,6 @@ def second_start(ctx: PhaseContext) -> bool:
 PHASES: dict[str, Callable[[PhaseContext], bool]] = {
     'environment': environment, 'gpu_tests': gpu_tests, 'eager_components': eager_components,
     'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start,
-    'fp8_components': fp8_components}
+    'fp8_components': fp8_components, 'autotune_components': autotune_components}
 
 __all__ = ['PHASES', 'PhaseContext', 'REPO', 'write_json']

@@ -2,21 +2,24 @@
 ``oxygen_bench gpu``: the GPU session, three commands that each fit a short GPU lease.
 
 A GPU is lent rarely and briefly (here: 30 device-minutes, 10 a command, a bare machine). The
-session splits issue 10's figures into three commands (FP8's into an optional fourth), each
-estimated at most ~8 minutes cold on an H100 (``--budget-s``, default 480 s, is enforced: a
-phase gets the time left minus what the later phases need at least, and is killed at its
-deadline):
+session splits issue 10's figures into three commands (FP8's and max_autotune's into optional
+fourth and fifth ones), each estimated at most ~8 minutes cold on an H100 (``--budget-s``,
+default 480 s, is enforced: a phase gets the time left minus what the later phases need at
+least, and is killed at its deadline):
 
 - ``--session 1``: environment; ``pytest -m gpu test/gpu`` (tiny model); eager components
   with every attention kernel;
 - ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
   recompiles per step, gate, fallbacks; RTC's guided denoise included), its components (the
-  guided denoise beside the plain one) and the action path's parity;
+  guided denoise beside the plain one), the action path's parity, and the attention of a
+  decode step, of the prefill's prefix and of SigLIP alone, kernel by kernel;
 - ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
   both engines); a second start in a fresh process (the compile caches).
 - ``--session 4`` (optional, FP8 weights): environment; the FP8 action check on the random
   weights (recorded), the fast path warmed up cold with FP8 weights, its components beside
   their FP8 bounds and Thor's projection, the action path's parity.
+- ``--session 5`` (optional, ``max_autotune``): environment; vision and prefill compiled,
+  captured, gated and timed with Inductor's defaults, then with ``max_autotune``.
 
 Every phase runs in its own process (a CUDA error or a hang ends that phase only) and saves
 each figure into ``<out>/session<N>_<phase>.json`` as soon as it is measured; the session
@@ -56,25 +59,33 @@ SESSIONS = {
         ('environment', 'bench', 'second_start')),
     4: ('FP8 weights: the action check, the fast path with them, components, parity',
         ('environment', 'fp8_components')),
+    5: ("vision and prefill with Inductor's max_autotune: compile time and each call",
+        ('environment', 'autotune_components')),
 }
-"""The sessions; 4 (FP8 weights) is optional: ``make gpu-session`` runs 1 to 3 unless
-``SESSION`` names it."""
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 330, 'eager_components': 90,
-              'compiled_components': 420, 'bench': 330, 'second_start': 90,
-              'fp8_components': 420}
+"""The sessions; 4 (FP8 weights) and 5 (``max_autotune``) are optional: ``make gpu-session``
+runs 1 to 3 unless ``SESSION`` names them."""
+ESTIMATE_S = {'environment': 20, 'gpu_tests': 360, 'eager_components': 90,
+              'compiled_components': 450, 'bench': 330, 'second_start': 90,
+              'fp8_components': 420, 'autotune_components': 420}
 """Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
 a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
 kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
 ~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
 gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
 before the tests of the guided step, the paged and fused kernels and FP8 (each one or two
-more Inductor compiles of a tiny step: ~330 s estimated). The compiled components took 277 s
-on 2026-11-25 without the guided denoise, whose compile (forward and backward of one step)
-and gate add ~60 s. FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus
-~20 s to quantize and run the action check's three eager action paths."""
+more Inductor compiles of a tiny step: ~330 s estimated; FlexAttention's tests ~30 s more).
+The compiled components took 277 s on 2026-11-25 without the guided denoise, whose compile
+(forward and backward of one step) and gate add ~60 s; the prefill's and SigLIP's attention
+compared kernel by kernel (``time_prefix_attention``: four small Inductor compiles, two with
+FlexAttention) ~30 s.
+FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus ~20 s to quantize
+and run the action check's three eager action paths. max_autotune (not run yet): the vision
+and prefill warm-up with Inductor's defaults (~90 s cold, less with session 2's caches), then
+with autotuning (every GEMM shape of both steps and the FlexAttention tiles benchmarked: a few
+minutes, estimated)."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45,
-             'fp8_components': 120}
+             'fp8_components': 120, 'autotune_components': 150}
 """The least time a phase needs to yield anything: kept free for the later phases."""
 SETUP_FAILED = 8
 _MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
@@ -93,6 +104,10 @@ FILLED_KEYS = {
     'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
                             'warmup.decode_attention', 'decode_attention.used',
                             'warmup.denoise_attention', 'denoise.us_per_layer_step',
+                            'warmup.prefill_attention', 'prefix_attention.prefill.sdpa_us',
+                            'prefix_attention.prefill.flex_us',
+                            'prefix_attention.prefill.max_abs_diff',
+                            'prefix_attention.vision.sdpa_us', 'prefix_attention.vision.flex_us',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
                             'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
                             'ms.guided_denoise_10_steps',
@@ -119,6 +134,11 @@ FILLED_KEYS = {
                        'roofline.denoise_10_steps.thor', 'paper_cycle.thor_bound_ms',
                        'pipeline_parity.passed',
                        'pipeline_parity.outputs.actions'),
+    'autotune_components': ('autotune.default.warmup_s', 'autotune.default.ms.vision',
+                            'autotune.default.ms.prefill', 'autotune.max_autotune.warmup_s',
+                            'autotune.max_autotune.ms.vision',
+                            'autotune.max_autotune.ms.prefill',
+                            'autotune.max_autotune.fallbacks'),
 }
 """Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
 TOKENIZER_FIX = (
@@ -260,7 +280,7 @@ def _run_phase(argv: list[str], phase: str, timeout: float, log) -> tuple[str, i
 
 def run_session(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the phases of ``args.session``; return the exit code (see the module doc)."""
-    from oxygen_ros.model.tokenizer import default_tokenizer_path
+    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
     from oxygen_ros.tools.bench.gpu_phases import write_json
 
     n, (title, phases) = args.session, SESSIONS[args.session]
@@ -340,6 +360,7 @@ def report_of(sessions: list[dict]) -> dict:
             'gpu_tests': results.get('gpu_tests', {}).get('gpu_tests'),
             'first_start': {'fast_path_warmup_s': bench.get('warmup', {}).get('compile_seconds')},
             'second_start': results.get('second_start', {}).get('second_start', {}),
+            'max_autotune': results.get('autotune_components', {}).get('autotune'),
             'sessions': {s['session']: {'phases': s['phases'], 'exit_code': s['exit_code'],
                                         'config': s['config']} for s in sessions}}
 

@@ -11,7 +11,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from lifecycle_msgs.srv import GetState
 import numpy as np
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.endpoints import (
@@ -21,6 +20,7 @@ from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.common.children import Child
 from oxygen_ros.tools.common.text_timing import AskTiming, TextTiming
 from oxygen_ros.tools.keystore.names import NodeNames
+from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import rclpy

@@ -4,7 +4,7 @@
 The Gemma SentencePiece model (256000 pieces) ships inside the ``maxtext==0.2.5`` wheel as
 ``maxtext/assets/tokenizers/tokenizer.gemma``. This tool downloads that wheel with pip (no
 dependencies, nothing installed), extracts only that file, checks its sha256, appends the
-PaliGemma ``<loc>``/``<seg>`` pieces (``model.tokenizer.extend_to_paligemma``) and writes
+PaliGemma ``<loc>``/``<seg>`` pieces (``transforms.tokenizer.extend_to_paligemma``) and writes
 ``<cache_dir()>/paligemma_tokenizer.model`` atomically. It does nothing when a valid file is
 already there (``--force`` rebuilds). ``--source`` takes a local maxtext wheel, the Gemma
 ``tokenizer.gemma`` file or a ready ``paligemma_tokenizer.model`` instead of downloading
@@ -23,7 +23,7 @@ import tempfile
 from typing import Sequence
 import zipfile
 
-from oxygen_ros.model.tokenizer import (
+from oxygen_ros.transforms.tokenizer import (
     default_tokenizer_path, extend_to_paligemma, GEMMA_VOCAB_SIZE, load_paligemma_processor,
     TOKENIZER_FILENAME)
 

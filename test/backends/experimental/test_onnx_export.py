@@ -20,10 +20,10 @@ from oxygen_ros.backends.experimental.onnx_export import export_graphs, WEIGHTS_
 from oxygen_ros.backends.experimental.onnx_graphs import GraphName
 from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
 from oxygen_ros.backends.experimental.ort_runtime import OrtExecutor
+from oxygen_ros.checkpoint.weights import save_checkpoint
 from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
-from oxygen_ros.model.weights import save_checkpoint
 from oxygen_ros.tools.export import main as export_main
 import pytest
 import torch

@@ -33,8 +33,8 @@ from oxygen_ros.control.rtc import RtcRequest
 from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.prompt import TextTask
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import torch
 
@@ -116,11 +116,11 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
     recorder = Recording(model)
     backends = []
 
-    def make_backend(config, _model, num_blocks, adapter=None):
+    def make_backend(config, _model, num_blocks, adapter=None, **_options):
         assert adapter is None
         backends.append(factory(config, recorder, num_blocks))
         return backends[-1]
-    monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', make_backend)
+    monkeypatch.setattr('oxygen_ros.engine.loading.make_backend', make_backend)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     monkeypatch.undo()
     actions, texts = [], {}
@@ -197,7 +197,7 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
         runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
                              denoise_ctx_len=denoise_ctx_len(limits))
         return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
-    monkeypatch.setattr('oxygen_ros.engine.engine.make_backend', graph_backend)
+    monkeypatch.setattr('oxygen_ros.engine.loading.make_backend', graph_backend)
     try:
         return Engine(cfg, model=model, tokenizer=tokenizer)
     finally:

@@ -3,10 +3,10 @@
 import json
 import logging
 
+from oxygen_ros.checkpoint.weights import (CheckpointError, CheckpointLayout, load_checkpoint,
+                                           save_checkpoint)
 from oxygen_ros.config import get_preset, preset_names
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.weights import (CheckpointError, CheckpointLayout, load_checkpoint,
-                                      save_checkpoint)
 import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -215,7 +215,7 @@ def test_an_untied_head_is_loaded_as_the_head_with_an_info_line(model, tmp_path,
     path = save_checkpoint(model, tmp_path)
     head = torch.randn(257152, 16)
     _rewrite(path, lambda t: t.update({LM_HEAD: head}))
-    with caplog.at_level(logging.INFO, logger='oxygen_ros.model.weights'):
+    with caplog.at_level(logging.INFO, logger='oxygen_ros.checkpoint.weights'):
         loaded = load_checkpoint(path, model.cfg)
     assert f'{path} holds an LM head ({LM_HEAD}) that differs from the token embedding: ' \
         'loaded as an untied head, text decoding uses it' in caplog.text

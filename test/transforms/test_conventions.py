@@ -5,16 +5,16 @@ import logging
 
 from lerobot_files import dataset_stats, equivalent_openpi_stats, write_lerobot_processors
 import numpy as np
+from oxygen_ros.checkpoint.weights import CheckpointLayout, save_checkpoint
 from oxygen_ros.config import get_preset, PromptFormat
 from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.conventions import (
-    CheckpointFamily, NormStatsNotFound, resolve_conventions)
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.model.normalize import NormMode
 from oxygen_ros.model.pi05 import build_model
-from oxygen_ros.model.preprocess import ImageResize
-from oxygen_ros.model.weights import CheckpointLayout, save_checkpoint
 from oxygen_ros.observation import Observation
+from oxygen_ros.transforms.conventions import (
+    CheckpointFamily, NormStatsNotFound, resolve_conventions)
+from oxygen_ros.transforms.images import ImageResize
+from oxygen_ros.transforms.normalize import NormMode
 import pytest
 import torch
 

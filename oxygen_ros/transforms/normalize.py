@@ -27,8 +27,8 @@ from typing import Mapping
 import numpy as np
 
 from oxygen_ros.config import ModelConfig, RobotAdapter
-from oxygen_ros.model import robot_adapters
-from oxygen_ros.model.norm_stats import identity_norm_stats, NormStats, REQUIRED_KEYS
+from oxygen_ros.transforms import robot_adapters
+from oxygen_ros.transforms.norm_stats import identity_norm_stats, NormStats, REQUIRED_KEYS
 
 QUANTILE_EPS = 1e-6
 """Added to q99 - q01 by openpi (``_normalize_quantile``); LeRobot adds nothing."""

@@ -1,13 +1,13 @@
-"""Norm stats files and quantile normalization (model/norm_stats.py, normalize.py)."""
+"""Norm stats files and quantile normalization (transforms/norm_stats.py, normalize.py)."""
 
 import json
 
 import numpy as np
 
 from oxygen_ros.config import get_preset
-from oxygen_ros.model.norm_stats import (
+from oxygen_ros.transforms.norm_stats import (
     identity_norm_stats, load_norm_stats, NormStats, save_norm_stats)
-from oxygen_ros.model.normalize import (
+from oxygen_ros.transforms.normalize import (
     normalize_quantile, Normalizer, NormMode, pad_to, QuantityNorm, unnormalize_quantile)
 import pytest
 

@@ -1,13 +1,13 @@
-"""PaliGemma tokenizer (model/tokenizer.py) and its builder (tools/fetch_tokenizer.py)."""
+"""PaliGemma tokenizer (transforms/tokenizer.py) and its builder (tools/fetch_tokenizer.py)."""
 
 import hashlib
 from pathlib import Path
 import subprocess
 import zipfile
 
-from oxygen_ros.model.tokenizer import (
-    default_tokenizer_path, extend_to_paligemma, GEMMA_VOCAB_SIZE, PaligemmaTokenizer)
 from oxygen_ros.tools.fetch import tokenizer as fetch_tokenizer
+from oxygen_ros.transforms.tokenizer import (
+    default_tokenizer_path, extend_to_paligemma, GEMMA_VOCAB_SIZE, PaligemmaTokenizer)
 import pytest
 
 

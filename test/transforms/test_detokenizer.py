@@ -1,5 +1,5 @@
 """
-Incremental detokenization (model/detokenizer.py): pieces concatenate to ``decode(all ids)``.
+Incremental detokenization (transforms/detokenizer.py): pieces concatenate to ``decode(all ids)``.
 
 Property tests push random id sequences (random ids of the whole vocabulary, byte-fallback
 runs that split multi-byte characters at every position, invalid UTF-8, pad/bos between bytes,
@@ -11,7 +11,7 @@ Gemma model does not have).
 import io
 
 from hypothesis import given, HealthCheck, settings, strategies as st
-from oxygen_ros.model.detokenizer import IncrementalDetokenizer
+from oxygen_ros.transforms.detokenizer import IncrementalDetokenizer
 import pytest
 
 SETTINGS = settings(max_examples=300, deadline=None,

@@ -15,9 +15,9 @@ import logging
 from pathlib import Path
 import re
 
-from oxygen_ros.config import get_preset, ModelConfig, preset_names
-from oxygen_ros.model.checkpoint_keys import (
+from oxygen_ros.checkpoint.keys import (
     checkpoint_dims, config_dims, key_map, LM_HEAD, VISION)
+from oxygen_ros.config import get_preset, ModelConfig, preset_names
 from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.pi05 import Pi05Model
 

@@ -52,7 +52,7 @@ import numpy as np
 from oxygen_ros.config import PAD_ID, PromptFormat
 
 if TYPE_CHECKING:  # pragma: no cover
-    from oxygen_ros.model.tokenizer import PaligemmaTokenizer
+    from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def action_prompt_ids(tok: PaligemmaTokenizer, task: str, state_normalized: np.n
     """
     Return the ids of the whole action prompt, BOS first, never cut.
 
-    ``tokenize_action_prompt`` cuts and pads them; ``engine.inputs`` refuses a prompt that
+    ``tokenize_action_prompt`` cuts and pads them; ``transforms.inputs`` refuses a prompt that
     does not fit.
 
     :raises ValueError: empty task, missing/invalid state.

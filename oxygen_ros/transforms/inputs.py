@@ -17,11 +17,11 @@ import enum
 import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, PromptFormat
-from oxygen_ros.model.normalize import Normalizer
-from oxygen_ros.model.preprocess import check_image, image_to_model, ImageResize
-from oxygen_ros.model.prompt import action_prompt_ids
-from oxygen_ros.model.tokenizer import PaligemmaTokenizer
 from oxygen_ros.observation import Observation
+from oxygen_ros.transforms.images import check_image, image_to_model, ImageResize
+from oxygen_ros.transforms.normalize import Normalizer
+from oxygen_ros.transforms.prompt import action_prompt_ids
+from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 
 
 class InputFault(enum.Enum):
@@ -51,7 +51,7 @@ class CameraImage:
 
     :ivar pixels: ``float32 [3, S, S]`` in [-1, 1], resized on the host; or ``uint8 [H, W,
         3]`` RGB as it came, resized by the backend on its device
-        (``model.preprocess.resize_on_device``).
+        (``transforms.images.resize_on_device``).
     """
 
     pixels: np.ndarray
@@ -72,7 +72,7 @@ def prepare_camera(img: np.ndarray | CameraImage, cfg: ModelConfig, resize: Imag
     :param resize: the checkpoint family's filter.
     :param on_device: keep a uint8 image as it is (the backend resizes it; float images are
         resized on the host either way).
-    :raises ValueError: see ``model.preprocess.check_image``.
+    :raises ValueError: see ``transforms.images.check_image``.
     """
     if isinstance(img, CameraImage):
         return img

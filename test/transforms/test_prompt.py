@@ -1,12 +1,12 @@
-"""Prompt strings, state bins and padded prompt ids (model/prompt.py; spec §1.6, §2.2)."""
+"""Prompt strings, state bins and padded prompt ids (transforms/prompt.py; spec §1.6, §2.2)."""
 
 import logging
 
 import numpy as np
 
 from oxygen_ros.config import PromptFormat
-from oxygen_ros.model import prompt
-from oxygen_ros.model.prompt import (
+from oxygen_ros.transforms import prompt
+from oxygen_ros.transforms.prompt import (
     clean_text, discretize_state, format_action_prompt, format_text_prompt, TextTask,
     tokenize_action_prompt, tokenize_text_prompt)
 import pytest
@@ -22,7 +22,7 @@ def fresh_warnings(monkeypatch):
 
 def _warnings(caplog):
     return [r for r in caplog.records
-            if r.name == 'oxygen_ros.model.prompt' and r.levelno == logging.WARNING]
+            if r.name == 'oxygen_ros.transforms.prompt' and r.levelno == logging.WARNING]
 
 
 # --- clean_text / discretize_state ---------------------------------------------------------

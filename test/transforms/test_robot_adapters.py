@@ -2,9 +2,9 @@
 
 import numpy as np
 from oxygen_ros.config import get_preset, RobotAdapter
-from oxygen_ros.model import robot_adapters
-from oxygen_ros.model.norm_stats import NormStats
-from oxygen_ros.model.normalize import Normalizer
+from oxygen_ros.transforms import robot_adapters
+from oxygen_ros.transforms.norm_stats import NormStats
+from oxygen_ros.transforms.normalize import Normalizer
 import pytest
 
 # Values worked out by hand from openpi's aloha_policy.py constants (see the module docstring):

@@ -8,8 +8,8 @@ Three families of checkpoints reach the node (docs/checkpoints.md):
   preset's prompt format (``pi05_libero`` without the state, the others with it), Pillow's
   image resize.
 - **LeRobot** (``lerobot/pi05_*``): stats and modes in the processor files
-  (``model/lerobot_processors.py``), LeRobot's formulas (no ``+ 1e-6``), the state always in
-  the prompt, ``F.interpolate``'s image resize (``model/preprocess.py``).
+  (``transforms/lerobot_processors.py``), LeRobot's formulas (no ``+ 1e-6``), the state always in
+  the prompt, ``F.interpolate``'s image resize (``transforms/images.py``).
 - **random weights** (no checkpoint): identity stats.
 
 Explicit settings win: ``norm_stats`` (an openpi JSON), ``prompt_format``,
@@ -24,19 +24,38 @@ from dataclasses import dataclass, replace
 import enum
 import logging
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Protocol
 
 from oxygen_ros.config import ModelConfig, PromptFormat
-from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.model.lerobot_processors import (
+from oxygen_ros.transforms.images import ImageResize
+from oxygen_ros.transforms.lerobot_processors import (
     is_lerobot_folder, lerobot_prompt, load_lerobot_normalization, NORMALIZER,
     normalizer_pattern, POSTPROCESSOR, PREPROCESSOR, UNNORMALIZER)
-from oxygen_ros.model.norm_stats import (
+from oxygen_ros.transforms.norm_stats import (
     identity_norm_stats, known_asset_ids, load_norm_stats, NormStats, openpi_norm_stats_file)
-from oxygen_ros.model.normalize import QuantityNorm
-from oxygen_ros.model.preprocess import ImageResize
+from oxygen_ros.transforms.normalize import QuantityNorm
 
 _LOG = logging.getLogger(__name__)
+
+
+class ConventionSettings(Protocol):
+    """
+    The explicit settings that win over a checkpoint's conventions (``EngineConfig`` has them).
+
+    :ivar checkpoint: the checkpoint folder or its ``model.safetensors``; None: random weights.
+    :ivar norm_stats: an openpi ``norm_stats.json`` overriding the checkpoint's; None: none.
+    :ivar prompt_format: the action prompt's format; None: the family's, else the preset's.
+    :ivar state_prompt_pad: dims the state is zero-padded to before binning (0: none).
+    :ivar quantile_eps: added to ``q99 - q01``; None: the stats' family's.
+    :ivar image_resize: the resize-with-pad filter; None: the family's.
+    """
+
+    checkpoint: str | None
+    norm_stats: str | None
+    prompt_format: PromptFormat | None
+    state_prompt_pad: int
+    quantile_eps: float | None
+    image_resize: ImageResize | None
 
 
 class CheckpointFamily(str, enum.Enum):
@@ -96,10 +115,12 @@ def checkpoint_family(checkpoint: str | Path | None) -> CheckpointFamily:
     return CheckpointFamily.LEROBOT if is_lerobot_folder(folder) else CheckpointFamily.OPENPI
 
 
-def resolve_conventions(config: EngineConfig, cfg: ModelConfig,
+def resolve_conventions(config: ConventionSettings, cfg: ModelConfig,
                         stats: Mapping[str, NormStats] | None = None) -> Conventions:
     """
     Return the normalization and prompt conventions of ``config``'s checkpoint.
+
+    ``config`` is the engine's ``EngineConfig`` (any object with these settings).
 
     Norm stats: ``stats`` if given (openpi quantiles), ``config.norm_stats`` if set; else, in
     a checkpoint folder, the family's own files first (LeRobot's processor files or openpi's
@@ -143,7 +164,7 @@ def _with_eps(norm: QuantityNorm, eps: float) -> QuantityNorm:
     return replace(norm, quantile_eps=eps)
 
 
-def _normalization(config: EngineConfig, cfg: ModelConfig, family: CheckpointFamily
+def _normalization(config: ConventionSettings, cfg: ModelConfig, family: CheckpointFamily
                    ) -> tuple[QuantityNorm, QuantityNorm, str]:
     if config.norm_stats:
         stats = load_norm_stats(Path(config.norm_stats))
@@ -207,5 +228,5 @@ def not_found_message(folder: Path, cfg: ModelConfig) -> str:
     ])
 
 
-__all__ = ['CheckpointFamily', 'Conventions', 'NormStatsNotFound', 'checkpoint_family',
-           'checkpoint_folder', 'not_found_message', 'resolve_conventions']
+__all__ = ['CheckpointFamily', 'ConventionSettings', 'Conventions', 'NormStatsNotFound',
+           'checkpoint_family', 'checkpoint_folder', 'not_found_message', 'resolve_conventions']

@@ -5,8 +5,8 @@ These follow openpi's training-style computation (``pi0.py compute_loss`` /
 ``sample_actions`` without a cache): the prefix keeps its fixed slots (invalid tokens stay,
 masked), ONE Mixture-of-Transformers pass runs both experts over ``[prefix ; suffix]`` with
 one 2-D mask from the ar-mask rule, and attention is computed eagerly (float32 logits, masked
-logits set to openpi's -2.3819763e38, softmax in float32). Slow by design; for tests and
-training-style forwards.
+logits set to openpi's -2.3819763e38, softmax in float32). Slow by design: the tests' ground
+truth, used by nothing in ``oxygen_ros/``.
 """
 
 from __future__ import annotations

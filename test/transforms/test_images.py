@@ -1,12 +1,14 @@
-"""Image preprocessing (model/preprocess.py; spec §1.9)."""
+"""Image preprocessing on the host and on the device (transforms/images.py; spec §1.9)."""
 
 import numpy as np
 
 from oxygen_ros.config import get_preset
-from oxygen_ros.model.preprocess import (
-    check_image, image_to_model, ImageResize, prepare_images, resize_with_pad)
+from oxygen_ros.transforms.images import (
+    check_image, image_to_model, ImageResize, prepare_images, resize_on_device, resize_with_pad)
 from PIL import Image
 import pytest
+from skimage import data
+import torch
 
 
 def _openpi_client_reference(img: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -201,3 +203,26 @@ def test_prepare_images_takes_the_filter():
     size = cfg.vision.image_size
     np.testing.assert_array_equal(lerobot[0], _lerobot_reference(photo, size))
     assert not np.array_equal(openpi[0], lerobot[0])
+
+
+ONE_LEVEL = 2.0 / 255.0 + 1e-6          # one uint8 level in model units ([-1, 1])
+
+
+def photos():
+    coffee = np.ascontiguousarray(data.coffee()[:400, :600])
+    rng = np.random.default_rng(0)
+    return [coffee, np.ascontiguousarray(data.astronaut()),
+            rng.integers(0, 256, (97, 33, 3), dtype=np.uint8),
+            rng.integers(0, 256, (100, 150, 3), dtype=np.uint8),
+            rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)]
+
+
+@pytest.mark.parametrize('resize', list(ImageResize), ids=lambda r: r.value)
+def test_device_resize_against_the_host_path(resize):
+    for img in photos():
+        host = image_to_model(img, 224, resize)
+        device = resize_on_device(torch.from_numpy(img), 224, resize).numpy()
+        if resize is ImageResize.LEROBOT:      # the same computation
+            np.testing.assert_array_equal(device, host)
+        else:                                  # Pillow's filter, within one uint8 level
+            assert np.abs(device - host).max() <= ONE_LEVEL, img.shape

@@ -21,7 +21,7 @@ boundaries chosen from SentencePiece's rules):
   decodes whose difference is returned.
 
 Pure Python; the tokenizer is anything with ``decode``, ``is_byte``, ``is_control`` and
-``eos_id`` (``oxygen_ros.model.tokenizer.PaligemmaTokenizer``).
+``eos_id`` (``oxygen_ros.transforms.tokenizer.PaligemmaTokenizer``).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from oxygen_ros.model.norm_stats import FILE_NAMES, NormStats
-from oxygen_ros.model.normalize import LEROBOT_EPS, NormMode, QuantityNorm
+from oxygen_ros.transforms.norm_stats import FILE_NAMES, NormStats
+from oxygen_ros.transforms.normalize import LEROBOT_EPS, NormMode, QuantityNorm
 
 from safetensors import SafetensorError
 from safetensors.numpy import load_file

@@ -1,0 +1,1 @@
+"""The input and output transforms around the network: norm stats, images, prompts, text."""
