@@ -86,7 +86,7 @@ def test_dry_run_of_the_three_sessions_fills_every_key(tmp_path):
     assert 'guided denoise (RTC)' in warm['gate']['guided_denoise']
     assert r2['compiled_components']['ms']['guided_denoise_10_steps'] > 0
     assert r2['compiled_components']['pipeline_parity']['outputs']['guided_actions']['passed']
-    assert sessions[2]['show']['guided_vs_plain_denoise']['measured'] > 1
+    assert sessions[2]['show']['guided_vs_plain_denoise']['measured'] > 0   # filled, not judged
     bench = r3['bench']['result']
     assert bench['text_equal'] and bench['fallbacks'] == {} and bench['shared_backend']
     assert bench['text_context'] == 'action_prefix'              # one full prefill per frame
