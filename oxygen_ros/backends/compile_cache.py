@@ -14,7 +14,10 @@ Two layers, both PyTorch's (no cache of our own):
   same GPU and torch to skip compilation there too.
 
 Hits and misses are torch's counters (``torch._dynamo.utils.counters['inductor']``,
-``fxgraph_cache_hit`` / ``fxgraph_cache_miss``): a warm start compiles nothing new.
+``fxgraph_cache_hit`` / ``fxgraph_cache_miss``): a warm start compiles nothing new. Both
+layers spare Inductor's work, not Dynamo's trace of each step: the steps compiled ahead of
+time (``precompile.py``, under ``<cache>/torch_compile/aot``) spare that too; these caches
+serve what is still compiled just in time.
 """
 
 from __future__ import annotations
@@ -51,20 +54,23 @@ def cache_counts() -> CacheCounts:
     return CacheCounts(int(inductor['fxgraph_cache_hit']), int(inductor['fxgraph_cache_miss']))
 
 
+def cache_root() -> Path:
+    """Return ``$OXYGEN_ROS_COMPILE_CACHE``, else ``<project cache>/torch_compile``."""
+    env = os.environ.get(COMPILE_CACHE_ENV)
+    return Path(env) if env else cache_dir() / SUBDIR
+
+
 class CompileCache:
     """
     The on-disk compile caches of one fast-path configuration.
 
     :param key: what the compiled code depends on (any string; hashed into the file name).
-    :param root: default ``$OXYGEN_ROS_COMPILE_CACHE``, else ``<project cache>/torch_compile``
-        (``$OXYGEN_ROS_CACHE``).
+    :param root: default :func:`cache_root` (``$OXYGEN_ROS_COMPILE_CACHE``, else
+        ``<project cache>/torch_compile`` under ``$OXYGEN_ROS_CACHE``).
     """
 
     def __init__(self, key: str, root: Path | None = None) -> None:
-        if root is None:
-            env = os.environ.get(COMPILE_CACHE_ENV)
-            root = Path(env) if env else cache_dir() / SUBDIR
-        self.root = Path(root)
+        self.root = Path(root) if root is not None else cache_root()
         digest = hashlib.sha256(f'{torch.__version__}|{key}'.encode()).hexdigest()[:24]
         self.artifacts = self.root / 'artifacts' / f'{digest}.bin'
         self._start: CacheCounts | None = None
@@ -118,4 +124,5 @@ class CompileCache:
         return self.artifacts
 
 
-__all__ = ['COMPILE_CACHE_ENV', 'CacheCounts', 'CompileCache', 'SUBDIR', 'cache_counts']
+__all__ = ['COMPILE_CACHE_ENV', 'CacheCounts', 'CompileCache', 'SUBDIR', 'cache_counts',
+           'cache_root']

@@ -29,45 +29,44 @@ multiply into the norm anyway, and folding costs 2.6 GB of weights at full size)
 into FP8 weights (``model/fp8.py``, whose gate reference is the unquantized float32 copy
 ``engine/loading.py`` hands in).
 
-Warm-up compiles, captures and gates every graph (``parity.py``, probes in
-``parity_probe.py``), with a progress bar and a log line per step; Inductor's artifacts are
-cached on disk (``compile_cache.py``). A step whose graphs fail (compiler error, capture
-error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log with the
-reason and the measured error, and ``fallbacks`` (step -> reason), which the engine exposes,
-the node shows on ``/diagnostics`` and ``oxygen_bench gpu`` fails on. A call outside the
-compiled shapes (a longer context, a batch > ``max_running_requests``) runs eagerly with a
-warning.
+Warm-up (``warmup.py``) compiles, captures and gates every graph (``parity.py``, probes in
+``parity_probe.py``), with a progress bar and a log line per step; the compiled steps are
+kept on disk ahead of time (``precompile.py``: a warm start loads them, nothing traced),
+Inductor's artifacts too (``compile_cache.py``). A step whose graphs fail (compiler error,
+capture error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log
+with the reason and the measured error, and ``fallbacks`` (step -> reason), which the engine
+exposes, the node shows on ``/diagnostics`` and ``oxygen_bench gpu`` fails on. A call
+outside the compiled shapes (a longer context, a batch > ``max_running_requests``) runs
+eagerly with a warning. Inputs reach a graph's buffers in place, padded there
+(``StaticCall``): no padded copy per call.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Callable, Collection, Iterator
+from typing import Callable, Collection, Iterator
 
 from oxygen_ros.backends.buckets import bucket_for, EngineLimits, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
-from oxygen_ros.backends.config import CompileMode
-from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.config import AttentionBackend, CompileMode
+from oxygen_ros.backends.graph_builder import Kernels, Step
 from oxygen_ros.backends.guided_fast import GuidedDenoise
 from oxygen_ros.backends.parity import ParityResult
-from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
-from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
-from oxygen_ros.backends.warmup import warm_step
+from oxygen_ros.backends.precompile import AOT_BACKENDS, ArtifactStore
+from oxygen_ros.backends.static_graph import StaticCall
+from oxygen_ros.backends.warmup import FastPathWarmup
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
-from oxygen_ros.model.folding import fold_adapter, fold_layers
-from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel_of
+from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
-import torch.nn.functional as F  # noqa: N812
 
 _LOG = logging.getLogger(__name__)
 
 
-class CompiledModel(GuidedDenoise):
+class CompiledModel(GuidedDenoise, FastPathWarmup):
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
@@ -94,6 +93,11 @@ class CompiledModel(GuidedDenoise):
         where those are folded).
     :param guided: compile the guided denoise of real-time chunking too (``guided_denoise``);
         without it a guided chunk runs eagerly (a warning once).
+    :param precompile: compile the steps ahead of time and keep them on disk
+        (``precompile.py``; backends ``inductor`` and ``aot_eager``); default: with
+        ``inductor``.
+    :param attention: the attention backend the warm-up runs in (``sdpa_context``): part of
+        the compile caches' key.
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
@@ -101,7 +105,9 @@ class CompiledModel(GuidedDenoise):
                  backend: str | Callable = 'inductor', block_size: int = 16,
                  fold_norms: bool | None = None, only: Collection[Step] | None = None,
                  camera_counts: tuple[int, ...] | None = None,
-                 adapter: SuffixLoRA | None = None, guided: bool = False) -> None:
+                 adapter: SuffixLoRA | None = None, guided: bool = False,
+                 precompile: bool | None = None,
+                 attention: AttentionBackend = AttentionBackend.AUTO) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
@@ -126,14 +132,27 @@ class CompiledModel(GuidedDenoise):
         self.parity: dict[str, ParityResult] = {}
         """The gate's closest call (largest error / tolerance) per step that passed."""
         self.compiles: dict[str, int] = {}
-        """Dynamo graphs compiled per step at the last warm-up (recompiles included)."""
+        """Dynamo graphs traced per step at the last warm-up (recompiles included)."""
+        self.loaded: dict[str, int] = {}
+        """Functions compiled ahead of time loaded from disk per step (no trace)."""
+        self.seconds: dict[str, float] = {}
+        """Seconds of the last warm-up per step, and of the gate's ``reference`` copy or the
+        weights' ``fingerprint``."""
+        self.gate = ''
+        """What the gate held the graphs to at the last warm-up (float32 or recorded)."""
         self.cache: CompileCache | None = None
+        self.store: ArtifactStore | None = None
+        self.precompile = self.kernels is Kernels.INDUCTOR and backend in AOT_BACKENDS and \
+            (backend == 'inductor' if precompile is None else precompile)
+        self.attention = attention
         self._backend = backend
         self._only = frozenset(Step) if only is None else frozenset(only)
         self._graphs: dict[Step, dict[tuple[int, ...], StaticCall]] = {}
         self._pool: KVCache | None = None
         self._warned: set[str] = set()
         self.guided = guided
+        self._no_rows = torch.zeros(0, dtype=torch.bool, device=model.device)
+        self._true = torch.ones((), dtype=torch.bool, device=model.device)
 
     @property
     def device(self) -> torch.device:
@@ -166,110 +185,6 @@ class CompiledModel(GuidedDenoise):
     def graph_counts(self) -> dict[str, int]:
         """Return the graphs built per step (``Step`` value -> shapes); eager steps absent."""
         return {step.value: len(graphs) for step, graphs in self._graphs.items()}
-
-    # ---------------------------------------------------------------- warm-up
-    def warmup(self, pool: KVCache, *, progress: bool = True,
-               reference: Pi05Model | None = None) -> float:
-        """
-        Compile, capture and gate every graph on ``pool``; fall back step by step.
-
-        Errors writing the compile cache are logged (ERROR), never raised: they cost the
-        next start its cache, not this one its fast path.
-
-        :param pool: the backend's KV pool (graphs read and write it by address; zeroed
-            after the gate's probes).
-        :param progress: draw a tqdm bar (one tick per graph).
-        :param reference: the gate's float32 copy of the model when the caller holds one
-            already (``parity_probe.float32_copy``; a full-size copy is 13.4 GB); default:
-            one is made for the warm-up and dropped after it.
-        :returns: seconds spent, also in ``compile_seconds``.
-        """
-        from tqdm import tqdm
-
-        t0 = time.perf_counter()
-        self._pool, self.fallbacks, self._graphs, self.parity = pool, {}, {}, {}
-        self.compiles = {}
-        if self.kernels is Kernels.INDUCTOR and self._backend == 'inductor':
-            self.cache = CompileCache(f'{self.cfg!r}|{self.dtype}|'
-                                      f'{describe_quantization(self.model)}|{self.device}|'
-                                      f'{_device_name(self.device)}|{self.mode}|{self.shapes}|'
-                                      f'{self.fold_norms}|adapter rank '
-                                      f'{self.adapter.rank if self.adapter else 0}')
-            self.cache.activate()
-        steps = self.steps()
-        try:
-            if reference is None:
-                reference = float32_copy(self.model)
-            layers, adapter = self.model.vlm.layers, self.adapter
-            if self.fold_norms:
-                layers = fold_layers(self.model.vlm.layers)
-                if adapter is not None:
-                    adapter = fold_adapter(adapter, self.model.vlm.layers)
-            builder = GraphBuilder(self.model, layers, pool, compiler=self._backend,
-                                   adapter=adapter)
-            probe = ParityProbe(self, self.model, reference, pool, self.shapes, self.block_size,
-                                adapter=self.adapter)
-            capture = GraphCapture() if self.cuda_graphs else None   # one stream, one pool
-        except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
-            reason = f'fast path set-up failed: {type(exc).__name__}: {exc}; running EAGERLY'
-            _LOG.error('%s', reason)
-            self.fallbacks = {step.value: reason for step in steps}
-            pool.k.zero_()
-            pool.v.zero_()
-            return time.perf_counter() - t0
-        bar = tqdm(total=sum(len(keys) for keys in steps.values()), unit='graph',
-                   desc=f'fast path ({self.mode.value})', disable=not progress)
-        try:
-            with torch.inference_mode(), torch._dynamo.config.patch(
-                    recompile_limit=512, accumulated_recompile_limit=8192):
-                for step, keys in steps.items():
-                    self._warm_step(step, keys, builder, probe, capture, bar)
-        finally:
-            bar.close()
-            pool.k.zero_()
-            pool.v.zero_()
-            del reference, probe
-        if self.cache is not None:
-            try:
-                self.cache.save()
-            except Exception as exc:  # noqa: B902 - torch raises more than OSError here
-                _LOG.error('cannot write the compile cache (the next start compiles afresh): '
-                           '%s: %s', type(exc).__name__, exc)
-        self.compile_seconds = time.perf_counter() - t0
-        counts = self.cache.counts() if self.cache is not None else None
-        _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs%s%s',
-                  self.mode.value, self._kernel_name(self.kernels),
-                  ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
-                  sum(len(g) for g in self._graphs.values()),
-                  f'; compile cache {counts.hits} hits, {counts.misses} misses'
-                  if counts else '',
-                  f'; EAGER: {", ".join(self.fallbacks)}' if self.fallbacks else '')
-        return self.compile_seconds
-
-    def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
-                   probe: ParityProbe, capture: GraphCapture | None, bar: Any) -> None:
-        attempts = [self.kernels]
-        if self.kernels is Kernels.INDUCTOR and self.cuda_graphs:
-            attempts.append(Kernels.EAGER)         # graphs of eager kernels still pay
-        out = warm_step(step, keys, attempts, probe=probe, graphs=self._graphs, bar=bar,
-                        build=lambda key, k: builder.build(step, key, k, capture=capture),
-                        name=self._kernel_name)
-        self.compiles[step.value] = out.compiles
-        if out.worst is not None:
-            self.parity[step.value] = out.worst
-        if out.kernels is None:
-            self.fallbacks[step.value] = '; '.join(out.reasons) + '; running EAGERLY'
-            _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
-                       self.fallbacks[step.value])
-        elif out.kernels is not self.kernels:
-            self.fallbacks[step.value] = f'{out.reasons[0]}; running eager kernels in graphs'
-
-    def _kernel_name(self, kernels: Kernels) -> str:
-        """Return ``eager`` or the compiler's name (``inductor``; tests: ``aot_eager``)."""
-        if kernels is Kernels.EAGER:
-            return kernels.value
-        return self._backend if isinstance(self._backend, str) else \
-            getattr(self._backend, '__name__', 'custom')
 
     def _graph(self, step: Step, key: tuple[int, ...] | None, cache: KVCache | None,
                shape: object = None) -> StaticCall | None:
@@ -311,7 +226,7 @@ class CompiledModel(GuidedDenoise):
         graph = self._graph(Step.SEED, (bucket,) if bucket else None, self._pool, (b,))
         if graph is None:
             return None
-        logits, ids = graph(F.pad(hidden, (0, 0, 0, bucket - b)))
+        logits, ids = graph(hidden, pad=(0,))
         return logits[:b], ids[:b]
 
     @torch.inference_mode()
@@ -351,12 +266,10 @@ class CompiledModel(GuidedDenoise):
                        cache: KVCache, slots: torch.Tensor, bucket: int) -> PrefixKV:
         dev, t = tokens.device, tokens.shape[1]
         count = embeds.shape[1] * self.cfg.image_tokens_per_camera + t
-        p = count + bucket - t
         used = slots[:, :count].to(torch.int64)
-        hidden = graph(embeds, F.pad(tokens, (0, bucket - t)),
-                       (torch.arange(p, device=dev) < count)[None],
-                       F.pad(used[0], (0, p - count), value=self.null_slot),
-                       torch.full((1,), count - 1, dtype=torch.int64, device=dev))
+        hidden = graph(embeds, tokens, self._true.expand(1, count), used[0],
+                       torch.full((1,), count - 1, dtype=torch.int64, device=dev),
+                       pad=(None, 0, False, self.null_slot, None))
         return PrefixKV(cache, used, torch.ones(1, count, dtype=torch.bool, device=dev),
                         torch.full((1,), count, dtype=torch.int64, device=dev), hidden.clone())
 
@@ -364,10 +277,8 @@ class CompiledModel(GuidedDenoise):
                     slots: torch.Tensor, bucket: int) -> PrefixKV:
         dev, t = tokens.device, tokens.shape[1]
         used = slots[:, :t].to(torch.int64)
-        hidden = graph(F.pad(tokens, (0, bucket - t)),
-                       (torch.arange(bucket, device=dev) < t)[None], context.num_tokens,
-                       context.slots.to(torch.int64), context.mask,
-                       F.pad(used[0], (0, bucket - t), value=self.null_slot))
+        hidden = graph(tokens, self._true.expand(1, t), context.num_tokens, context.slots,
+                       context.mask, used[0], pad=(0, False, None, None, None, self.null_slot))
         return PrefixKV(context.cache, torch.cat([context.slots, used], 1),
                         torch.cat([context.mask, torch.ones(1, t, dtype=torch.bool,
                                                             device=dev)], 1),
@@ -406,21 +317,11 @@ class CompiledModel(GuidedDenoise):
         if graph is None or t == 0:
             return self.model.prefill_suffix(tokens, token_mask, context, slots=slots,
                                              adapter=adapter)
-        dev, null = tokens.device, self.null_slot
-        valid = (torch.ones(b, t, dtype=torch.bool, device=dev) if token_mask is None
-                 else token_mask)
-        rows, cols = bb - b, tb - t
-        write = torch.where(valid, slots[:, :t].to(torch.int64), null)
-        extra = ()
-        if self.adapter is not None:
-            mask = (adapter.mask if adapter is not None
-                    else torch.zeros(b, dtype=torch.bool, device=dev))
-            extra = (F.pad(mask, (0, rows)),)
-        hidden = graph(F.pad(tokens, (0, cols, 0, rows)), F.pad(valid, (0, cols, 0, rows)),
-                       F.pad(context.num_tokens, (0, rows)),
-                       F.pad(context.slots.to(torch.int64), (0, cb - c, 0, rows), value=null),
-                       F.pad(context.mask, (0, cb - c, 0, rows)),
-                       F.pad(write, (0, cols, 0, rows), value=null).reshape(-1), *extra)
+        null = self.null_slot
+        valid = self._true.expand(b, t) if token_mask is None else token_mask
+        write = slots[:, :t] if token_mask is None else torch.where(valid, slots[:, :t], null)
+        hidden = graph(tokens, valid, context.num_tokens, context.slots, context.mask, write,
+                       *self._rows(adapter), pad=(0, False, 0, null, False, null, False))
         counts = valid.sum(1)
         return PrefixKV(context.cache, torch.cat([context.slots, slots[:, :t]], 1),
                         torch.cat([context.mask, valid], 1), context.num_tokens + counts,
@@ -437,9 +338,8 @@ class CompiledModel(GuidedDenoise):
                 or num_steps not in (None, self.cfg.num_denoise_steps)
                 or tuple(noise.shape) != tuple(graph.inputs[3].shape)):
             return self.model.denoise(prefix, noise, num_steps=num_steps)
-        pad = c - p
-        return graph(F.pad(prefix.slots.to(torch.int64), (0, pad), value=self.null_slot),
-                     F.pad(prefix.mask, (0, pad)), prefix.num_tokens, noise).clone()
+        return graph(prefix.slots, prefix.mask, prefix.num_tokens, noise,
+                     pad=(self.null_slot, False, None, None)).clone()
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 write_slots: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor,
@@ -449,17 +349,16 @@ class CompiledModel(GuidedDenoise):
         graph = self._graph(Step.DECODE, (bb, cb) if bb and cb else None, cache, (b, c))
         if graph is None:
             return None
-        rows, cols, null = bb - b, cb - c, self.null_slot
-        extra = ()
-        if self.adapter is not None:
-            mask = (adapter.mask if adapter is not None
-                    else torch.zeros(b, dtype=torch.bool, device=tokens.device))
-            extra = (F.pad(mask, (0, rows)),)
-        logits, ids = graph(F.pad(tokens, (0, rows)), F.pad(positions, (0, rows)),
-                            F.pad(write_slots, (0, rows), value=null),
-                            F.pad(ctx_slots.to(torch.int64), (0, cols, 0, rows), value=null),
-                            F.pad(ctx_mask, (0, cols, 0, rows)), *extra)
+        null = self.null_slot
+        logits, ids = graph(tokens, positions, write_slots, ctx_slots, ctx_mask,
+                            *self._rows(adapter), pad=(0, 0, null, null, False, False))
         return logits[:b], ids[:b]
+
+    def _rows(self, adapter: AdapterRows | None) -> tuple[torch.Tensor, ...]:
+        """Return the adapter-rows input of the suffix and decode graphs (none: no LoRA)."""
+        if self.adapter is None:
+            return ()
+        return (self._no_rows if adapter is None else adapter.mask,)
 
     @torch.inference_mode()
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -490,10 +389,6 @@ def _rows_of(prefix: PrefixKV, rows: slice) -> PrefixKV:
     """Return some rows of a batched prefix."""
     return PrefixKV(prefix.cache, prefix.slots[rows], prefix.mask[rows],
                     prefix.num_tokens[rows], prefix.last_hidden[rows])
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'
 
 
 __all__ = ['CompiledModel']

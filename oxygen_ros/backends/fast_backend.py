@@ -46,14 +46,15 @@ class CompiledTorchBackend(TorchBackend):
 
     @property
     def warmup_report(self) -> WarmupReport:
-        """Return the warm-up's time, graphs, compiles, fallbacks and compile cache use."""
+        """Return the warm-up's time, graphs, traces and loads, fallbacks, caches, gate."""
         fast = self.compiled
         cache = None
         if fast.cache is not None:
             counts = fast.cache.counts()
             cache = CompileCacheUse(counts.hits, counts.misses, fast.cache.loaded)
         return WarmupReport(self.warmup_seconds, fast.graph_counts(), dict(fast.compiles),
-                            dict(fast.fallbacks), cache)
+                            dict(fast.fallbacks), cache, dict(fast.loaded), fast.gate,
+                            dict(fast.seconds))
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
@@ -61,7 +62,8 @@ class CompiledTorchBackend(TorchBackend):
                only: Collection[Step] | None = None,
                camera_counts: tuple[int, ...] | None = None,
                reference: Pi05Model | None = None,
-               adapter: SuffixLoRA | None = None) -> CompiledTorchBackend:
+               adapter: SuffixLoRA | None = None,
+               precompile: bool | None = None) -> CompiledTorchBackend:
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
@@ -73,6 +75,8 @@ class CompiledTorchBackend(TorchBackend):
         :param reference: the gate's float32 copy, where the caller holds one.
         :param adapter: the memory adapter (suffix LoRA), compiled into the suffix and decode
             graphs.
+        :param precompile: keep the steps compiled ahead of time on disk (``CompiledModel``;
+            default: with Inductor).
         :raises ValueError: ``config.compile_mode`` resolves to NONE.
         """
         cfg = model.cfg
@@ -83,7 +87,8 @@ class CompiledTorchBackend(TorchBackend):
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=config.block_size, only=only,
                                  camera_counts=camera_counts, adapter=adapter,
-                                 guided=config.rtc)
+                                 guided=config.rtc, precompile=precompile,
+                                 attention=config.attention)
         out = cls(compiled, num_blocks, config.block_size, attention=config.attention,
                   adapter=adapter)
         with sdpa_context(config.attention):

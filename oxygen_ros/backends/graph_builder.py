@@ -7,20 +7,23 @@ the static-shape model call (``model/static_calls.py``), compiled or not, follow
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 
 Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
-silent graph break) or PyTorch's eager ones; decode steps and causal suffixes attend the KV
-pool in place with the paged Triton kernel where the attention backend chooses it
-(``model/paged_attention.py``; on CUDA the builder loads it for AUTO), the prefill's prefix
-with FlexAttention where ``model/flex.py`` chooses it. One compiled function
+silent graph break), the same compiled ahead of time and kept on disk (``precompile.py``: a
+warm start loads them, no Dynamo trace) or PyTorch's eager ones; decode steps and causal
+suffixes attend the KV pool in place with the paged Triton kernel where the attention backend
+chooses it (``model/paged_attention.py``; on CUDA the builder loads it for AUTO), the
+prefill's prefix with FlexAttention where ``model/flex.py`` chooses it. One compiled function
 serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
-so Inductor compiles a step once or twice (sizes 1 are specialized), not once per bucket;
-the CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler
-step (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop
-replays all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``)
-that velocity is the fused one (``model/denoise_fused.py``: the prefix read in place,
-fused norms), else the gathered one. The guided denoise (real-time chunking,
-``model.rtc.GuidedDenoiseCall``) likewise compiles one guided step, the velocity and its
-vector-Jacobian product in one graph. The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names
-(``config.max_autotune_steps``) compile with Inductor's ``max_autotune``.
+so Inductor compiles a step once or twice, not once per bucket (sizes 1 are specialized; the
+suffix has two attention regimes, up to ``PAGED_MAX_QUERIES`` new tokens per row and beyond:
+the paged kernel or folded queries, and the gathered context with a head-major mask); the
+CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler step
+(N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop replays
+all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``) that velocity
+is the fused one (``model/denoise_fused.py``: the prefix read in place, fused norms), else the
+gathered one. The guided denoise (real-time chunking, ``model.rtc.GuidedDenoiseCall``)
+likewise compiles one guided step, the velocity and its vector-Jacobian product in one graph.
+The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names (``config.max_autotune_steps``) compile with
+Inductor's ``max_autotune``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import enum
 from typing import Callable
 
 from oxygen_ros.backends.config import max_autotune_steps, Step
+from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
@@ -44,8 +48,10 @@ from torch import nn
 class Kernels(enum.Enum):
     """Where a graph's kernels come from."""
 
+    PRECOMPILED = 'precompiled'
+    """The compiler's kernels compiled ahead of time (loaded from disk, else compiled, saved)."""
     INDUCTOR = 'inductor'
-    """``torch.compile`` (Triton on CUDA, C++ on the CPU)."""
+    """``torch.compile`` (Triton on CUDA, C++ on the CPU), just in time."""
     EAGER = 'eager'
     """PyTorch's own kernels: no compiler needed (what still works where Triton does not)."""
 
@@ -61,6 +67,8 @@ class GraphBuilder:
         pass ``'aot_eager'`` or a callable).
     :param adapter: the suffix LoRA for ``layers`` (folded ones: ``fold_adapter``): the
         suffix and decode graphs then take one more input, ``adapter_rows bool [B]``.
+    :ivar store: where PRECOMPILED kernels are loaded from and saved to (set before
+        building any; ``compiler`` must then be a name in ``precompile.AOT_BACKENDS``).
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList, pool: KVCache, *,
@@ -70,6 +78,7 @@ class GraphBuilder:
         self.pool = pool
         self.compiler = compiler
         self.adapter = adapter
+        self.store: ArtifactStore | None = None
         for t in (pool.k, pool.v):   # the pool's size stays symbolic: a start with another
             torch._dynamo.maybe_mark_dynamic(t, 1)   # pool size reuses the compiled code
         if pool.device.type == 'cuda':   # AUTO's paged decode attention, where Triton imports
@@ -83,20 +92,24 @@ class GraphBuilder:
         self.guided = GuidedDenoiseCall(model)
         self.autotune = max_autotune_steps()
         """Steps compiled with Inductor's ``max_autotune`` (``$OXYGEN_ROS_MAX_AUTOTUNE``)."""
-        self._compiled: dict[Step, Callable] = {}
-        self._denoise_fused: bool | None = None
-        """Which denoise step ``_compiled`` holds (fused or gathered), None: none yet."""
+        self._compiled: dict[tuple[Step, Kernels, bool], Callable] = {}
+        """Compiled step functions by step, kernels and, for denoise, fused or gathered."""
+
+    def forget(self, step: Step) -> None:
+        """Drop the step's compiled functions (the next build compiles or loads afresh)."""
+        for key in [k for k in self._compiled if k[0] is step]:
+            del self._compiled[key]
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
-        if step is Step.GUIDED_DENOISE:
-            return self._guided_kernel(kernels)
         if step is Step.DENOISE:
             return self._denoise_kernel(kernels)
+        if step is Step.GUIDED_DENOISE:
+            self.guided.step = self.guided.guided_step if kernels is Kernels.EAGER else \
+                self._compile(step, kernels, self.guided.guided_step, _context_dynamic)
+            return self.guided
         if kernels is Kernels.EAGER:
             return self.calls[step]
-        if step not in self._compiled:
-            self._compiled[step] = self._compile(self.calls[step], step)
-        return self._compiled[step]
+        return self._compile(step, kernels, self.calls[step])
 
     def compile_options(self, step: Step) -> dict | None:
         """Return Inductor's options for ``step``: ``max_autotune`` where asked, else None."""
@@ -104,37 +117,35 @@ class GraphBuilder:
             return {'max_autotune': True}
         return None     # other compilers take no Inductor options
 
-    def _compile(self, fn: Callable, step: Step) -> Callable:
-        """Return ``torch.compile(fn)`` in one graph with :meth:`compile_options`."""
-        return torch.compile(fn, backend=self.compiler, fullgraph=True,
-                             options=self.compile_options(step))
-
     def _denoise_kernel(self, kernels: Kernels) -> Callable:
         """Return the denoise loop with one velocity step (fused or gathered) inside."""
-        compiled = kernels is Kernels.INDUCTOR
+        compiled = kernels is not Kernels.EAGER
         fused = denoise_attention(self.pool.device, compiled,
                                   self.model.cfg.action_horizon) == 'fused'
         if not compiled:
             self.denoise.use(fused)
             return self.denoise
-        if self._denoise_fused is not fused:
-            target = self.denoise.fused_step if fused else self.denoise.velocity_step
-            self._compiled[Step.DENOISE] = (_slots_dynamic if fused else _context_dynamic)(
-                self._compile(target, Step.DENOISE))
-            self._denoise_fused = fused
-        self.denoise.use(fused, self._compiled[Step.DENOISE])
+        target = self.denoise.fused_step if fused else self.denoise.velocity_step
+        self.denoise.use(fused, self._compile(Step.DENOISE, kernels, target,
+                                              _slots_dynamic if fused else _context_dynamic,
+                                              fused))
         return self.denoise
 
-    def _guided_kernel(self, kernels: Kernels) -> Callable:
-        """Return the guided loop with one guided step compiled (or eager) inside."""
-        if kernels is Kernels.EAGER:
-            self.guided.step = self.guided.guided_step
-        else:
-            if Step.GUIDED_DENOISE not in self._compiled:
-                self._compiled[Step.GUIDED_DENOISE] = _context_dynamic(self._compile(
-                    self.guided.guided_step, Step.GUIDED_DENOISE))
-            self.guided.step = self._compiled[Step.GUIDED_DENOISE]
-        return self.guided
+    def _compile(self, step: Step, kernels: Kernels, target: Callable,
+                 wrap: Callable[[Callable], Callable] | None = None,
+                 variant: bool = False) -> Callable:
+        """Return ``target`` compiled with ``kernels`` (once; ``wrap`` marks dynamic dims)."""
+        key = (step, kernels, variant)
+        if key not in self._compiled:
+            if kernels is Kernels.PRECOMPILED:
+                assert self.store is not None and isinstance(self.compiler, str)
+                fn = PrecompiledStep(target, self.compiler, self.store, step.value,
+                                     options=self.compile_options(step))
+            else:
+                fn = torch.compile(target, backend=self.compiler, fullgraph=True,
+                                   options=self.compile_options(step))
+            self._compiled[key] = wrap(fn) if wrap is not None else fn
+        return self._compiled[key]
 
     def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
               capture: GraphCapture | None = None) -> StaticCall:
@@ -200,15 +211,15 @@ class GraphBuilder:
         def fn(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask, slots, *adapter):
             hidden, k, v = call(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask,
                                 *adapter)
-            k_pool.index_copy_(1, slots, k.flatten(1, 2).to(k_pool.dtype))
-            v_pool.index_copy_(1, slots, v.flatten(1, 2).to(v_pool.dtype))
+            k_pool.index_copy_(1, slots.reshape(-1), k.flatten(1, 2).to(k_pool.dtype))
+            v_pool.index_copy_(1, slots.reshape(-1), v.flatten(1, 2).to(v_pool.dtype))
             return hidden
         i64 = torch.int64
         example = (self._empty(b, t, dtype=i64), self._empty(b, t, dtype=torch.bool),
                    self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
-                   self._empty(b, c, dtype=torch.bool), self._empty(b * t, dtype=i64)) + \
+                   self._empty(b, c, dtype=torch.bool), self._empty(b, t, dtype=i64)) + \
             ((self._empty(b, dtype=torch.bool),) if rows else ())
-        dynamic = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0,)}
+        dynamic = {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0, 1)}
         return fn, example, {**dynamic, 6: (0,)} if rows else dynamic
 
     def _denoise(self, call: Callable, key: tuple[int, ...]):

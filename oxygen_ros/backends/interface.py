@@ -107,10 +107,17 @@ class WarmupReport:
         fast path), or export, build or load the engines (TensorRT).
     :ivar graphs: fast-path CUDA graphs (or static calls, on the CPU) per step: ``Step``
         value -> number of compiled shapes. A step not named runs eagerly.
-    :ivar compiles: Dynamo graphs compiled per step at the warm-up (recompiles included).
+    :ivar compiles: Dynamo graphs traced per step at the warm-up (recompiles included; just
+        in time or ahead of time).
     :ivar fallbacks: steps asked for on the fast path that run eagerly instead: step ->
         reason (the node shows each on ``/diagnostics``; ``oxygen_bench gpu`` fails on any).
     :ivar compile_cache: the on-disk compile caches' use (None: no Inductor warm-up).
+    :ivar loaded: per step, functions compiled ahead of time that were loaded from disk
+        instead of traced (``precompile.py``; 0: traced).
+    :ivar gate: what the parity gate held the graphs to: eager in float32, or tolerances a
+        full gate recorded for these weights (``gate_record.py``).
+    :ivar phases: seconds per step, and of the gate's float32 copy (``reference``) or the
+        weights' ``fingerprint``.
     """
 
     seconds: float = 0.0
@@ -118,6 +125,9 @@ class WarmupReport:
     compiles: Mapping[str, int] = field(default_factory=dict)
     fallbacks: Mapping[str, str] = field(default_factory=dict)
     compile_cache: CompileCacheUse | None = None
+    loaded: Mapping[str, int] = field(default_factory=dict)
+    gate: str = ''
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 @runtime_checkable

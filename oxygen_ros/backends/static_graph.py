@@ -3,6 +3,10 @@ One static-shape call on buffers it owns: captured in a CUDA graph on CUDA, call
 
 ``StaticCall(fn, fixed, example)`` keeps ``fixed`` tensors by address (the KV pool, read and
 written in place) and copies each call's other inputs into buffers of ``example``'s shapes.
+An input smaller than its buffer (a batch or length below its bucket) is written into the
+buffer's leading corner and the rest filled with its padding value, in place: no padded copy
+is allocated per call, and a margin still holding that value from the last fill (a decode
+context grown by a slot since, the same batch) is not filled again.
 On CUDA a :class:`GraphCapture` warms ``fn`` up on its side stream (compilers and cuBLAS
 allocate on first use), then captures one ``torch.cuda.CUDAGraph`` of ``fn`` on those
 buffers: a call is then a few ``copy_`` into the buffers and one ``replay()``, however many
@@ -117,6 +121,8 @@ class StaticCall:
         self.graph: Any = None
         self.outputs: Any = None
         self.num_calls = 0
+        self._extent: list[tuple[tuple[int, ...], Any] | None] = [None] * len(self.inputs)
+        """Per buffer: (the extent written since its margin was last filled, the fill)."""
         if capture is not None:
             self.graph, self.outputs = capture.capture(fn, self.fixed + self.inputs)
 
@@ -124,23 +130,45 @@ class StaticCall:
     def captured(self) -> bool:
         return self.graph is not None
 
-    def __call__(self, *inputs: torch.Tensor) -> Any:
+    def __call__(self, *inputs: torch.Tensor, pad: Sequence[Any] | None = None) -> Any:
         """
         Copy ``inputs`` into the buffers and run (replay).
 
-        :raises ValueError: an input does not have its buffer's shape.
+        :param pad: per input, the value that fills its buffer beyond the input's size, or
+            None (the input must have the buffer's shape); default: None for all.
+        :raises ValueError: an input does not have its buffer's shape (or, padded, its rank
+            or a larger size).
         """
         if len(inputs) != len(self.inputs):
             raise ValueError(f'expected {len(self.inputs)} inputs, got {len(inputs)}')
-        for buf, x in zip(self.inputs, inputs):
-            if buf.shape != x.shape:
+        for i, (buf, x) in enumerate(zip(self.inputs, inputs)):
+            value = None if pad is None else pad[i]
+            if buf.shape == x.shape:
+                buf.copy_(x, non_blocking=True)
+                self._extent[i] = None
+            elif value is None or x.dim() != buf.dim() or \
+                    any(n > m for n, m in zip(x.shape, buf.shape)):
                 raise ValueError(f'static input {tuple(buf.shape)} got {tuple(x.shape)}')
-            buf.copy_(x, non_blocking=True)
+            else:
+                self._write_padded(i, buf, x, value)
         self.num_calls += 1
         if self.graph is None:
             return self.fn(*self.fixed, *self.inputs)
         self.graph.replay()
         return self.outputs
+
+    def _write_padded(self, i: int, buf: torch.Tensor, x: torch.Tensor, value: Any) -> None:
+        """Write ``x`` into ``buf``'s leading corner; fill the rest with ``value`` if needed."""
+        shape = tuple(x.shape)
+        buf[tuple(slice(0, n) for n in shape)].copy_(x, non_blocking=True)
+        last = self._extent[i]
+        if last is None or last[1] != value or any(n > m for n, m in zip(last[0], shape)):
+            for d, n in enumerate(shape):   # the margin, dim by dim
+                if n < buf.shape[d]:
+                    buf[tuple(slice(0, m) for m in shape[:d]) + (slice(n, None),)].fill_(value)
+        # else what was written since the last fill lies inside x's corner: the margin holds
+        # ``value`` still
+        self._extent[i] = (shape, value)
 
 
 __all__ = ['GraphCapture', 'StaticCall', 'no_recompile']

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 
-from oxygen_ros.backends import compiled
+from oxygen_ros.backends import warmup as fast_warmup
 from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
@@ -22,6 +22,7 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 import pytest
 import torch
+from torch.utils._python_dispatch import _disable_current_modes, TorchDispatchMode
 
 SLOTS = 2048
 
@@ -119,7 +120,7 @@ def test_a_recompile_during_capture_is_refused():
 def test_every_graph_is_captured_through_one_capture(tiny_models, monkeypatch):
     """One warm-up side stream and one pool for all graphs; replays equal eager."""
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
-    monkeypatch.setattr(compiled, 'GraphCapture', CpuCapture)
+    monkeypatch.setattr(fast_warmup, 'GraphCapture', CpuCapture)
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
                                     max_decode_tokens=model.cfg.decode_budget)
     comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
@@ -167,3 +168,76 @@ def test_compile_cache_errors_are_logged_not_raised(tiny_models, monkeypatch, tm
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == ['cannot write the compile cache (the next start compiles afresh): '
                       'RuntimeError: artifact serialization failed'], errors
+
+
+class _Ops(TorchDispatchMode):
+    """Record the ATen ops run while it is active (not those of :func:`_unrecorded` calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _unrecorded(fn):
+    """Return ``fn`` run outside any dispatch mode (a graph's function: Dynamo needs that)."""
+    def run(*args):
+        with _disable_current_modes():
+            return fn(*args)
+    return run
+
+
+def test_inputs_are_padded_in_place_and_margins_filled_only_when_needed():
+    seen = []
+    call = StaticCall(lambda ids, mask: seen.append((ids.clone(), mask.clone())), (),
+                      (torch.zeros(4, 6, dtype=torch.int64), torch.zeros(4, dtype=torch.bool)))
+    for rows, cols in ((2, 3), (2, 4), (2, 6), (3, 2), (4, 6), (1, 1)):
+        ids, valid = torch.arange(rows * cols).view(rows, cols) + 1, torch.ones(rows) > 0
+        with _Ops() as mode:
+            call(ids, valid, pad=(-1, False))
+        want = torch.nn.functional.pad(ids, (0, 6 - cols, 0, 4 - rows), value=-1)
+        assert torch.equal(seen[-1][0], want), (rows, cols)
+        assert torch.equal(seen[-1][1], torch.arange(4) < rows)
+        # fills of the ids' margin (2 dims) and the mask's: (2, 4), (2, 6): grown in every
+        # dim since the last fill, the margins hold their values still; (3, 2): the ids shrunk
+        # in a dim, the mask grew; (4, 6): whole buffers; (1, 1): after whole buffers
+        fills = mode.ops.count('fill_')
+        assert fills == {(2, 3): 3, (2, 4): 0, (2, 6): 0, (3, 2): 2, (4, 6): 0,
+                         (1, 1): 3}[rows, cols], (rows, cols, mode.ops)
+        assert set(mode.ops) <= {'copy_', 'slice', 'fill_', 'clone'}, mode.ops
+    with pytest.raises(ValueError, match=r'static input \(4, 6\) got \(5, 6\)'):
+        call(torch.zeros(5, 6, dtype=torch.int64), torch.ones(4, dtype=torch.bool),
+             pad=(0, False))
+    with pytest.raises(ValueError, match=r'static input \(4,\) got \(2,\)'):
+        call(torch.zeros(4, 6, dtype=torch.int64), torch.ones(2, dtype=torch.bool))
+
+
+def test_a_decode_step_pads_nothing_outside_its_graph(tiny_models):
+    """Around the graph: the inputs copied into its buffers, the token ids copied out."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
+    limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
+                                    max_decode_tokens=model.cfg.decode_budget)
+    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
+                         only=[Step.DECODE])
+    pool = KVCache(model.cfg.vlm, SLOTS)
+    comp.warmup(pool, progress=False)
+    mode = _Ops()
+    for graph in comp._graphs[Step.DECODE].values():
+        graph.fn = _unrecorded(graph.fn)
+    tokens, positions = torch.tensor([5, 7, 9]), torch.tensor([100, 90, 80])
+    with torch.inference_mode():
+        for step in range(3):                        # a decode job: the context grows
+            c, pos, write = 100 + step, positions + step, 500 + torch.arange(3)
+            ctx = torch.arange(16, 16 + c).expand(3, c)
+            mask = torch.arange(c) < pos[:, None]
+            want = model.decode_step(tokens, pos, pool, write, ctx, mask).argmax(-1)
+            with mode:
+                mode.ops.clear()
+                got = comp.decode_greedy(tokens, pos, pool, write, ctx, mask)
+            assert torch.equal(got, want)
+            copies, other = mode.ops.count('copy_'), set(mode.ops) - {'copy_', 'slice'}
+            assert copies == 5 and other == ({'fill_', 'clone'} if step == 0 else {'clone'}), \
+                mode.ops

@@ -154,7 +154,7 @@ def show(report: dict) -> dict[str, dict]:
         if ms.get('guided_denoise_10_steps') and ms.get('denoise_10_steps') else None
     out['guided_vs_plain_denoise'] = _target(ratio, GUIDED_VS_PLAIN)
     start = report.get('second_start', {})
-    out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 30.0)
+    out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 20.0)
     return out
 
 

@@ -7,7 +7,10 @@ and first cycle do: build the engine (weights, KV pool, the fast path's warm-up:
 capture, parity gate), the engine warm-up cycle, then one control cycle on a real
 observation, and prints one JSON line: seconds per phase, ``first_chunk_unix_s`` (the wall
 clock when the chunk was ready, for the parent to subtract its spawn time), the compile
-cache hits / misses and any fallback. Random weights (no checkpoint loading time).
+cache hits / misses, per step the Dynamo graphs traced (``compiles``) and the functions
+compiled ahead of time loaded instead (``loaded``), what the parity gate held the graphs to
+(``gate``: eager in float32, or the tolerances recorded for these weights), the warm-up's
+seconds per step (``phases``) and any fallback. Random weights (no checkpoint loading time).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         'compile_cache_hits': cache.hits if cache else None,
         'compile_cache_misses': cache.misses if cache else None,
         'compile_cache_loaded': cache.loaded if cache else None,
+        'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
+        'gate': report.gate, 'phases': {k: round(v, 3) for k, v in report.phases.items()},
         'fallbacks': engine.fallbacks, 'quantization': engine.describe_quantization(),
         'compile_mode': args.compile_mode,
         'compile_backend': args.compile_backend, 'compile_cameras': args.compile_cameras,
