@@ -177,7 +177,7 @@ class ModelConfig:
     action_dim: int = 32
     """A: padded action/state dim of the model (openpi ``action_dim``)."""
     max_token_len: int = 200
-    """Prompt slots; longer prompts are truncated with a warning (``docs/model.md#presets``)."""
+    """Prompt slots (openpi ``max_token_len``; longer prompts: ``docs/model.md#presets``)."""
     num_denoise_steps: int = 10
     """Euler steps of flow matching, t from 1 (noise) to 0 (``docs/model.md#flow-matching``)."""
     decode_budget: int = 30
