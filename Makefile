@@ -17,7 +17,7 @@ IFACE_SOURCES := $(IFACE)/CMakeLists.txt $(IFACE)/package.xml \
     $(wildcard $(IFACE)/msg/*.msg $(IFACE)/srv/*.srv $(IFACE)/action/*.action)
 PYTEST_ARGS ?=
 
-# The ROS wheels install an ament prefix into the venv (ros2-from-pypi.md).
+# The ROS wheels install an ament prefix into the venv (docs/running.md#ros-2-from-pypi-the-venv).
 export AMENT_PREFIX_PATH := $(abspath $(VENV))
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export PYTHONUNBUFFERED := 1

@@ -2,12 +2,12 @@
 Model presets: the π0.5 architecture at full size and at reduced sizes.
 
 Pure Python (stdlib only) so that every layer, including the torch-free ``kv`` and ``sched``
-packages, can read sizes from one place. Full-size numbers come from
-``../shared/design/pi05-spec.md`` §1.2–1.7 (openpi ``models/gemma.py``, ``models/siglip.py``,
-``training/config.py``).
+packages, can read sizes from one place. Full-size numbers come from openpi
+(``src/openpi/models/gemma.py``, ``models/siglip.py``, ``models/pi0_config.py``,
+``training/config.py``): ``docs/model.md#presets`` and the sections after it.
 
-Vocabulary used across the project (style.md §6): B batch, P prefix tokens, S suffix tokens,
-H action horizon, A action dim, L layers, Hkv kv-heads, D head dim, W width.
+Vocabulary used across the project (``docs/model.md``): B batch, P prefix tokens, S suffix
+tokens, H action horizon, A action dim, L layers, Hkv kv-heads, D head dim, W width.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import enum
 from typing import Sequence
 
 CAMERA_SLOTS: tuple[str, ...] = ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')
-"""openpi image keys; all π0.5 checkpoints know exactly these three slots (spec §1.7)."""
+"""openpi image keys (``src/openpi/models/model.py`` ``IMAGE_KEYS``): every π0.5 checkpoint
+knows exactly these three slots."""
 
 PALIGEMMA_VOCAB_SIZE = 257_152
-"""256000 Gemma pieces + 1024 ``<locNNNN>`` + 128 ``<segNNN>`` (spec §2.2)."""
+"""256000 Gemma pieces + 1024 ``<locNNNN>`` + 128 ``<segNNN>`` (docs/checkpoints.md#tokenizer)."""
 
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
 EE_DELTA_DIMS = 6
@@ -35,7 +36,12 @@ def is_ee_delta_layout(num_dims: int, gripper_dims: Sequence[int]) -> bool:
 
 
 class PrefixAttention(str, enum.Enum):
-    """How prefix tokens attend to each other (spec §1.5, §2.3)."""
+    """
+    How prefix tokens attend to each other.
+
+    ``docs/model.md#mixture-of-transformers-attention-and-masks``; ``docs/prompts.md`` for what
+    each mode costs and shares.
+    """
 
     BIDIRECTIONAL = 'bidirectional'
     """
@@ -88,7 +94,7 @@ class RobotAdapter(str, enum.Enum):
 
 
 class PromptFormat(str, enum.Enum):
-    """Format of the action prompt (spec §1.6)."""
+    """Format of the action prompt (``docs/prompts.md#the-action-prompt-the-root``)."""
 
     PI05_STATE = 'pi05_state'
     """``"Task: {task}, State: {bins};\\nAction: "`` (pi05_droid, pi05_base)."""
@@ -102,7 +108,7 @@ class PromptFormat(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class VisionConfig:
-    """SigLIP vision tower (spec §1.2). ``num_tokens`` = (image_size / patch_size)²."""
+    """SigLIP vision tower (docs/model.md#vision-tower); ``num_tokens`` = (image / patch size)²."""
 
     image_size: int = 224
     patch_size: int = 14
@@ -122,7 +128,11 @@ class VisionConfig:
 
 @dataclass(frozen=True, slots=True)
 class GemmaConfig:
-    """One expert of the Mixture-of-Transformers (spec §1.3, §1.4)."""
+    """
+    One expert of the Mixture-of-Transformers.
+
+    ``docs/model.md#vlm-expert`` and ``docs/model.md#action-expert`` give the full sizes.
+    """
 
     width: int
     depth: int
@@ -138,7 +148,9 @@ class ModelConfig:
     Everything that fixes tensor shapes, plus the prompt and camera conventions.
 
     :raises ValueError: if the two experts cannot share one attention (different depth,
-        heads, kv heads or head dim; spec §1.5), or a field is out of range.
+        heads, kv heads or head dim:
+        ``docs/model.md#mixture-of-transformers-attention-and-masks``), or a field is out of
+        range.
     """
 
     name: str
@@ -165,9 +177,9 @@ class ModelConfig:
     action_dim: int = 32
     """A: padded action/state dim of the model (openpi ``action_dim``)."""
     max_token_len: int = 200
-    """Prompt slots; longer prompts are truncated with a warning (spec §1.6)."""
+    """Prompt slots (openpi ``max_token_len``; longer prompts: ``docs/model.md#presets``)."""
     num_denoise_steps: int = 10
-    """Euler steps of flow matching, t from 1 (noise) to 0 (spec §1.8)."""
+    """Euler steps of flow matching, t from 1 (noise) to 0 (``docs/model.md#flow-matching``)."""
     decode_budget: int = 30
     """Default max generated tokens of a text request."""
     min_period: float = 4e-3
@@ -229,7 +241,7 @@ class ModelConfig:
         return len(self.cameras) * self.image_tokens_per_camera + self.max_token_len
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Return K+V bytes of one cached token, all layers (pi05 in bf16: 18 KiB; spec §5.3)."""
+        """Return K+V bytes of one cached token, all layers (pi05 in bf16: 18 KiB)."""
         return self.vlm.depth * 2 * self.vlm.num_kv_heads * self.vlm.head_dim * dtype_bytes
 
     @property

@@ -1,8 +1,9 @@
 """
 Stand-ins of the ``launch`` / ``launch_ros`` classes for the launch-file tests.
 
-Neither package is on PyPI (ros2-from-pypi.md): the tests execute the launch files against
-classes that only record what they are given, so ``generate_launch_description`` runs here.
+Neither package is on PyPI (``docs/running.md#ros-2-from-pypi-the-venv``): the tests execute the
+launch files against classes that only record what they are given, so
+``generate_launch_description`` runs here.
 """
 
 import importlib.util

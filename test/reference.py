@@ -50,7 +50,9 @@ def joint_forward(model: Pi05Model, prefix_embeds: torch.Tensor, prefix_valid: t
                   cond: torch.Tensor | None = None, suffix_layers: nn.ModuleList | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """
-    One Mixture-of-Transformers pass over ``[prefix ; suffix]`` (spec §1.5).
+    One Mixture-of-Transformers pass over ``[prefix ; suffix]`` (openpi ``pi0.py``, ``gemma.py``).
+
+    ``docs/model.md#mixture-of-transformers-attention-and-masks``.
 
     Each expert applies its own norms and projections to its own tokens; Q/K/V are
     concatenated along the sequence, RoPE uses positions ``cumsum(valid) - 1`` over the joint
@@ -104,8 +106,8 @@ def reference_sample_actions(model: Pi05Model, image_embeds: torch.Tensor | None
     """
     Sample actions recomputing the full joint forward at every Euler step, no cache.
 
-    Same arguments and result as ``prefill`` + ``denoise`` (spec §1.8): t from 1 to 0,
-    ``dt = -1/N`` accumulated in float32, x float32, suffix ar ``[1, 0, ...]``.
+    Same arguments and result as ``prefill`` + ``denoise`` (``docs/model.md#flow-matching``): t
+    from 1 to 0, ``dt = -1/N`` accumulated in float32, x float32, suffix ar ``[1, 0, ...]``.
 
     :returns: ``float32 [B, H, A]``.
     """

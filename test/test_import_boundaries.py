@@ -1,4 +1,4 @@
-"""Layers import in one direction only, and nothing heavy happens at import (architecture §1)."""
+"""Layers import in one direction only, and nothing heavy happens at import (docs/design.md)."""
 
 import ast
 import json

@@ -1,10 +1,10 @@
 """
 launch/oxygen.launch.py: built with launch_ros where it is installed, else checked without it.
 
-``launch`` / ``launch_ros`` are not on PyPI (ros2-from-pypi.md). Without them the file is
-parsed with ``ast`` (arguments, the Node, the params-file substitution, the remappings) and
-also executed against small stand-ins of the launch classes that record what they are given,
-so the logic of ``generate_launch_description`` runs here too.
+``launch`` / ``launch_ros`` are not on PyPI (``docs/running.md#ros-2-from-pypi-the-venv``). Without
+them the file is parsed with ``ast`` (arguments, the Node, the params-file substitution, the
+remappings) and also executed against small stand-ins of the launch classes that record what they
+are given, so the logic of ``generate_launch_description`` runs here too.
 """
 
 import ast

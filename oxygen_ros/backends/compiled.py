@@ -1,17 +1,16 @@
 """
 The fast path: every per-cycle model call at static shapes, in CUDA graphs, parity-gated.
 
-Why CUDA graphs, captured by us (``torch.cuda.CUDAGraph``), around Inductor kernels: on an
-H100 (2026-11-22, ``../shared/gpu``) eager π0.5 leaves the GPU idle between launches (vision:
-3.3 ms of kernels in 358 launches, 12.5 ms wall; prefill: 9.9 ms of kernels in 947
-launches, 21 ms wall); Inductor without graphs did not pay (prefill 10.8-12.6 ms), Inductor
-with graphs did (vision 2.9 ms). So the graph is what matters, and capturing it ourselves
-(as vLLM does) rather than through ``mode='reduce-overhead'`` lets one graph hold a whole
-call: the model call, its K/V writes into the pool, the 10 Euler steps of a chunk, the LM
-head and greedy argmax, on buffers we own (no copy of outputs per replay, no re-recording
-because a pool is mutated or an address moved). The kernels inside come from Inductor
-(``CompileMode.REDUCE_OVERHEAD``) or are PyTorch's own (``CUDA_GRAPHS``, no compiler: what is
-left where Triton fails, e.g. builds that reject Jetson Thor's ``sm_110a``).
+Why CUDA graphs, captured by us (``torch.cuda.CUDAGraph``), around Inductor kernels: eager π0.5
+leaves the GPU idle between its hundreds of kernel launches per call; Inductor without graphs did
+not pay, Inductor with graphs did (the H100 timings: ``docs/gpu.md#the-fast-path``, "Why CUDA
+graphs"). So the graph is what matters, and capturing it ourselves (as vLLM does) rather than
+through ``mode='reduce-overhead'`` lets one graph hold a whole call: the model call, its K/V writes
+into the pool, the 10 Euler steps of a chunk, the LM head and greedy argmax, on buffers we own (no
+copy of outputs per replay, no re-recording because a pool is mutated or an address moved). The
+kernels inside come from Inductor (``CompileMode.REDUCE_OVERHEAD``) or are PyTorch's own
+(``CUDA_GRAPHS``, no compiler: what is left where Triton fails, e.g. builds that reject Jetson
+Thor's ``sm_110a``).
 
 Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
 bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, causal suffixes on action

@@ -90,18 +90,17 @@ class AttentionBackend(enum.Enum):
     which every call of the model has; EFFICIENT and CUDNN are CUDA only). MATMUL runs the
     short-query attention of denoise and decode as two matrix products
     (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
-    choice; AUTO does so only where compiled for CUDA (1.8x faster denoise on an H100,
-    ``docs/gpu.md``). TRITON runs the decode steps, causal suffixes and denoise of the fast
-    path with the paged attention kernel (``model/paged_attention.py``: the context read in
-    place from the KV pool, no gather; the denoise with the fused norms of
-    ``model/denoise_fused.py``), in graphs of eager kernels too, the prefill's prefix with
-    SDPA, and the rest as AUTO; AUTO uses those kernels where compiled for CUDA with Triton
-    importable. The eager model and RTC's guided denoise always gather. FLEX runs the
-    prefill's prefix attention and SigLIP's attention with PyTorch's FlexAttention where they
-    are compiled (``model/flex.py``: one flash-style kernel, the prefix mask a block mask of
-    per-row vectors), and the rest as AUTO; AUTO does so for the prefix where compiled for
-    CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager model,
-    graphs of eager kernels) both keep SDPA.
+    choice; AUTO does so only where compiled for CUDA (why: ``docs/gpu.md#attention-kernel``).
+    TRITON runs the decode steps, causal suffixes and denoise of the fast path with the paged
+    attention kernel (``model/paged_attention.py``: the context read in place from the KV pool, no
+    gather; the denoise with the fused norms of ``model/denoise_fused.py``), in graphs of eager
+    kernels too, the prefill's prefix with SDPA, and the rest as AUTO; AUTO uses those kernels
+    where compiled for CUDA with Triton importable. The eager model and RTC's guided denoise always
+    gather. FLEX runs the prefill's prefix attention and SigLIP's attention with PyTorch's
+    FlexAttention where they are compiled (``model/flex.py``: one flash-style kernel, the prefix
+    mask a block mask of per-row vectors), and the rest as AUTO; AUTO does so for the prefix where
+    compiled for CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager
+    model, graphs of eager kernels) both keep SDPA.
     """
 
     AUTO = 'auto'

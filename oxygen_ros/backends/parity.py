@@ -4,9 +4,9 @@ The parity gate: a compiled call must be as close to eager as the model's precis
 A compiled call (other kernels, other summation order, folded norm weights) never equals eager
 bit for bit; the question is whether it differs by more than rounding. In float32 rounding is
 ~1e-6 relative, so a small absolute floor decides. In bfloat16 (8 bits of mantissa) two correct
-computations of the same thing differ by up to a few 1e-2 (measured on an H100: denoise
-velocity 0.0265, decode logits 0.10), which a fixed float32-sized tolerance rejected, and no
-fixed tolerance fits every output of every model. So the gate measures the scale of rounding on
+computations of the same thing differ by up to a few 1e-2 (the H100's figures:
+``docs/gpu.md#parity-gate-and-fallbacks``), which a fixed float32-sized tolerance rejected, and
+no fixed tolerance fits every output of every model. So the gate measures the scale of rounding on
 the same inputs: it also runs eager in float32 (the same weights, upcast) and accepts when
 
     max |compiled - eager| <= max(FLOOR * scale, FACTOR * max |eager - eager_fp32|)

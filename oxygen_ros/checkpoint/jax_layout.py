@@ -1,5 +1,7 @@
 """
-openpi's JAX parameter tree → openpi-PyTorch ``model.safetensors`` keys (spec §4.1, §4.2).
+openpi's JAX parameter tree → openpi-PyTorch ``model.safetensors`` keys.
+
+Both layouts: ``docs/checkpoints.md#key-layouts``.
 
 Tree paths as openpi's ``models/pi0.py``, ``gemma.py`` (``Module`` with ``scan``: every layer
 array has a leading depth axis) and ``siglip.py`` (``encoderblock`` scanned) create them,

@@ -6,7 +6,7 @@ released (``gs://openpi-assets/checkpoints/pi05_*``) or saved by openpi training
 (``<run>/<step>/``). Output: ``model.safetensors`` in the openpi-PyTorch layout (what openpi's
 ``examples/convert_jax_model_to_pytorch.py`` writes, loadable by ``weights.load_checkpoint``),
 ``assets/`` copied from the checkpoint's own folder (openpi's converter takes the parent's,
-openpi issue 638), ``config.json`` as openpi's converter writes it and a manifest
+Physical-Intelligence/openpi#638), ``config.json`` as openpi's converter writes it and a manifest
 ``oxygen_convert.json`` (source, preset, precision, date).
 
 Memory: each JAX array is read whole, converted layer by layer and written before the next is

@@ -1,5 +1,8 @@
 """
-The table from our parameter names to openpi-PyTorch checkpoint keys and shapes (spec §4.2).
+The table from our parameter names to openpi-PyTorch checkpoint keys and shapes.
+
+The layout is openpi's ``examples/convert_jax_model_to_pytorch.py`` output
+(``docs/checkpoints.md#key-layouts``).
 
 PyTorch ``Linear`` weights are ``[out, in]``. Attention heads are flattened head-major
 (``q_proj[h * D + d, :]``). Our fused parameters (SigLIP ``qkv``, Gemma ``qkv`` and

@@ -1,10 +1,11 @@
 """
 Checkpoint load/save in the openpi-PyTorch and LeRobot key layouts (safetensors only).
 
-This is the only place where checkpoint keys are renamed (spec §4.2, §4.3). Our modules fuse
-Q/K/V and gate/up projections; a checkpoint stores them separately, so each of our parameters
-maps to one or more checkpoint tensors split along dim 0 by the sizes the preset implies
-(never assuming width = heads × head_dim). Loading never unpickles anything.
+This is the only place where checkpoint keys are renamed (both layouts:
+``docs/checkpoints.md#key-layouts``). Our modules fuse Q/K/V and gate/up projections; a
+checkpoint stores them separately, so each of our parameters maps to one or more checkpoint
+tensors split along dim 0 by the sizes the preset implies (never assuming width = heads ×
+head_dim). Loading never unpickles anything.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def _normalize_keys(file: Path, shapes: dict[str, tuple[int, ...]]
                      'LeRobot exports write them): renamed to %s…', file, renamed, _TOWER,
                      VISION)
     if TIED_HEAD_KEY in names and EMBED_KEY not in names:
-        names[EMBED_KEY] = names.pop(TIED_HEAD_KEY)  # the tied head is the embedding (§4.2)
+        names[EMBED_KEY] = names.pop(TIED_HEAD_KEY)  # the tied head is the embedding
     return layout, names
 
 

@@ -137,13 +137,13 @@ class ChunkHistory:
     """
     Keeps the last chunk and builds RTC's guidance target of the next one from it.
 
-    The target must be expressed the way the new chunk's points are. For policies whose
-    actions are absolute (positions), velocities or per-step deltas the model space does not
-    move between frames, and the previous chunk is read as the model made it. For policies
-    whose actions are offsets from the frame's state (``pi05_base``'s ALOHA arm joints) it
-    does: the previous chunk is kept in robot units (absolute) and re-expressed against the NEW
-    frame's state (``units.actions_to_model``), as strands-labs robots PR 779 and LeRobot PR
-    3453 do; guided in the old frame, the target would be off by the state's change.
+    The target must be expressed the way the new chunk's points are. For policies whose actions are
+    absolute (positions), velocities or per-step deltas the model space does not move between
+    frames, and the previous chunk is read as the model made it. For policies whose actions are
+    offsets from the frame's state (``pi05_base``'s ALOHA arm joints) it does: the previous chunk
+    is kept in robot units (absolute) and re-expressed against the NEW frame's state
+    (``units.actions_to_model``), as strands-labs/robots#779 and huggingface/lerobot#3453 do;
+    guided in the old frame, the target would be off by the state's change.
 
     :param units: the engine's normalizer (model <-> robot units, relative or not).
     """

@@ -5,7 +5,7 @@ A *segment* is a run of prefix tokens whose K/V is computed once and read by eve
 that holds it: the image tokens of a frame, a prompt on top of them, or a whole prefix. A
 request (the *owner*) holds a chain of segments, root first, plus private blocks for the
 tokens it generates. A segment lives while any owner holds it and is freed, with its blocks,
-when the last one lets go (architecture.md §3).
+when the last one lets go (``docs/design.md#kv-cache-oxygen_roskv``).
 
 Which requests may share which segment is decided by the scheduler through segment keys
 (``oxygen_ros.sched``): a text request on the action prefix holds the frame's root (the

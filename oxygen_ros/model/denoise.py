@@ -2,10 +2,11 @@
 The action expert on a cached prefix: the flow-matching velocity and the Euler loop.
 
 π0.5 samples an action chunk by integrating ``dx/dt = v(x, t)`` from t = 1 (noise) to t = 0
-with ``N`` Euler steps (spec §1.8; openpi ``pi0.py sample_actions``). Each velocity runs only
-the action expert over the H suffix tokens, which attend the valid prefix tokens (their K/V
-read from the cache, never written) and each other (spec §1.6, §2.1). The flow-matching time
-enters only through the adaRMS modulations, which depend on t alone.
+with ``N`` Euler steps (openpi ``src/openpi/models/pi0.py`` ``sample_actions``;
+``docs/model.md#flow-matching``). Each velocity runs only the action expert over the H suffix
+tokens, which attend the valid prefix tokens (their K/V read from the cache, never written) and
+each other (``docs/model.md#the-kv-cache``). The flow-matching time enters only through the
+adaRMS modulations, which depend on t alone (``docs/model.md#π05-specifics``).
 
 :func:`denoise_context` gathers the prefix K/V once per chunk; :func:`velocity` is one
 evaluation of ``v(x_t, t)`` for any t, with autograd if the caller enables it (guided
@@ -124,7 +125,7 @@ def denoise_context(model: ActionExpertModel, k_pool: torch.Tensor, v_pool: torc
 
 def time_modulations(model: ActionExpertModel, times: torch.Tensor) -> Modulations:
     """
-    Return the adaRMS modulations of flow-matching times (spec §1.6).
+    Return the adaRMS modulations of flow-matching times (``docs/model.md#π05-specifics``).
 
     :param times: ``float32 [M]``.
     :returns: ``([L, M, 3W], [L, M, 3W], [M, 3W])`` in the dtype of the adaRMS ``Dense``.
@@ -238,7 +239,7 @@ def velocity(model: ActionExpertModel, ctx: DenoiseContext, x_t: torch.Tensor,
 def euler_loop(model: ActionExpertModel, ctx: DenoiseContext, noise: torch.Tensor,
                mods: Modulations) -> torch.Tensor:
     """
-    Integrate from t = 1 to 0: ``x += dt * v(x, t_k)``, ``dt = -1 / N`` (spec §1.8).
+    Integrate from t = 1 to 0: ``x += dt * v(x, t_k)``, ``dt = -1 / N`` (openpi ``pi0.py``).
 
     :param noise: ``float [B, H, A]`` x at t = 1.
     :param mods: :func:`euler_modulations` of N steps: ``[L, N, 3W]``, ``[L, N, 3W]``,

@@ -10,13 +10,12 @@ entirely masked and skips the mask itself on tiles that are entirely allowed. GQ
 ``mask_mod`` over per-row vectors, tensors of the graph: no dense bias, no recompile for
 another length or pattern (the vectors are inputs, the lengths symbolic).
 
-Why here (``docs/gpu.md``, attention kernel): on the H100 (PyTorch 2.11) the prefill's
-attention ran cuDNN's SDPA with a dense bias at 64 us per layer for 818 tokens, as long as a
-15-query denoise call (72 us): a cost per call, ~10x the 5.5 GFLOP of the call at the GPU's
-rate; the memory-efficient kernel refuses GQA and flash any mask. A flex kernel's cost
-follows its work. Not yet timed on a GPU: ``oxygen_bench gpu`` session 2 times it against
-the current path kernel by kernel (``tools/bench/gpu_components.py``
-``time_prefix_attention``).
+Why here (the H100's timings: ``docs/gpu.md#prefill-and-vision``): cuDNN's SDPA with a dense bias
+took as long for the prefill's attention of a whole prefix as for a 15-query denoise call, a cost
+per call, about ten times what the call's FLOPs need at the GPU's rate; the memory-efficient kernel
+refuses GQA and flash any mask. A flex kernel's cost follows its work. Not yet timed on a GPU:
+``oxygen_bench gpu`` session 2 times it against the current path kernel by kernel
+(``tools/bench/gpu_components.py`` ``time_prefix_attention``).
 
 :func:`flex_kernels` chooses, while tracing (Dynamo guards on the setting, as on
 ``paged_attention.paged_kernel``), and only where the call is compiled: eagerly FlexAttention

@@ -1,5 +1,7 @@
 """
-Flow-matching time (spec §1.6, §1.8): the Euler time grid and the sine-cosine time embedding.
+Flow-matching time: the Euler time grid and the sine-cosine time embedding.
+
+``docs/model.md#flow-matching`` and ``docs/model.md#π05-specifics`` (time condition).
 
 Convention (openpi ``pi0.py``): t = 1 is noise, t = 0 is data; sampling integrates
 ``x += dt * v(x, t)`` with ``dt = -1 / N`` from t = 1, in float32.
@@ -18,8 +20,8 @@ def sincos_time_embedding(t: torch.Tensor, dim: int, min_period: float,
     Return the sine-cosine embedding of flow-matching times, float32.
 
     ``period_k = min_period * (max_period / min_period) ** linspace(0, 1, dim / 2)[k]``;
-    ``emb = [sin(2 pi t / period), cos(2 pi t / period)]`` (openpi ``pi0.py posemb_sincos``,
-    spec §1.6).
+    ``emb = [sin(2 pi t / period), cos(2 pi t / period)]`` (openpi ``pi0.py``
+    ``posemb_sincos``).
 
     :param t: ``float32 [M]`` times in [0, 1].
     :returns: ``float32 [M, dim]``.
@@ -32,7 +34,7 @@ def sincos_time_embedding(t: torch.Tensor, dim: int, min_period: float,
 
 def euler_times(num_steps: int) -> torch.Tensor:
     """
-    Return the times of the Euler steps, accumulated in float32 as openpi (spec §1.8).
+    Return the times of the Euler steps, accumulated in float32 as openpi (``pi0.py``).
 
     ``t_0 = 1``, ``t_{k+1} = t_k + dt`` with ``dt = float32(-1 / num_steps)``.
 

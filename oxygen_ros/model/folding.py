@@ -9,10 +9,10 @@ Q, K and V are one fused projection already (``GemmaLayer.qkv``, fused at load b
 ``weights.py``).
 
 Precision: ``W diag(1 + w)`` is computed in float32 from the float32 norm weight (openpi keeps
-it float32 in a 16-bit model, spec §1.10) and rounded once to the weight dtype. In float32 the
-folded layer equals the original to rounding (tests: 1e-5); in bfloat16 it rounds at another
-point than openpi (the weight, not the activation), a difference of the size of bfloat16's
-own, which the backends' parity gate measures against a float32 run.
+it float32 in a 16-bit model: ``docs/model.md#precision``) and rounded once to the weight
+dtype. In float32 the folded layer equals the original to rounding (tests: 1e-5); in bfloat16
+it rounds at another point than openpi (the weight, not the activation), a difference of the
+size of bfloat16's own, which the backends' parity gate measures against a float32 run.
 
 The folded weights are new tensors (the model is untouched and still runs unfolded), so they
 cost memory: in the full-size VLM expert 1.3 G parameters (2.6 GB in bfloat16).

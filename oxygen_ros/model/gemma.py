@@ -1,10 +1,11 @@
 """
 One Gemma expert of the Mixture-of-Transformers: the VLM expert or the action expert.
 
-Both experts run the same layer routine with their own weights (spec §1.5): a layer is split
-in two halves around the attention so that the caller decides which keys and values the
-queries see: only its own tokens (prefill), a cached prefix plus its own tokens (denoise,
-decode), or the concatenation of both experts' tokens (``reference.joint_forward``).
+Both experts run the same layer routine with their own weights
+(``docs/model.md#mixture-of-transformers-attention-and-masks``): a layer is split in two halves
+around the attention so that the caller decides which keys and values the queries see: only
+its own tokens (prefill), a cached prefix plus its own tokens (denoise, decode), or the
+concatenation of both experts' tokens (``reference.joint_forward``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from torch import nn
 
 
 class NormKind(enum.Enum):
-    """Which norm an expert uses (spec §1.3 / §1.6)."""
+    """
+    Which norm an expert uses.
+
+    ``docs/model.md#vlm-expert`` (RMS) and ``docs/model.md#π05-specifics`` (adaptive).
+    """
 
     RMS = 'rms'
     """Plain Gemma RMSNorm with a learned ``(1 + w)`` scale (VLM expert)."""

@@ -1,8 +1,9 @@
 """
 Preallocated K/V storage of the VLM expert and the read-only view of a prefix in it.
 
-Only the VLM expert is ever cached (spec §5.3); the action expert recomputes its H suffix
-tokens at every denoise step and reads the prefix K/V without writing (spec §2.1).
+Only the VLM expert is ever cached; the action expert recomputes its H suffix tokens at every
+denoise step and reads the prefix K/V without writing (openpi ``src/openpi/models/pi0.py``
+``sample_actions``; ``docs/model.md#the-kv-cache``).
 
 Storage is a flat array of token *slots* shared by every layer: ``k[l, slot]`` is the key of
 one token at layer ``l``. Who owns which slot is decided outside the model (``oxygen_ros.kv``
@@ -58,7 +59,8 @@ class PrefixKV:
     A prefix (images + prompt) whose K/V sits in a ``KVCache``; read-only for its readers.
 
     Tokens are packed: invalid tokens (masked cameras, prompt padding) are never stored, so
-    the rope position of the i-th valid token is i (positions = cumsum(valid) - 1, spec §1.5).
+    the rope position of the i-th valid token is i (positions = cumsum(valid) - 1, as openpi:
+    ``docs/model.md#mixture-of-transformers-attention-and-masks``).
 
     :ivar cache: the storage.
     :ivar slots: ``int64 [B, P]`` slot of each prefix token in ``cache``; entries where
@@ -66,7 +68,8 @@ class PrefixKV:
     :ivar mask: ``bool [B, P]`` True for real prefix tokens.
     :ivar num_tokens: ``int64 [B]`` count of real tokens = rope position of the next token.
     :ivar last_hidden: ``[B, W_vlm]`` VLM output (before the final norm) at the last real
-        token; the LM head of it gives the logits of the first generated token (spec §2.2).
+        token; the LM head of it gives the logits of the first generated token
+        (``docs/model.md#the-kv-cache``).
     """
 
     cache: KVCache

@@ -1,10 +1,10 @@
 """
 Building blocks shared by the vision tower and both Gemma experts.
 
-Precision follows openpi (spec §1.10): RMSNorm statistics, RoPE angles and the attention
-softmax run in float32 whatever the activation dtype; everything else runs in the dtype of
-the weights. Shapes: B batch, S query tokens, P key tokens, H heads, Hkv kv heads, D head dim,
-W width.
+Precision follows openpi (``docs/model.md#precision``): RMSNorm statistics, RoPE angles and the
+attention softmax run in float32 whatever the activation dtype; everything else runs in the
+dtype of the weights. Shapes: B batch, S query tokens, P key tokens, H heads, Hkv kv heads,
+D head dim, W width.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ def matmul_short_queries(enabled: bool | None = True) -> Iterator[None]:
     """
     Choose how folded (short-query) attention runs inside this context.
 
-    Denoise and decode attend with at most ``FOLD_MAX_QUERIES`` queries per kv head: on an
-    H100 every fused SDPA kernel takes 60-75 us for such a call however few its rows, while
-    ``q @ k^T``, a softmax and ``p @ v`` compiled by Inductor take a few (compiled denoise
-    22.1 -> 12.4 ms, decode b=1 4.3 -> 3.5 ms; ``docs/gpu/2026-11-24-h100``). Logits and
-    softmax stay in float32, as inside the fused kernels; the probabilities are cast to the
-    value dtype before ``p @ v``, as they do. Dynamo guards on the setting: changing it
-    between calls of a compiled function recompiles it.
+    Denoise and decode attend with at most ``FOLD_MAX_QUERIES`` queries per kv head. A fused
+    SDPA kernel costs about as much for such a call however few its rows, while ``q @ k^T``, a
+    softmax and ``p @ v`` compiled by Inductor cost what the call's work does (the timings:
+    ``docs/gpu.md#attention-kernel``). Logits and softmax stay in float32, as inside the fused
+    kernels; the probabilities are cast to the value dtype before ``p @ v``, as they do.
+    Dynamo guards on the setting: changing it between calls of a compiled function recompiles
+    it.
 
     :param enabled: True: :func:`matmul_attention`; False: ``scaled_dot_product_attention``;
         None (the default outside any context): matmul while compiling for CUDA, else SDPA
@@ -59,7 +59,8 @@ class RMSNorm(nn.Module):
     """
     Gemma RMSNorm: ``y = x / rms(x) * (1 + w)`` with the statistics in float32.
 
-    The weight is stored as an offset from 1 (openpi ``models/gemma.py``, spec §1.3).
+    The weight is stored as an offset from 1 (openpi ``src/openpi/models/gemma.py``
+    ``RMSNorm``; ``docs/model.md#vlm-expert``).
     """
 
     def __init__(self, width: int, eps: float) -> None:
@@ -82,7 +83,7 @@ class RMSNorm(nn.Module):
 
 class AdaRMSNorm(nn.Module):
     """
-    π0.5 adaptive RMSNorm of the action expert (spec §1.6).
+    π0.5 adaptive RMSNorm of the action expert (``docs/model.md#π05-specifics``).
 
     ``[scale, shift, gate] = dense(cond)``; ``y = x / rms(x) * (1 + scale) + shift`` in float32;
     the caller adds ``gate * sublayer(y)`` to the residual stream. There is no learned scale
@@ -123,13 +124,13 @@ class AdaRMSNorm(nn.Module):
 
 
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Return ``x / rms(x)`` in float32 (the statistics of every RMSNorm, spec §1.3)."""
+    """Return ``x / rms(x)`` in float32 (every RMSNorm's statistics: openpi ``gemma.py``)."""
     xf = x.float()
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
 
 
 def gated_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
-    """Return ``x + y`` (plain norm) or ``x + gate * y`` (adaptive norm, spec §1.6)."""
+    """Return ``x + y`` (plain norm) or ``x + gate * y`` (adaptive norm, openpi ``gemma.py``)."""
     return x + y if gate is None else x + y * gate
 
 
@@ -157,7 +158,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int,
     Return the RoPE rotation of each position, float32.
 
     ``angle[..., i] = position / base ** (2 i / D)`` for ``i < D / 2`` (openpi ``gemma.py``
-    ``_apply_rope``, spec §1.3).
+    ``_apply_rope``; ``docs/model.md#vlm-expert``).
 
     :param positions: ``int64 [...]`` rope positions.
     :returns: ``(cos, sin)``, each ``float32 [..., D/2]``.
@@ -170,7 +171,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int,
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """
-    Rotate ``x`` by RoPE, half-split: dim i is paired with dim i + D/2 (spec §1.3).
+    Rotate ``x`` by RoPE, half-split: dim i is paired with dim i + D/2 (openpi ``gemma.py``).
 
     :param x: ``[B, S, H, D]`` queries or keys.
     :param cos: ``float32 [B, S, D/2]`` (or broadcastable) from :func:`rope_cos_sin`.
@@ -251,7 +252,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     Scaled dot-product attention of H query heads over Hkv kv heads (GQA / MQA).
 
-    Scale ``D ** -0.5``; logits and softmax in float32 inside the fused kernel (spec §1.3).
+    Scale ``D ** -0.5``; logits and softmax in float32 inside the fused kernel (openpi
+    ``gemma.py`` ``Attention``; ``docs/model.md#vlm-expert``).
 
     :param q: ``[B, S, H, D]`` post-RoPE queries.
     :param k: ``[B, Hkv, P, D]`` post-RoPE keys (any strides with a contiguous last dim).

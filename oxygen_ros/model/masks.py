@@ -1,5 +1,8 @@
 """
-The big_vision "ar-mask" rule that builds every attention pattern of π0.5 (spec §1.5).
+The big_vision "ar-mask" rule that builds every attention pattern of π0.5.
+
+openpi ``src/openpi/models/pi0.py`` ``make_attn_mask``;
+``docs/model.md#mixture-of-transformers-attention-and-masks``.
 
 Each token carries ``valid`` (real, not padding) and ``ar`` (1 = later tokens may not be seen
 from before this one). With ``c = cumsum(ar)``, query i may attend key j iff

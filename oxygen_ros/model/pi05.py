@@ -4,7 +4,8 @@
 The model owns no cache: ``prefill`` writes the VLM expert's K/V of a prefix into the slots of
 a :class:`KVCache` it is given (or allocates), ``denoise`` and ``decode_step`` read them by
 slot. Packed tokens: invalid tokens are dropped before the VLM, so positions = index among the
-valid tokens (spec §1.5, §2). The layers of a prefill and of a decode step run in
+valid tokens (``docs/model.md#mixture-of-transformers-attention-and-masks``,
+``docs/model.md#the-kv-cache``). The layers of a prefill and of a decode step run in
 ``vlm_passes.py``, the action expert's in ``denoise.py``; embeddings and heads are methods here.
 Uncached ground truth for the tests: ``test/reference.py``.
 """
@@ -86,10 +87,11 @@ class Pi05Model(nn.Module):
         As openpi-PyTorch (``models_pytorch/gemma_pytorch.py``,
         ``to_bfloat16_for_selected_params``): the SigLIP patch and position embeddings, and
         every RMSNorm of both Gemma experts, which in the action expert is the adaRMS
-        ``Dense`` (spec §1.10). SigLIP's LayerNorms stay in the model dtype, as there. Also
-        ``action_in_proj``, ``action_out_proj``, ``time_mlp_in`` and ``time_mlp_out``
-        (:data:`FLOAT32_HEADS`): openpi builds them outside ``paligemma_with_expert`` and never
-        casts them (``models_pytorch/pi0_pytorch.py``), so they run in float32 there.
+        ``Dense`` (``docs/model.md#precision``). SigLIP's LayerNorms stay in the model dtype,
+        as there. Also ``action_in_proj``, ``action_out_proj``, ``time_mlp_in`` and
+        ``time_mlp_out`` (:data:`FLOAT32_HEADS`): openpi builds them outside
+        ``paligemma_with_expert`` and never casts them (``models_pytorch/pi0_pytorch.py``), so
+        they run in float32 there.
         """
         names = {f'vision.patch_embed.{n}' for n, _ in self.vision.patch_embed.named_parameters()}
         names.add('vision.pos_embed')
@@ -133,7 +135,7 @@ class Pi05Model(nn.Module):
         """
         Encode camera images into VLM-width image tokens (SigLIP + linear projector).
 
-        Image tokens are not scaled by sqrt(W) (spec §1.2).
+        Image tokens are not scaled by sqrt(W) (``docs/model.md#vision-tower``).
 
         :param images: ``float [B, N, 3, S, S]`` in [-1, 1], S = ``cfg.vision.image_size``.
         :returns: ``[B, N, Ti, W_vlm]`` in the model dtype.
@@ -146,12 +148,14 @@ class Pi05Model(nn.Module):
         return self.projector(tokens).view(b, n, tokens.shape[1], -1)
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Return ``E[tokens] * sqrt(W)`` with sqrt(W) cast to the model dtype (spec §1.3)."""
+        """Return ``E[tokens] * sqrt(W)``, sqrt(W) cast to the model dtype (openpi gemma.py)."""
         return F.embedding(tokens, self.embedding) * self._embed_scale[self.dtype]
 
     def time_condition(self, t: torch.Tensor) -> torch.Tensor:
         """
-        Return the adaRMS condition ``swish(mlp_out(swish(mlp_in(sincos(t)))))`` (spec §1.6).
+        Return the adaRMS condition ``swish(mlp_out(swish(mlp_in(sincos(t)))))``.
+
+        openpi ``src/openpi/models/pi0.py`` ``embed_suffix``; ``docs/model.md#π05-specifics``.
 
         Runs in the dtype of the time MLP: float32 also in a 16-bit model, as openpi
         (:meth:`float32_parameters`); the adaRMS ``Dense`` reads it in its own dtype.
@@ -165,7 +169,7 @@ class Pi05Model(nn.Module):
 
     def embed_actions(self, x_t: torch.Tensor) -> torch.Tensor:
         """
-        Return the action tokens ``action_in_proj(x_t)`` for the action expert (spec §1.6).
+        Return the action tokens ``action_in_proj(x_t)`` for the action expert (openpi ``pi0.py``).
 
         The projection runs in its own dtype (float32 also in a 16-bit model, as openpi); the
         tokens are then cast to the model dtype, where the expert's layers start.
@@ -178,7 +182,7 @@ class Pi05Model(nn.Module):
 
     def project_actions(self, hidden: torch.Tensor) -> torch.Tensor:
         """
-        Return the velocity ``action_out_proj(hidden)`` in float32 (spec §1.10).
+        Return the velocity ``action_out_proj(hidden)`` in float32 (``docs/model.md#precision``).
 
         openpi casts the expert's output to float32 before this projection, whose weights are
         float32 (:meth:`float32_parameters`).
@@ -192,7 +196,7 @@ class Pi05Model(nn.Module):
     @torch.no_grad()
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """
-        Return LM logits: final RMSNorm then the LM head (the tied embedding, spec §1.3).
+        Return LM logits: final RMSNorm then the LM head (the tied embedding: openpi ``gemma.py``).
 
         The matmul runs in the model dtype (bf16 logits are then rounded, as openpi-PyTorch).
 
@@ -219,7 +223,7 @@ class Pi05Model(nn.Module):
         New tokens = [the Ti tokens of every valid camera, slot order] + [valid text tokens],
         packed to the left; ``P_new`` = max valid count over the batch. Positions continue
         from ``context.num_tokens``. ar flags: images 0, text 0 (BIDIRECTIONAL) or 1
-        (CAUSAL_TEXT) (spec §1.5, §2.3).
+        (CAUSAL_TEXT) (``docs/model.md#mixture-of-transformers-attention-and-masks``).
 
         :param tokens: ``int64 [B, T]`` prompt ids (T may be 0).
         :param token_mask: ``bool [B, T]`` True for real prompt tokens; None: all real.
@@ -342,7 +346,9 @@ class Pi05Model(nn.Module):
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
         """
-        Flow-matching sampling of an action chunk on a cached prefix (spec §1.8, §2.1).
+        Flow-matching sampling of an action chunk on a cached prefix.
+
+        ``docs/model.md#flow-matching``; openpi ``src/openpi/models/pi0.py`` ``sample_actions``.
 
         Euler from t=1 (noise) to t=0 in ``num_steps`` steps, ``x += dt * v`` with
         ``dt = -1/N``; x and t float32. Only the action expert runs, on the H suffix tokens
@@ -376,10 +382,10 @@ class Pi05Model(nn.Module):
         """
         Feed one token per row through the VLM expert and return the next-token logits.
 
-        Rows may belong to different prefixes and have different lengths (spec §2.2). Each
-        token's K/V is written at ``write_slots`` first; then, per layer, ONE ``index_select``
-        gathers ``[ctx_slots, write_slots]`` and the token attends ctx (where ``ctx_mask``)
-        and itself. No host sync.
+        Rows may belong to different prefixes and have different lengths
+        (``docs/model.md#the-kv-cache``). Each token's K/V is written at ``write_slots`` first;
+        then, per layer, ONE ``index_select`` gathers ``[ctx_slots, write_slots]`` and the
+        token attends ctx (where ``ctx_mask``) and itself. No host sync.
 
         :param tokens: ``int64 [B]`` token fed.
         :param positions: ``int64 [B]`` its rope position.

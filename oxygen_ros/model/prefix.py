@@ -5,8 +5,9 @@ And the checks of a segment written to the cache: its slots, and the context it 
 
 openpi lays the prefix out as fixed slots (every camera, then ``max_token_len`` prompt slots)
 and masks the invalid ones; dropping them and packing the valid tokens to the left gives the
-same outputs for valid tokens because positions come from ``cumsum(valid)`` (spec §1.5) and
-saves their compute and cache space.
+same outputs for valid tokens because positions come from ``cumsum(valid)``
+(``docs/model.md#mixture-of-transformers-attention-and-masks``) and saves their compute and
+cache space.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class PrefixEmbedder(Protocol):
         """Where the embeddings live."""
 
     def embed_text(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Return ``E[tokens] * sqrt(W)`` (spec §1.3)."""
+        """Return ``E[tokens] * sqrt(W)`` (``docs/model.md#vlm-expert``)."""
 
 
 @dataclass(frozen=True, slots=True)

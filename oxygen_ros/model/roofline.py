@@ -2,7 +2,7 @@
 Work per model call from the config: FLOPs and bytes moved, for roofline bounds (pure).
 
 A call can be no faster than ``max(bytes / bandwidth, flops / peak)`` on a GPU. The counts
-follow spec §5 ([C], computed from the shapes of §1):
+come from the config's shapes (the figures for π0.5: ``docs/model.md#sizes-and-costs``):
 
 - vision: per image, the 27 SigLIP blocks' linears (``2 * Ti * params``) + attention
   (``4 * Ti^2 * Wv`` per block) + patch stem and projector; weights read once (~0.22 TFLOP,
@@ -203,7 +203,7 @@ def decode_cost(cfg: ModelConfig, batch: int, context_tokens: int, *,
 
 
 def seed_cost(cfg: ModelConfig, batch: int, dtype_bytes: int = 2) -> CallCost:
-    """Return the cost of the LM head over ``batch`` hidden states (first token, spec §2.2)."""
+    """Return the cost of the LM head over ``batch`` hidden states (the first token)."""
     head = cfg.vocab_size * cfg.vlm.width
     return CallCost(2.0 * batch * head, float(head * dtype_bytes))
 

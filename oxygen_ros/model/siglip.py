@@ -1,5 +1,5 @@
 """
-SigLIP vision tower (So400m/14 at full size) without pooling (spec §1.2).
+SigLIP vision tower (So400m/14 at full size) without pooling (``docs/model.md#vision-tower``).
 
 openpi ``models/siglip.py`` (variant "So400m/14", pool "none"): patch embedding by a strided
 convolution, learned position embedding, pre-LN encoder blocks with biased projections and a

@@ -13,7 +13,8 @@ call              padding
 ``VisionCall``    none (one shape per camera count)
 ``PrefillCall``   prompt padded at its end to a bucket; padded tokens are masked as keys and
                   attend only themselves, so valid tokens' K/V and hidden states are those of
-                  the unpadded prefix (spec §1.5: positions = index among valid tokens); the
+                  the unpadded prefix (positions = index among valid tokens:
+                  ``docs/model.md#mixture-of-transformers-attention-and-masks``); the
                   mask a dense bias, or FlexAttention's block mask (``flex.py``)
 ``ExtendCall``    T new tokens per row on a cached context (decode step T = 1, a prompt on an
                   image prefix, or causal suffixes on action prefixes): new tokens padded at
@@ -140,8 +141,8 @@ class ExtendCall(nn.Module):
     ctx_slots [B, C], ctx_mask [B, C][, adapter_rows bool [B]])`` returns ``(last_hidden
     [B, W], k [L, B, T, Hkv, D], v [...])``: new token i of row b sits at rope position
     ``positions[b] + i``, attends the context where ``ctx_mask`` and the valid new tokens up to
-    itself (causal, spec §2.2, §2.3); ``last_hidden`` is the output at the last valid new
-    token. The pool is read, not written: per layer either the context slots are gathered
+    itself (causal: ``docs/model.md#the-kv-cache``); ``last_hidden`` is the output at the last
+    valid new token. The pool is read, not written: per layer either the context slots are gathered
     (``index_select``) and concatenated with the new K/V, or, where ``paged_attention.py``
     chooses the Triton kernel (at most ``PAGED_MAX_QUERIES`` new tokens), read in place. With
     an ``adapter`` (for ``layers``: folded layers need ``fold_adapter``), ``adapter_rows``
@@ -257,7 +258,7 @@ class DecodeCall(nn.Module):
 
 
 class SeedCall(nn.Module):
-    """``hidden [B, W]`` -> ``(logits float32 [B, V], greedy ids int64 [B])`` (spec §2.2)."""
+    """``hidden [B, W]`` -> ``(logits float32 [B, V], greedy ids int64 [B])``: the first token."""
 
     def __init__(self, model: Pi05Model) -> None:
         super().__init__()

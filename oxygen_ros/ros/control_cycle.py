@@ -37,7 +37,7 @@ LOG_EVERY_S = 5.0
 CYCLE_SLACK = 0.1
 """Fraction of the control period a cycle leaves free before the next tick: its text work
 (``Engine.step``'s deadline) ends that much earlier, for the cycle's bookkeeping after it and
-the executor's start of the next tick (3 ms and p99 10 ms at 10 Hz on the 2-core VM)."""
+the executor's start of the next tick (``docs/robustness.md#the-action-rate-under-a-flood``)."""
 
 
 def cycle_deadline(timer: object | None, period_s: float) -> float | None:

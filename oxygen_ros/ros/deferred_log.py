@@ -1,11 +1,11 @@
 """
 Log lines queued by the control cycle and written by another thread.
 
-rclpy's ``RcutilsLogger.log`` finds its caller with ``inspect`` (frame info, the source file's
-real path) before it checks the severity: about 1 ms per call on the 2-core benchmark VM. The
-control cycle logged every question and answer that way, so a flood of questions delayed the
-action chunk by a millisecond per question. The cycle queues its lines here (O(1), under a
-lock) and the text group writes them.
+rclpy's ``RcutilsLogger.log`` finds its caller with ``inspect`` (frame info, the source file's real
+path) before it checks the severity (its cost:
+``docs/robustness.md#overload-a-flood-of-questions-on-ask``). The control cycle logged every
+question and answer that way, so a flood of questions delayed the action chunk by that cost per
+question. The cycle queues its lines here (O(1), under a lock) and the text group writes them.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 The executor the ``oxygen`` node spins: rclpy's ``MultiThreadedExecutor`` minus a busy loop.
 
 rclpy 7.1 (Jazzy) yields a callback task again while it still waits in the thread pool, and
-``spin`` submits it again without waiting (ros2/rclpy#1452, fixed upstream by #1547 in 2025,
-not in the Jazzy wheels here). With 15 Hz camera images and 50 Hz joint states the spin thread
-then looped at 100 % CPU holding the GIL, and 20 ms control cycles took over a second. Here a
-task is submitted once; while it waits for a worker, the spin thread sleeps 1 ms.
+``spin`` submits it again without waiting (ros2/rclpy#1452, fixed upstream by
+ros2/rclpy#1547, not in the Jazzy wheels): the spin thread then loops at 100 % CPU holding the
+GIL and starves the callbacks (what it did to the node: ``docs/limits.md``). Here a task is
+submitted once; while it waits for a worker, the spin thread sleeps 1 ms.
 
 A callback's exception is logged (ERROR, logger ``oxygen.executor``, with its traceback).
 rclpy stores it in the callback's task and ``MultiThreadedExecutor`` re-raises it in the spin

@@ -1,5 +1,5 @@
 """
-The ROS 2 lifecycle node ``oxygen`` (architecture.md §4): observations in, action chunks out.
+The ROS 2 lifecycle node ``oxygen`` (``docs/topics.md``): observations in, action chunks out.
 
 Threads (one ``MultiThreadedExecutor``): subscriptions only store the newest message in an
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its

@@ -279,7 +279,8 @@ class TextRequests:
         Count a refusal; log one line a second at most, with how many it stands for.
 
         Throttled here, before the rclpy logger: its own throttle runs after it inspected the
-        caller (about 0.3 ms), which made each refusal of a flood cost that much.
+        caller, a cost each refusal of a flood paid
+        (``docs/robustness.md#overload-a-flood-of-questions-on-ask``).
         """
         self._diag.record_text_rejected(f'question refused: {reason}')
         now = self._clock()

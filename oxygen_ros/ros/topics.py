@@ -1,7 +1,7 @@
 """
 The node's topics: default names, message types and the QoS of each kind of stream.
 
-Topic names are the node's defaults (architecture.md §4); users remap them. QoS follows what
+Topic names are the node's defaults (``docs/topics.md#topics``); users remap them. QoS follows what
 each stream is: sensor data (best effort, keep last 5) for camera streams, reliable for joint
 states and other state, reliable + transient local (latched) for the instruction. The bag
 tools (``tools/bag_topics.py``) use the same definitions so that replayed topics match the

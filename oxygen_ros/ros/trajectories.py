@@ -58,7 +58,7 @@ def actions_to_trajectory(positions: np.ndarray, joint_names: Sequence[str],
 
     Point ``i`` holds ``positions[i]`` (and ``velocities[i]``) with ``time_from_start = i *
     action_dt``, computed in integer nanoseconds (``round(action_dt * 1e9) * i``) so no float
-    error adds up over the horizon (architecture.md §4). ``~/action_chunk`` carries joint
+    error adds up over the horizon (``docs/topics.md#topics``). ``~/action_chunk`` carries joint
     positions only in ``positions``, never velocities (``control.action_space``).
 
     :param positions: ``float [H, A]`` joint positions in robot units (rad, m),

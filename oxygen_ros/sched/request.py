@@ -14,7 +14,7 @@ import enum
 
 
 class RequestKind(enum.Enum):
-    """The three jobs of one camera frame (OxyGen §3.1)."""
+    """The three jobs of one camera frame (OxyGen, arXiv 2603.14371; ``docs/prompts.md``)."""
 
     ACTION = 'action'
     """An action chunk from the frame's prefix (hard deadline: the control period)."""

@@ -13,7 +13,7 @@ does not fit now (KV pool, decode batch, or the time before the action deadline)
 ``add_request`` refuses a request the KV pool could never hold. Only a request on the action
 prefix of a frame without one is passed over (it keeps its place).
 
-``OXYGEN`` (arXiv 2603.14371; pi05-spec.md §3.3–3.4), per cycle:
+``OXYGEN`` (arXiv 2603.14371; ``docs/design.md#scheduler-oxygen_rossched``), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
      always: text can never take the blocks the action needs (``action_reserve_blocks``);
   2. new text/memory requests share that frame's K/V and prefill only what they lack: a

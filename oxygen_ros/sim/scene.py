@@ -5,9 +5,9 @@ A table whose top is the world's ``z = 0``, MuJoCo Menagerie's Franka Emika Pand
 hand standing on it at the origin (``MjSpec.attach`` of ``panda.xml`` with the prefix
 ``panda/``), a red cup (a free cylinder), a fixed ``base_camera`` looking at the workspace from
 the front right (like DROID's exterior camera) and a ``wrist_camera`` on the ``hand`` body
-looking along the fingers. For fast software rendering (Mesa llvmpipe: ~2.5 → ~39 frames/s at
-224×224, sim-from-pypi.md) lights cast no shadows, nothing reflects and the offscreen buffer has
-no multisampling.
+looking along the fingers. For fast software rendering (Mesa's llvmpipe; the figures:
+``docs/simulation.md#the-simulator-oxygen_sim-node-oxygen_sim-oxygen_rossim``) lights cast no
+shadows, nothing reflects and the offscreen buffer has no multisampling.
 """
 
 from __future__ import annotations

@@ -220,8 +220,8 @@ def not_found_message(folder: Path, cfg: ModelConfig) -> str:
         'Three ways out:',
         f'  1. openpi checkpoint: copy its assets/ folder next to model.safetensors (assets/'
         f'{cfg.asset_id}/norm_stats.json; oxygen_convert does this for an openpi JAX '
-        "checkpoint; openpi's own converter copies the parent folder's assets/, openpi "
-        'issue 638)',
+        "checkpoint; openpi's own converter copies the parent folder's assets/, "
+        'Physical-Intelligence/openpi#638)',
         '  2. LeRobot checkpoint: download the whole hub folder (policy_preprocessor*.json/'
         '.safetensors and policy_postprocessor* next to model.safetensors)',
         '  3. name a norm_stats.json: norm_stats:=/path/to/norm_stats.json',

@@ -1,12 +1,13 @@
 """
 Observation checks and the openpi input transforms, before anything reaches the scheduler.
 
-Order as openpi at inference (spec §1.9): Normalize (state, quantile) → resize with pad →
-tokenize (the state goes into the prompt as 256-bin codes for ``PI05_STATE``). A bad
-observation raises ``ObservationError`` with a ``cause`` the node counts in diagnostics; the
-engine's state is untouched by it. An action prompt longer than ``max_token_len`` is refused
-(openpi cuts it at the end, which can drop the state bins or the ``Action:`` cue the model
-acts on): the instruction is too long, and the message says by how many tokens.
+Order as openpi at inference (``docs/model.md#preprocessing``): Normalize (state, quantile) →
+resize with pad → tokenize (the state goes into the prompt as 256-bin codes for
+``PI05_STATE``). A bad observation raises ``ObservationError`` with a ``cause`` the node counts
+in diagnostics; the engine's state is untouched by it. An action prompt longer than
+``max_token_len`` is refused (openpi cuts it at the end, which can drop the state bins or the
+``Action:`` cue the model acts on): the instruction is too long, and the message says by how
+many tokens.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """
-Per-dim statistics of state and actions, and openpi's ``norm_stats.json`` (spec §1.9).
+Per-dim statistics of state and actions, and openpi's ``norm_stats.json``.
+
+``docs/checkpoints.md#norm-stats-and-the-prompt-per-family``; openpi
+``src/openpi/shared/normalize.py``.
 
 openpi writes ``<ckpt>/assets/<asset_id>/norm_stats.json`` =
 ``{"norm_stats": {"state": {"mean", "std", "q01", "q99"}, "actions": {...}}}``. LeRobot keeps
@@ -160,7 +163,7 @@ def load_norm_stats(path: str | Path, asset_id: str | None = None) -> dict[str, 
 
     :param path: the JSON file itself, a folder holding ``norm_stats.json``, or a checkpoint
         folder together with ``asset_id`` (reads ``<path>/assets/<asset_id>/norm_stats.json``).
-    :param asset_id: e.g. ``droid``, ``physical-intelligence/libero`` (spec §1.9).
+    :param asset_id: e.g. ``droid``, ``physical-intelligence/libero`` (``docs/model.md#presets``).
     :returns: key (at least ``state`` and ``actions``) → stats.
     :raises FileNotFoundError: no such file; the message lists the asset ids that exist.
     :raises ValueError: malformed JSON, missing keys/fields, q01/q99 null (z-score-only stats

@@ -1,5 +1,8 @@
 """
-Normalization of state and actions (spec §1.9; LeRobot ``processor/normalize_processor.py``).
+Normalization of state and actions.
+
+``docs/model.md#preprocessing``; openpi ``src/openpi/shared/normalize.py``, LeRobot
+``src/lerobot/processor/normalize_processor.py``.
 
 π0.5 normalizes with the 1st/99th percentiles (openpi ``transforms.Normalize`` with
 ``use_quantiles=True``)::
@@ -209,7 +212,10 @@ def pad_to(x: np.ndarray, dim: int) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Normalizer:
     """
-    State → model inputs and model actions → robot units for one preset (spec §1.9).
+    State → model inputs and model actions → robot units for one preset.
+
+    openpi ``src/openpi/transforms.py`` ``Normalize`` / ``Unnormalize``;
+    ``docs/model.md#preprocessing``.
 
     :ivar state: normalization of the robot state (stats ``dim`` >= ``state_dim``).
     :ivar actions: of the actions (stats ``dim`` >= ``robot_action_dim``).
@@ -346,8 +352,9 @@ class Normalizer:
         to a state.
 
         Real-time chunking keeps the previous chunk in robot units (absolute) and re-expresses
-        it against the new frame's state with this (strands-labs robots PR 779, LeRobot PR
-        3453: a relative chunk guided in the old frame is off by the state's change).
+        it against the new frame's state with this (strands-labs/robots#779,
+        huggingface/lerobot#3453: a relative chunk guided in the old frame is off by the
+        state's change).
 
         :param actions: ``float [..., H, robot_action_dim]`` in robot units.
         :param state: ``float [state_dim]`` robot units; required by relative adapters.

@@ -1,7 +1,8 @@
 r"""
 Prompt strings and their token ids: the action prompt and the text-task prompts.
 
-Action prompt (spec §1.6, openpi ``models/tokenizer.py``):
+Action prompt (openpi ``src/openpi/models/tokenizer.py``;
+``docs/prompts.md#the-action-prompt-the-root``):
 
 - ``PromptFormat.PI05_STATE``: BOS + ``"Task: {task}, State: {b1 b2 … bn};\nAction: "`` where
   ``b_i`` are the 256-bin codes of the *normalized, unpadded* state (:func:`discretize_state`).
@@ -14,7 +15,7 @@ Action prompt (spec §1.6, openpi ``models/tokenizer.py``):
 <= v0.4.4 did (to ``max_state_dim`` = 32; the padding bins are 128); openpi and LeRobot >=
 v0.5.0 write the unpadded state (``state_pad`` 0).
 
-Text-task prompts (spec §2.2, §3.1; no state):
+Text-task prompts (no state; ``docs/prompts.md#text-tasks-two-contexts``):
 
 - ``TextTask.SUBTASK``: BOS + ``"Task: {instr}. Subtask: "`` (openpi_subtask_generation and
   OxyGen ``PI05_O2``), ``instr`` normalized by :func:`normalize_instruction`.
@@ -58,11 +59,11 @@ logger = logging.getLogger(__name__)
 
 NUM_STATE_BINS = 256
 _STATE_BIN_EDGES = np.linspace(-1.0, 1.0, NUM_STATE_BINS + 1)[:-1]
-"""Left edges of the 256 bins: -1 + i/128, exact in float64 (spec §1.6)."""
+"""Left edges of the 256 bins: -1 + i/128, exact in float64 (openpi ``tokenizer.py``)."""
 
 
 class TextTask(str, enum.Enum):
-    """Which text the VLM expert decodes after the prefix (spec §2.2, §3.1)."""
+    """Which text the VLM expert decodes after the prefix (``docs/prompts.md``)."""
 
     SUBTASK = 'subtask'
     """Next subtask of the instruction (seed ``"Subtask: "``)."""
@@ -118,7 +119,7 @@ def _warn_once(key: tuple[object, ...], msg: str, *args: object) -> None:
 
 def clean_text(text: str) -> str:
     """
-    Return ``text`` stripped, with ``"_"`` and newlines replaced by spaces (spec §1.6).
+    Return ``text`` stripped, with ``"_"`` and newlines replaced by spaces (openpi tokenizer.py).
 
     :raises TypeError: ``text`` is not a str.
     """
@@ -129,7 +130,7 @@ def clean_text(text: str) -> str:
 
 def normalize_instruction(task: str) -> str:
     """
-    Return the instruction as the subtask/memory prompts expect it (spec §2.2).
+    Return the instruction as the subtask/memory prompts expect it (``docs/prompts.md``).
 
     Lower-cased and cleaned (:func:`clean_text`); one trailing punctuation character is
     removed, exactly as openpi_subtask_generation / OxyGen ``tokenize_high_level_prompt`` do
@@ -147,7 +148,7 @@ def normalize_instruction(task: str) -> str:
 
 def discretize_state(state_normalized: np.ndarray) -> list[int]:
     """
-    Return the 256-bin code of each dim of a normalized state (spec §1.6).
+    Return the 256-bin code of each dim of a normalized state (``docs/model.md#π05-specifics``).
 
     ``bin = #(edges <= x) - 1`` with ``edges = linspace(-1, 1, 257)[:-1]``, i.e.
     ``floor((x + 1) * 128)`` for x in [-1, 1); 255 for every x >= 0.9921875 (including > 1)
@@ -172,7 +173,7 @@ def discretize_state(state_normalized: np.ndarray) -> list[int]:
 def format_action_prompt(task: str, state_normalized: np.ndarray | None,
                          fmt: PromptFormat, *, state_pad: int = 0) -> str:
     r"""
-    Return the action prompt text without BOS (spec §1.6).
+    Return the action prompt text without BOS (``docs/prompts.md#the-action-prompt-the-root``).
 
     For ``PI0`` this is ``"{task}\n"``; the ids encode the ``"\n"`` separately.
 
@@ -233,7 +234,7 @@ def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
                            state_normalized: np.ndarray | None, fmt: PromptFormat,
                            max_len: int, *, state_pad: int = 0) -> TokenizedPrompt:
     """
-    Tokenize the action prompt and pad it to ``max_len`` (spec §1.6; openpi ``tokenize``).
+    Tokenize the action prompt and pad it to ``max_len`` (openpi ``tokenizer.py`` ``tokenize``).
 
     :param tok: the PaliGemma tokenizer.
     :param task: the instruction (cleaned here).
@@ -258,7 +259,7 @@ def tokenize_action_prompt(tok: PaligemmaTokenizer, task: str,
 
 def format_text_prompt(task: str, kind: TextTask, *, question: str | None = None) -> str:
     """
-    Return the text-task prompt without BOS (spec §2.2; ANSWER is our own format).
+    Return the text-task prompt without BOS (``docs/prompts.md``; ANSWER is our own format).
 
     :raises ValueError: empty task or question, a question for a kind other than ANSWER,
         or no question for ANSWER.

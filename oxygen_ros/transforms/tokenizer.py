@@ -1,5 +1,5 @@
 """
-The PaliGemma SentencePiece tokenizer (spec §2.2, §4.4; architecture.md §2).
+The PaliGemma SentencePiece tokenizer (``docs/checkpoints.md#tokenizer``).
 
 The PaliGemma vocabulary is the Gemma SentencePiece model (256000 pieces: pad 0, eos 1,
 bos 2) with 1024 ``<loc0000>``…``<loc1023>`` and then 128 ``<seg000>``…``<seg127>`` pieces
@@ -140,7 +140,7 @@ def load_paligemma_processor(model: bytes, origin: str) -> sentencepiece.Sentenc
 
 class PaligemmaTokenizer:
     """
-    Text ⇄ PaliGemma token ids (SentencePiece; spec §4.4).
+    Text ⇄ PaliGemma token ids (SentencePiece; openpi ``src/openpi/models/tokenizer.py``).
 
     Thread-safe after construction (SentencePiece encode/decode are const).
 
@@ -184,7 +184,7 @@ class PaligemmaTokenizer:
 
     def encode(self, text: str, *, add_bos: bool) -> list[int]:
         """
-        Return the SentencePiece ids of ``text`` (no EOS; the caller adds BOS, spec §4.4).
+        Return the SentencePiece ids of ``text`` (no EOS; the caller adds BOS, as openpi).
 
         :param text: any string; not cleaned here (see ``prompt.clean_text``).
         :param add_bos: prepend BOS (id 2).

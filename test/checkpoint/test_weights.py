@@ -208,7 +208,7 @@ def test_parameter_counts():
     assert counts['tiny'] < 5_000_000
     assert 50_000_000 <= counts['small'] <= 150_000_000
     for name in ('pi05_droid', 'pi05_libero', 'pi05_base'):
-        assert counts[name] == 3_353_433_872  # spec §5.1
+        assert counts[name] == 3_353_433_872  # docs/model.md#sizes-and-costs
 
 
 def test_an_untied_head_is_loaded_as_the_head_with_an_info_line(model, tmp_path, caplog):

@@ -1,4 +1,4 @@
-"""FLOPs and bytes per call from the config, checked against the spec's §5 figures."""
+"""FLOPs and bytes per call from the config, checked against ``docs/model.md#sizes-and-costs``."""
 
 from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.config import get_preset
@@ -14,7 +14,7 @@ H100 = lookup_gpu('NVIDIA H100 80GB HBM3')
 def test_parameter_and_kv_counts_match_the_spec():
     assert PI05.vlm.depth * gemma_layer_linear_params(PI05.vlm) == pytest.approx(1.98e9, 1e-3)
     assert PI05.expert.depth * gemma_layer_linear_params(PI05.expert) == 311_427_072
-    assert PI05.kv_bytes_per_token(2) == 18_432                     # 18 KiB (spec §5.3)
+    assert PI05.kv_bytes_per_token(2) == 18_432                     # 18 KiB (docs/model.md)
 
 
 def test_vision_is_0_22_tflop_per_image():
@@ -24,7 +24,7 @@ def test_vision_is_0_22_tflop_per_image():
 
 
 def test_prefill_of_820_tokens_is_3_4_tflop():
-    assert prefill_cost(PI05, 818).flops == pytest.approx(3.34e12, rel=0.01)   # spec §5.4
+    assert prefill_cost(PI05, 818).flops == pytest.approx(3.34e12, rel=0.01)
     assert prefill_cost(PI05, 306).flops == pytest.approx(1.23e12, rel=0.01)
     causal = prefill_cost(PI05, 50, context=768, causal=True)
     assert causal.flops < prefill_cost(PI05, 818).flops
@@ -41,12 +41,12 @@ def test_denoise_reads_0_6_gb_of_expert_weights_per_step():
 
 def test_decode_step_reads_5_gb_at_batch_1():
     b1 = decode_cost(PI05, 1, 900)
-    assert 4.9e9 < b1.num_bytes < 5.3e9            # spec §5.4: 3.96 GB layers + 1.05 GB LM head
+    assert 4.9e9 < b1.num_bytes < 5.3e9            # 3.96 GB layers + 1.05 GB LM head
     b32 = decode_cost(PI05, 32, 900)
     assert b32.num_bytes - b1.num_bytes == pytest.approx(31 * 901 * 18_432, rel=1e-6)
     assert 1e3 * b1.bound_seconds(H100.bandwidth, H100.bf16_flops) >= 1.5
     thor = 1e3 * b1.bound_seconds(JETSON_AGX_THOR.bandwidth, JETSON_AGX_THOR.bf16_flops)
-    assert thor == pytest.approx(18.4, rel=0.02)                 # spec: ~18 ms/step on Thor
+    assert thor == pytest.approx(18.4, rel=0.02)                 # ~18 ms/step on Thor
     assert seed_cost(PI05, 1).num_bytes == pytest.approx(1.05e9, rel=0.01)
 
 

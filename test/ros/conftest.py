@@ -3,9 +3,9 @@ Fixtures for tests over real DDS: an isolated ROS domain, a test node, tool subp
 
 Every test that uses ``ros_domain_id`` (directly or through ``ros_node``, ``ros_env`` or
 ``ros_processes``) gets its own random ``ROS_DOMAIN_ID`` and
-``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``, so concurrent test runs on one machine do not
-see each other. Discovery across processes takes 1-4 s here (ros2-from-pypi.md): wait for
-matched endpoints (``RosTestNode.wait_for_subscribers`` / ``wait_for_publishers``), never
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``, so concurrent test runs on one machine do not see each
+other. Discovery across processes takes 1-4 s here (``docs/running.md#ros-2-from-pypi-the-venv``):
+wait for matched endpoints (``RosTestNode.wait_for_subscribers`` / ``wait_for_publishers``), never
 sleep blindly.
 
 Typical use::

@@ -209,7 +209,11 @@ def test_a_burst_of_200_goals_in_1s_from_8_action_clients(ros_node, ros_processe
 
 
 def test_100_goals_in_1s_then_5_a_second_for_10s(ros_node, ros_processes, demo_bag):
-    """Issue 18's flood: a burst the queue cannot hold, then a rate the node answers in full."""
+    """
+    The flood of docs/robustness.md#the-action-rate-under-a-flood.
+
+    A burst the queue cannot hold, then a rate the node answers in full.
+    """
     client, proc = start(ros_node, ros_processes, demo_bag)
     tally = client.flood_phases(Via.ACTION, [Phase(100, 1.0), Phase(50, 10.0)], settle_s=1.0)
     rate, window_s = rate_over_flood(client, tally)

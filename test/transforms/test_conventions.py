@@ -195,7 +195,7 @@ def test_missing_norm_stats_name_every_place_and_the_three_ways_out(weights, tmp
         'Three ways out:',
         '  1. openpi checkpoint: copy its assets/ folder next to model.safetensors (assets/tiny/'
         "norm_stats.json; oxygen_convert does this for an openpi JAX checkpoint; openpi's own "
-        "converter copies the parent folder's assets/, openpi issue 638)",
+        "converter copies the parent folder's assets/, Physical-Intelligence/openpi#638)",
         '  2. LeRobot checkpoint: download the whole hub folder (policy_preprocessor*.json/'
         '.safetensors and policy_postprocessor* next to model.safetensors)',
         '  3. name a norm_stats.json: norm_stats:=/path/to/norm_stats.json'])

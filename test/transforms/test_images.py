@@ -1,4 +1,4 @@
-"""Image preprocessing on the host and on the device (transforms/images.py; spec §1.9)."""
+"""Image preprocessing on the host and on the device (docs/model.md#preprocessing)."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Prompt strings, state bins and padded prompt ids (transforms/prompt.py; spec §1.6, §2.2)."""
+"""Prompt strings, state bins and padded prompt ids (transforms/prompt.py; docs/prompts.md)."""
 
 import logging
 

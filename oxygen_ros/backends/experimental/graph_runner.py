@@ -283,10 +283,10 @@ class GraphRunner:
         Flow-matching sampling on a cached prefix; see ``Pi05Model.denoise``.
 
         The ``denoise`` graph gives v(x_t, t); the Euler update ``x += dt * v`` (float32,
-        ``dt = -1/N``, t from 1 in float32 steps as openpi, spec §1.8) runs here: one graph
-        of one step instead of ten unrolled keeps the engine 10x smaller and its build 10x
-        shorter, and serves any step count; a CUDA graph of the loop (``TrtExecutor``)
-        removes the per-step launch cost an unrolled engine would save.
+        ``dt = -1/N``, t from 1 in float32 steps as openpi, ``docs/model.md#flow-matching``)
+        runs here: one graph of one step instead of ten unrolled keeps the engine 10x smaller
+        and its build 10x shorter, and serves any step count; a CUDA graph of the loop
+        (``TrtExecutor``) removes the per-step launch cost an unrolled engine would save.
 
         :param prefix: the cached prefix.
         :param noise: ``float [B, H, A]`` x at t = 1.

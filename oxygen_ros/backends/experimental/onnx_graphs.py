@@ -8,19 +8,19 @@ gather inside; they output only what is new, which the runner writes into the po
 ``index_copy_`` (``graph_runner.py``).
 
 =============  ===============================================================================
-graph          computation (spec section)
+graph          computation (section of ``docs/model.md``)
 =============  ===============================================================================
-``vision``     SigLIP + projector: images -> image tokens (§1.2)
+``vision``     SigLIP + projector: images -> image tokens (vision tower)
 ``prefill``    VLM expert over [valid cameras' tokens | valid prompt tokens] in the padded
-               openpi layout; positions = cumsum(valid) - 1 (§1.5); K/V of every padded
+               openpi layout; positions = cumsum(valid) - 1 (masks); K/V of every padded
                token, the prefix mask and the last valid token's hidden state
 ``decode``     VLM expert over T new text tokens per row that attend a cached context
                (gathered from the pool by slot) and, causally, each other: T = 1 is a
-               decode step (§2.2), B = 1 with T prompt tokens the text prefill on a cached
-               image prefix (CAUSAL_TEXT); logits of the last valid token (fp32)
+               decode step (the KV cache), B = 1 with T prompt tokens the text prefill on
+               a cached image prefix (CAUSAL_TEXT); logits of the last valid token (fp32)
 ``denoise``    one flow-matching step of the action expert on a cached prefix: v(x_t, t)
-               (§1.6, §2.1); the runner integrates the 10 Euler steps
-``lm_head``    final RMSNorm + tied embedding: logits of a hidden state (seed token, §2.2)
+               (π0.5 specifics, flow matching); the runner integrates the 10 Euler steps
+``lm_head``    final RMSNorm + tied embedding: logits of a hidden state (seed token; VLM expert)
 =============  ===============================================================================
 
 The modules reuse the model's own layers (``GemmaLayer.project_qkv`` / ``finish``), so the
@@ -28,7 +28,7 @@ weights and the per-op precision (float32 norms, RoPE, softmax, flow state) are 
 Only attention is restated here, without ``scaled_dot_product_attention`` and without shape
 branches (``AttentionMask`` picks a layout from the query length, which tracing would
 freeze): the query heads of a kv head are folded onto a broadcast axis, logits and softmax
-in float32, probabilities cast to the value dtype before P·V (spec §1.3).
+in float32, probabilities cast to the value dtype before P·V (``docs/model.md#precision``).
 """
 
 from __future__ import annotations
@@ -237,7 +237,8 @@ class PrefillGraph(nn.Module):
     Prefill of a whole prefix (no context) in the padded openpi layout (``padded_prefix``).
 
     Padded tokens get positions and K/V too (never read: the prefix mask excludes them), so
-    the valid tokens' K/V equal ``Pi05Model.prefill``'s packed computation (spec §1.5).
+    the valid tokens' K/V equal ``Pi05Model.prefill``'s packed computation
+    (``docs/model.md#mixture-of-transformers-attention-and-masks``).
     """
 
     def __init__(self, model: Pi05Model) -> None:
@@ -283,8 +284,9 @@ class DecodeGraph(nn.Module):
     T new text tokens per row on a cached context: a decode step (T = 1) or text prefill.
 
     Row b's valid new tokens (packed left) sit at rope positions ``positions[b] + i``, attend
-    its context slots where ``ctx_mask`` and each other causally (CAUSAL_TEXT prompt, spec
-    §2.3; decode, spec §2.2). Same result as ``Pi05Model.decode_step`` / ``prefill(context=)``.
+    its context slots where ``ctx_mask`` and each other causally (a CAUSAL_TEXT prompt or a
+    decode step: ``docs/model.md#the-kv-cache``). Same result as ``Pi05Model.decode_step`` /
+    ``prefill(context=)``.
     """
 
     def __init__(self, model: Pi05Model) -> None:
@@ -325,7 +327,9 @@ class DecodeGraph(nn.Module):
 
 class DenoiseGraph(nn.Module):
     """
-    One flow-matching step: the velocity ``v(x_t, t)`` of the action expert (spec §1.6, §2.1).
+    One flow-matching step: the velocity ``v(x_t, t)`` of the action expert.
+
+    ``docs/model.md#π05-specifics`` (time condition) and ``docs/model.md#the-kv-cache``.
 
     The H action tokens sit at positions ``positions[b] + arange(H)`` (positions = the
     prefix's token count), attend the valid prefix (``ctx_mask``) and each other; the time

@@ -27,10 +27,11 @@ into splits of ``SPLIT_LEN`` slots, one program each (stage 1, an online softmax
 written as float32 partials), so that a batch of one row still spreads over many SMs; stage 2
 attends the new tokens and merges the splits' partials by their maxima and sums.
 
-Precision as ``layers.matmul_attention`` (spec §1.3, openpi): products of operands in the
-query dtype accumulated in float32, scale ``D ** -0.5``, the softmax in float32 and its
-probabilities cast to the value dtype before ``p @ v``; float32 operands take IEEE products
-(no TF32). The result equals softmax attention over the gathered context up to that rounding.
+Precision as ``layers.matmul_attention`` (openpi; ``docs/model.md#precision``): products of
+operands in the query dtype accumulated in float32, scale ``D ** -0.5``, the softmax in float32
+and its probabilities cast to the value dtype before ``p @ v``; float32 operands take IEEE
+products (no TF32). The result equals softmax attention over the gathered context up to that
+rounding.
 
 Exposed as the custom operator ``oxygen_ros::paged_attention`` (``torch.library.triton_op``):
 Dynamo and AOTAutograd trace through it, Inductor calls the two kernels from its generated

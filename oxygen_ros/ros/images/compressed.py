@@ -157,7 +157,7 @@ def _decode_jpeg(data: memoryview) -> np.ndarray:
 
 def _decode_png(data: memoryview) -> np.ndarray:
     """Decode with Pillow (zlib; chunk CRCs checked), the size read from the header first."""
-    from PIL import Image as PilImage  # ~30 ms on first use; not at import time
+    from PIL import Image as PilImage  # slow to import: on first use, not at import time
     try:
         with PilImage.open(io.BytesIO(data), formats=['PNG']) as img:
             _check_size(Codec.PNG, *img.size)

@@ -2,9 +2,9 @@
 Raw camera images: ``sensor_msgs/Image`` to and from RGB arrays.
 
 Pure functions: no node, no DDS, no I/O. There is no ROS 2 ``cv_bridge`` on PyPI
-(ros2-from-pypi.md), so images are decoded here with numpy, honouring the ``step`` row
-padding of ``sensor_msgs/Image`` (REP-118 layout: ``height`` rows of ``step`` bytes each, the
-first ``width * channels`` bytes of a row are pixels).
+(``docs/running.md#ros-2-from-pypi-the-venv``), so images are decoded here with numpy, honouring
+the ``step`` row padding of ``sensor_msgs/Image`` (REP-118 layout: ``height`` rows of ``step``
+bytes each, the first ``width * channels`` bytes of a row are pixels).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Usage::
                          [--storage mcap|sqlite3] [--instruction "pick up the coffee cup"]
                          [--start-time SECONDS] [--compressed jpeg|png]
 
-Topics (the node's defaults, architecture.md §4), all stamps increasing, bag time = stamp:
+Topics (the node's defaults, ``docs/topics.md#topics``), all stamps increasing, bag time = stamp:
 
 - ``/camera/base/image_raw``: ``skimage.data.coffee()`` (400x600 rgb8), panned a little every
   frame (a sliding window over a mirror-padded copy; frame 0 is the photograph itself).

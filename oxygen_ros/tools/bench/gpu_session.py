@@ -2,7 +2,7 @@
 ``oxygen_bench gpu``: the GPU session, three commands that each fit a short GPU lease.
 
 A GPU is lent rarely and briefly (here: 30 device-minutes, 10 a command, a bare machine). The
-session splits issue 10's figures into three commands (FP8's and max_autotune's into optional
+session splits the GPU figures into three commands (FP8's and max_autotune's into optional
 fourth and fifth ones), each estimated at most ~8 minutes cold on an H100 (``--budget-s``,
 default 480 s, is enforced: a phase gets the time left minus what the later phases need at
 least, and is killed at its deadline):
@@ -30,8 +30,8 @@ order above, environment = 0) failed, fell back, crashed or ran out of time; 8 w
 session could not start (no tokenizer: it says how to bring one, in its first second).
 
 ``--merge DIR`` joins the three sessions' files (fetched into one folder) into
-``DIR/<date>-<gpu>.json`` with ``show``: issue 10's targets beside the figures. On the CPU
-(``--device cpu --preset tiny``) the same commands are CI's dry run with the same keys.
+``DIR/<date>-<gpu>.json`` with ``show``: the targets beside the figures (``docs/gpu.md#targets``).
+On the CPU (``--device cpu --preset tiny``) the same commands are CI's dry run with the same keys.
 """
 
 from __future__ import annotations
@@ -67,22 +67,8 @@ runs 1 to 3 unless ``SESSION`` names them."""
 ESTIMATE_S = {'environment': 20, 'gpu_tests': 360, 'eager_components': 90,
               'compiled_components': 450, 'bench': 330, 'second_start': 90,
               'fp8_components': 420, 'autotune_components': 420}
-"""Cold estimates on an H100 (``pi05_droid`` bf16), from the 2026-11-22 run (``docs/gpu.md``):
-a Python start with torch and CUDA ~10 s; eager calls 5-140 ms (x20 repeats, 5 attention
-kernels); 3.35 B random weights built on the GPU in seconds; an Inductor compile of one step
-~40-60 s cold (decode + denoise warmed up in 55-115 s then); ~20 graph captures with their
-gates ~30 s; 46 bench frames per policy at 100-200 ms; the tiny GPU tests 178 s on 2026-11-25,
-before the tests of the guided step, the paged and fused kernels and FP8 (each one or two
-more Inductor compiles of a tiny step: ~330 s estimated; FlexAttention's tests ~30 s more).
-The compiled components took 277 s on 2026-11-25 without the guided denoise, whose compile
-(forward and backward of one step) and gate add ~60 s; the prefill's and SigLIP's attention
-compared kernel by kernel (``time_prefix_attention``: four small Inductor compiles, two with
-FlexAttention) ~30 s.
-FP8: the compiled phase's (another cold compile: FP8 graphs differ) plus ~20 s to quantize
-and run the action check's three eager action paths. max_autotune (not run yet): the vision
-and prefill warm-up with Inductor's defaults (~90 s cold, less with session 2's caches), then
-with autotuning (every GEMM shape of both steps and the FlexAttention tiles benchmarked: a few
-minutes, estimated)."""
+"""Cold seconds per phase on an H100 (``pi05_droid`` bf16), estimated from the GPU runs; how:
+``docs/gpu.md#the-gpu-session``."""
 RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
              'compiled_components': 120, 'bench': 120, 'second_start': 45,
              'fp8_components': 120, 'autotune_components': 150}
@@ -366,7 +352,7 @@ def report_of(sessions: list[dict]) -> dict:
 
 
 def show_of(sessions: list[dict]) -> dict:
-    """Return issue 10's targets beside what ``sessions`` measured (None: not measured)."""
+    """Return the targets beside what ``sessions`` measured (None: not measured)."""
     from oxygen_ros.tools.bench.roofline import show
     return show(report_of(sessions))
 

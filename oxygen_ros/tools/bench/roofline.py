@@ -5,7 +5,8 @@ Each measured component gets its FLOPs and bytes (``model/roofline.py``), its bo
 it ran on (``backends/gpu_specs.py``) and the fraction of the bound reached. The Jetson AGX
 Thor column is a PROJECTION, not a measurement: Thor's bound divided by the fraction of the
 bound reached here (same software efficiency assumed; Thor's 273 GB/s makes the memory-bound
-calls ~12x slower than on an H100). ``show`` holds the figures against issue 10's targets.
+calls ~12x slower than on an H100). ``show`` holds the figures against the targets
+(``docs/gpu.md#targets``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from oxygen_ros.model.roofline import (
 
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 5.0, 'decode_step_b1': 2.5,
               'decode_step_b8': 3.5}
-"""Component targets on an H100 (docs/gpu.md)."""
+"""Component targets on an H100 (``docs/gpu.md#targets``)."""
 GUIDED_VS_PLAIN = 1.6
 """RTC's guided denoise against the plain one on the same backend, the ratio aimed at
 (an exact guided step costs about 2x: docs/gpu.md, "RTC on the fast path")."""
@@ -123,7 +124,9 @@ def _target(measured: float | bool | None, target: float | bool, at_most: bool =
 
 def show(report: dict) -> dict[str, dict]:
     """
-    Return issue 10's "Show" targets with the measured figures of ``report`` (None: not run).
+    Return the targets with the measured figures of ``report`` (None: not run).
+
+    The targets: ``docs/gpu.md#targets``.
 
     Keys: no fallback, actions within the gate of eager, OxyGen text equal to isolated on the
     fast path, action latency, frames/s, tokens/s, speedup / ideal, components, guided vs

@@ -8,7 +8,7 @@ PaliGemma ``<loc>``/``<seg>`` pieces (``transforms.tokenizer.extend_to_paligemma
 ``<cache_dir()>/paligemma_tokenizer.model`` atomically. It does nothing when a valid file is
 already there (``--force`` rebuilds). ``--source`` takes a local maxtext wheel, the Gemma
 ``tokenizer.gemma`` file or a ready ``paligemma_tokenizer.model`` instead of downloading
-(architecture.md §2).
+(``docs/checkpoints.md#tokenizer``).
 """
 
 from __future__ import annotations
