@@ -14,11 +14,10 @@ Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the `
 question is queued or refused in its own callback (``Engine.submit_text`` is thread-safe),
 never after a control cycle. Texts are also streamed as they decode (``~/<task>/stream``,
 ``oxygen_ros_interfaces/DecodedText``): the engine detokenizes each cycle's tokens once, the
-text group publishes the pieces (``text_stream``). Text
-messages for a publisher that is not active (deactivated, or destroyed at cleanup) are held
-and go out at the next activation (``output_publishers``): questions still open at cleanup
-are refused (``no answer: engine shut down``) and that reply is sent then; at shutdown they
-are logged only.
+text group publishes the pieces (``text_stream``). Text messages for a publisher that is not
+active (deactivated, or destroyed at cleanup) are held and go out at the next activation
+(``output_publishers``): questions still open at cleanup are refused (``no answer: engine
+shut down``) and that reply is sent then; at shutdown they are logged only.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
+from oxygen_ros.transforms.inputs import ObservationError
 from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -154,6 +154,8 @@ class OxygenNode(LifecycleNode):
                 torch.set_num_threads(cfg.torch_threads)
             engine = Engine(engine_cfg)
             engine.warmup(synthetic_observation(engine.model_cfg, cfg.instruction))
+        except ObservationError as exc:     # only its prompt (the instruction) can be refused
+            return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
             self.get_logger().error(traceback.format_exc())
             return self._configure_failed(f'cannot build the {cfg.preset} engine: '
@@ -398,9 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     Run ``oxygen_node``; return 0 after SIGINT, SIGTERM or the shutdown transition.
 
-    :returns: 1 if the node cannot start: DDS security asked for and not holding (one FATAL
-        line says what and how to fix it; ``security``), or a parameter override of the wrong
-        type or range.
+    :returns: 1 if the node cannot start (one FATAL line says why and how to fix it): DDS
+        security asked for and not holding (``security``), or a bad parameter override.
     """
     args = [NODE_NAME, *(sys.argv[1:] if argv is None else argv)]
     logging.basicConfig(level=logging.INFO, format='[%(levelname)s] [%(name)s]: %(message)s')

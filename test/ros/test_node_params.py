@@ -2,6 +2,7 @@
 
 from dataclasses import fields
 import math
+import re
 
 from oxygen_ros.config import CAMERA_SLOTS, PromptFormat
 from oxygen_ros.engine.config import BackendKind, EngineConfig
@@ -228,6 +229,33 @@ def test_an_over_long_instruction_fails_configure_and_a_set_with_its_reason(cont
         assert node.get_parameter('instruction').value == too_long
         [result] = node.set_parameters([Parameter('instruction', value='pick up the red cup')])
         assert result.successful
+    finally:
+        node.destroy_node()
+
+
+def test_an_instruction_too_long_for_the_model_fails_configure_as_a_bad_parameter(context):
+    # seen before: under the byte limit but over max_token_len, configure failed with
+    # 'cannot build the tiny engine: ObservationError: ...', as if the build had broken
+    too_long = 'pick up the red cup. ' * 60                         # 1260 bytes, ~300 tokens
+    assert len(too_long.encode()) <= MAX_INSTRUCTION_BYTES
+    node = OxygenNode(context=context, security=SecuritySettings(),
+                      cli_args=['--ros-args', '--params-file', str(config_file('test')),
+                                '-p', 'autostart:=false'],
+                      parameter_overrides=[Parameter('instruction', value=too_long)])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        message = node._diag.status(0.0, 10.0, 0.5).message
+        match = re.fullmatch(r'engine failed: configure failed: bad parameter: instruction: '
+                             r'instruction too long: its action prompt \(pi05_state, with BOS '
+                             r'and the state\) is (\d+) tokens, the model takes 64 '
+                             r'\(max_token_len of preset tiny\); shorten it by at least (\d+) '
+                             r'token\(s\)', message)
+        assert match is not None, message
+        assert int(match[1]) - 64 == int(match[2]) > 0
+        assert node._engine is None
+        [result] = node.set_parameters([Parameter('instruction', value='pick up the red cup')])
+        assert result.successful
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     finally:
         node.destroy_node()
 
