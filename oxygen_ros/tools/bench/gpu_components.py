@@ -103,7 +103,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     """
     import torch
 
-    from oxygen_ros.backends.torch_backend import greedy_calls
+    from oxygen_ros.backends.greedy import greedy_calls
     from oxygen_ros.model.kv_cache import PrefixKV
     from oxygen_ros.tools.bench.probe import guided_call, probe_guidance
 
