@@ -1,8 +1,9 @@
 """
 Building the fast path's graphs: compile, capture and gate one step at every static shape.
 
-For each step (vision, prefill, text prefill, suffix, denoise, decode, seed) and each shape
-(``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA graph will hold:
+For each step (vision, prefill, text prefill, suffix, denoise, decode, the decode of k steps,
+seed) and each shape (``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA
+graph will hold:
 the static-shape model call (``model/static_calls.py``), compiled or not, followed by the
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 

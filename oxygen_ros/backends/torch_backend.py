@@ -5,7 +5,8 @@ All K/V lives in one ``KVCache`` allocated at start-up (``[L, num_slots, Hkv, D]
 reads and writes it through slot indices derived from the block ids of the plan (slot =
 block_id * block_size + offset). Nothing is stacked, split or reallocated per request or per
 step: a decode batch of requests from different frames and lengths is one ``decode_step``
-call per token whose K/V goes straight into each request's own blocks.
+call per token (on the fast path with no early stop, one graph replay for the job's k tokens:
+``decode_steps.py``) whose K/V goes straight into each request's own blocks.
 
 Attention reads of a decode step: the eager model gathers the rows' context slots (one
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
