@@ -44,12 +44,13 @@ class DecodeSteps:
         :param tokens: ``int64 [B]`` the rows' last ids; ``base``, ``steps``: ``int64 [B]``.
         :param all_slots: ``int64 [B, W]`` each row's context slots, then its new tokens'.
         :returns: ``int64 [B, num_steps]`` (the ids past a row's steps are meaningless), or
-            None: no graph of this batch, width and ``num_steps`` (not compiled, the step fell
-            back, another pool); nothing ran.
+            None: no graph of this batch, width and ``num_steps`` (another k, the step fell
+            back, another pool; a batch or width beyond the buckets: a warning once); nothing
+            ran.
         """
         graphs = self._graphs.get(Step.DECODE_STEPS) if cache is self._pool else None
-        if graphs is None:
-            return None
+        if graphs is None or num_steps not in self.shapes.decode_steps:
+            return None                      # by design (module docstring): no warning
         (b, w), batch = all_slots.shape, self.shapes.batch
         key = (bucket_for(b, batch), bucket_for(w, self.shapes.ctx), num_steps)
         graph = graphs.get(key)

@@ -109,11 +109,18 @@ def test_k_steps_in_one_graph_equal_the_per_step_loop_exactly(tiny_models, lora)
     assert (got[1] != 0).any()
 
 
-def test_a_row_with_no_step_left_writes_only_the_null_slot(tiny_models):
+def test_a_row_with_no_step_left_writes_only_the_null_slot(tiny_models, caplog):
     """``decode_greedy_steps`` with a row of 0 steps equals the per-step loop of the backend."""
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     backend = _backend(model)
     comp = backend.compiled
+    before = (_graph_calls(backend, Step.DECODE_STEPS), _graph_calls(backend, Step.DECODE))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+        _decode(backend, DecodeJob(('r0', 'r1', 'r2'), (K - 1, 1, 1), None))   # k - 1 steps
+    assert (_graph_calls(backend, Step.DECODE_STEPS), _graph_calls(backend, Step.DECODE)) == \
+        (before[0], before[1] + K - 1)                    # step by step, by design: no warning
+    assert not [r for r in caplog.records if r.name == 'oxygen_ros.backends.compiled']
     job = DecodeJob(('r0', 'r1', 'r2'), (K, K, K), None)
     steps = torch.tensor([2, 0, K])
     width = max(LENGTHS) + K
