@@ -17,15 +17,16 @@ bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, causal suffixes 
 prefixes per batch bucket (2 up to ``MAX_SUFFIX_BATCH``), suffix bucket and root context
 bucket, denoise (and RTC's guided denoise when asked) per prefix length of those prefill
 buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1 runs padded to
-2) and context bucket, seed per batch bucket. With a suffix LoRA (the memory adapter) the
-suffix and decode graphs carry it, active on the rows a per-row mask selects (an input of the
-graph). Padding is masked, so results
-equal eager on the valid part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is
-one fused projection in the model itself; the time MLP and every adaRMS ``Dense`` are
-evaluated once per load for the fixed Euler times (``DenoiseCall``); RMSNorm scales folded
-into the next linear (``model/folding.py``) with eager kernels only (Inductor fuses the
-multiply into the norm anyway, and folding costs 2.6 GB of weights at full size), and not
-into FP8 weights (``model/fp8.py``, whose gate reference is the unquantized float32 copy
+2) and context bucket, and where k > 1 the decode of a job's k steps in one graph per batch,
+context bucket and k (``decode_steps.py``), seed per batch bucket. With a suffix LoRA (the
+memory adapter) the suffix and decode graphs carry it, active on the rows a per-row mask
+selects (an input of the graph). Padding is masked, so results equal eager on the valid
+part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is one fused projection in the
+model itself; the time MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed
+Euler times (``DenoiseCall``); RMSNorm scales folded into the next linear
+(``model/folding.py``) with eager kernels only (Inductor fuses the multiply into the norm
+anyway, and folding costs 2.6 GB of weights at full size), and not into FP8 weights
+(``model/fp8.py``, whose gate reference is the unquantized float32 copy
 ``engine/loading.py`` hands in).
 
 Warm-up (``warmup.py``) compiles, captures and gates every graph (``parity.py``, probes in
@@ -48,6 +49,7 @@ from typing import Callable, Collection, Iterator
 from oxygen_ros.backends.buckets import bucket_for, EngineLimits, StaticShapes
 from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import AttentionBackend, CompileMode
+from oxygen_ros.backends.decode_steps import DecodeSteps
 from oxygen_ros.backends.graph_builder import Kernels, Step
 from oxygen_ros.backends.guided_fast import GuidedDenoise
 from oxygen_ros.backends.parity import ParityResult
@@ -65,14 +67,15 @@ import torch
 _LOG = logging.getLogger(__name__)
 
 
-class CompiledModel(GuidedDenoise, FastPathWarmup):
+class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
     Same signatures and results as the model (``encode_images``, ``prefill``,
     ``prefill_suffix``, ``denoise``, ``decode_step``, ``lm_logits``) plus ``decode_greedy`` /
-    ``lm_greedy`` (token ids from the graph's argmax) and ``guided_denoise`` (real-time
-    chunking, ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1
+    ``lm_greedy`` (token ids from the graph's argmax), ``decode_greedy_steps`` (k decode
+    steps in one graph, ``decode_steps.py``) and ``guided_denoise`` (real-time chunking,
+    ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1
     where the graph has one, masks None (every token valid) and the KV pool given to
     :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
 
@@ -97,6 +100,8 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
         ``inductor``.
     :param attention: the attention backend the warm-up runs in (``sdpa_context``): part of
         the compile caches' key.
+    :param decode_steps: numbers of decode steps k to compile as one graph each
+        (``decode_greedy_steps``; the engine's ``tokens_per_cycle``); default none.
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
@@ -106,7 +111,8 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
                  camera_counts: tuple[int, ...] | None = None,
                  adapter: SuffixLoRA | None = None, guided: bool = False,
                  precompile: bool | None = None,
-                 attention: AttentionBackend = AttentionBackend.AUTO) -> None:
+                 attention: AttentionBackend = AttentionBackend.AUTO,
+                 decode_steps: tuple[int, ...] = ()) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('CompiledModel needs a compile mode other than NONE')
@@ -124,7 +130,8 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
         self.fold_norms = fold_norms
         self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
                                              max_ctx=limits.max_ctx,
-                                             camera_counts=camera_counts)
+                                             camera_counts=camera_counts,
+                                             decode_steps=decode_steps)
         self.compile_seconds = 0.0
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
@@ -177,6 +184,9 @@ class CompiledModel(GuidedDenoise, FastPathWarmup):
             Step.DENOISE: [(c,) for c in s.denoise],
             Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
             Step.SEED: [(b,) for b in s.batch]})
+        if s.decode_steps:
+            steps[Step.DECODE_STEPS] = [(b, c, k) for b in s.batch for c in s.ctx
+                                        for k in s.decode_steps]
         if self.guided:
             steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
         return {step: keys for step, keys in steps.items() if step in self._only}

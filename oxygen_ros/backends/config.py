@@ -70,6 +70,8 @@ class Step(str, enum.Enum):
     SUFFIX = 'suffix'
     DENOISE = 'denoise'
     DECODE = 'decode'
+    DECODE_STEPS = 'decode_steps'
+    """A decode job's k greedy steps in one graph (``k`` = ``tokens_per_cycle``)."""
     SEED = 'seed'
     GUIDED_DENOISE = 'guided_denoise'
     """Denoise with real-time chunking's guidance (compiled only when asked: ``rtc``)."""
@@ -167,6 +169,8 @@ class BackendConfig:
     :ivar engine_cache_dir: exported graphs and TensorRT engines (None: the default cache).
     :ivar rtc: chunks are guided (real-time chunking): the fast path compiles, captures and
         gates the guided denoise too.
+    :ivar tokens_per_cycle: k, decode steps per text request per cycle: the fast path
+        compiles a decode graph of k steps (``Step.DECODE_STEPS``) where k > 1.
     """
 
     backend: BackendKind = BackendKind.TORCH
@@ -179,6 +183,7 @@ class BackendConfig:
     engine_cache_dir: str | None = None
     attention: AttentionBackend = AttentionBackend.AUTO
     rtc: bool = False
+    tokens_per_cycle: int = 1
 
 
 __all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',

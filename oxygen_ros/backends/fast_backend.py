@@ -67,7 +67,8 @@ class CompiledTorchBackend(TorchBackend):
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
-        The warm-up runs with ``config.attention``'s kernel (chosen while tracing).
+        The warm-up runs with ``config.attention``'s kernel (chosen while tracing); a
+        ``config.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
 
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
         :param only: steps to put on the fast path (default all; ``CompiledModel``).
@@ -88,7 +89,8 @@ class CompiledTorchBackend(TorchBackend):
                                  block_size=config.block_size, only=only,
                                  camera_counts=camera_counts, adapter=adapter,
                                  guided=config.rtc, precompile=precompile,
-                                 attention=config.attention)
+                                 attention=config.attention,
+                                 decode_steps=(config.tokens_per_cycle,))
         out = cls(compiled, num_blocks, config.block_size, attention=config.attention,
                   adapter=adapter)
         with sdpa_context(config.attention):

@@ -1,8 +1,9 @@
 """
 Building the fast path's graphs: compile, capture and gate one step at every static shape.
 
-For each step (vision, prefill, text prefill, suffix, denoise, decode, seed) and each shape
-(``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA graph will hold:
+For each step (vision, prefill, text prefill, suffix, denoise, decode, the decode of k steps,
+seed) and each shape (``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA
+graph will hold:
 the static-shape model call (``model/static_calls.py``), compiled or not, followed by the
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 
@@ -20,8 +21,10 @@ CUDA graphs are still one per shape. The denoise step compiles the velocity of O
 (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop replays
 all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``) that velocity
 is the fused one (``model/denoise_fused.py``: the prefix read in place, fused norms), else the
-gathered one. The guided denoise (real-time chunking, ``model.rtc.GuidedDenoiseCall``)
-likewise compiles one guided step, the velocity and its vector-Jacobian product in one graph.
+gathered one. The decode of k steps (``DECODE_STEPS``) likewise calls the decode step's
+compiled function k times; its CUDA graph replays all k. The guided denoise (real-time
+chunking, ``model.rtc.GuidedDenoiseCall``) compiles one guided step, the velocity and its
+vector-Jacobian product in one graph.
 The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names (``config.max_autotune_steps``) compile with
 Inductor's ``max_autotune``.
 """
@@ -40,7 +43,7 @@ from oxygen_ros.model.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.rtc import GuidedDenoiseCall
 from oxygen_ros.model.static_calls import (
-    DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
+    DecodeCall, DecodeLoopCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
 from torch import nn
 
@@ -101,6 +104,9 @@ class GraphBuilder:
             del self._compiled[key]
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
+        if step is Step.DECODE_STEPS:   # the decode step's compiled function, k times
+            decode = self._kernel(Step.DECODE, kernels)
+            return decode if kernels is Kernels.EAGER else _decode_dynamic(decode)
         if step is Step.DENOISE:
             return self._denoise_kernel(kernels)
         if step is Step.GUIDED_DENOISE:
@@ -154,7 +160,8 @@ class GraphBuilder:
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
         SUFFIX ``(batch, suffix bucket, context)``; DENOISE and GUIDED_DENOISE ``(context
-        slots,)``; DECODE ``(batch, context)``; SEED ``(batch,)``.
+        slots,)``; DECODE ``(batch, context)``; DECODE_STEPS ``(batch, context, k)``; SEED
+        ``(batch,)``.
 
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
@@ -267,6 +274,16 @@ class GraphBuilder:
         dynamic = {0: (0,), 1: (0,), 2: (0,), 3: (0, 1), 4: (0, 1)}
         return fn, example, {**dynamic, 5: (0,)} if rows else dynamic
 
+    def _decode_steps(self, call: Callable, key: tuple[int, ...]):
+        b, c, k = key
+        loop = DecodeLoopCall(call, k)
+        i64 = torch.int64
+        example = (self._empty(b, dtype=i64), self._empty(b, dtype=i64),
+                   self._empty(b, dtype=i64), self._empty(b, c, dtype=i64),
+                   self._empty(dtype=i64)) + \
+            ((self._empty(b, dtype=torch.bool),) if self.adapter is not None else ())
+        return loop, example, {}
+
     def _seed(self, call: Callable, key: tuple[int, ...]):
         def fn(k_pool, v_pool, hidden):
             return call(hidden)
@@ -285,6 +302,22 @@ def _context_dynamic(velocity: Callable) -> Callable:
             torch._dynamo.maybe_mark_dynamic(t, 2)
         torch._dynamo.maybe_mark_dynamic(bias, 3)
         return velocity(keys, values, bias, *rest)
+    return step
+
+
+def _decode_dynamic(decode: Callable) -> Callable:
+    """
+    Return the compiled decode step with the batch and context dims of its inputs dynamic.
+
+    ``DecodeLoopCall`` makes them in the loop (unmarked): marked as the decode graphs' inputs
+    are, the decode step's compiled code serves them without a recompile per shape.
+    """
+    def step(k_pool, v_pool, tokens, positions, ctx_slots, ctx_mask, *adapter):
+        for t, dims in ((tokens, (0,)), (positions, (0,)), (ctx_slots, (0, 1)),
+                        (ctx_mask, (0, 1)), *((a, (0,)) for a in adapter)):
+            for d in dims:
+                torch._dynamo.maybe_mark_dynamic(t, d)
+        return decode(k_pool, v_pool, tokens, positions, ctx_slots, ctx_mask, *adapter)
     return step
 
 

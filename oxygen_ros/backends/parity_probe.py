@@ -81,6 +81,27 @@ def _inside(size: int, buckets: tuple[int, ...], room: int) -> int:
     return max(below + 1, size - room)
 
 
+def _fed(model: Any, pool: KVCache, tokens: torch.Tensor, base: torch.Tensor,
+         steps: torch.Tensor, all_slots: torch.Tensor, ids: torch.Tensor, null: int,
+         adapter: AdapterRows | None) -> torch.Tensor:
+    """
+    Return the logits ``[B, k, V]`` of ``TorchBackend._decode``'s eager steps fed ``ids``.
+
+    Step ``s`` feeds ``ids[:, s - 1]`` (``tokens`` first) instead of its own argmax: the
+    steps the graph of ``decode_greedy_steps`` ran, with the model's ``decode_step``.
+    """
+    b, w = all_slots.shape
+    cols, rows = torch.arange(w, device=pool.device), torch.arange(b, device=pool.device)
+    longest, out = int(base.max()), []
+    for s in range(ids.shape[1]):
+        pos = base + s
+        write = torch.where(s < steps, all_slots[rows, pos.clamp(max=w - 1)], null)
+        out.append(model.decode_step(tokens if s == 0 else ids[:, s - 1], pos, pool, write,
+                                     all_slots[:, :longest + s],
+                                     cols[None, :longest + s] < pos[:, None], adapter))
+    return torch.stack(out, 1)
+
+
 class ParityProbe:
     """
     Gate probes over one KV pool.
@@ -112,7 +133,8 @@ class ParityProbe:
         self._label = ''
         suffix = (shapes.suffix_ctx[-1] + shapes.suffix_batch[-1] * shapes.suffix[-1]
                   if shapes.suffix else 0)
-        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1], suffix) + shapes.batch[-1]
+        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1], suffix) + \
+            shapes.batch[-1] * max((1, *shapes.decode_steps))
         if self.size > pool.num_slots:
             raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
                              f'probes need ({self.size})')
@@ -348,6 +370,47 @@ class ParityProbe:
             ref = [logits] + self._kv(self.ref_pool, write)
         return self._gate(f'decode batch {b} context {c} (bucket {bucket_b} x {bucket_c})',
                           *runs, ref)
+
+    @torch.inference_mode()
+    def decode_steps(self, bucket_b: int, bucket_c: int, k: int) -> ParityResult:
+        """
+        Gate k decode steps in one graph against eager steps fed the graph's ids.
+
+        Rows of unequal contexts and steps left (``k``, ``k - 1``, ... down to 0). Held to
+        the gate: the K/V the graph wrote, and per valid step the eager logit of the graph's
+        id against eager's largest logit (equal where the ids agree; a near tie may pick
+        the other id within rounding, which the eager steps fed the graph's ids then follow).
+        """
+        self._main_prefix()
+        b = _inside(bucket_b, self.shapes.batch, 1)
+        w = _inside(bucket_c, self.shapes.ctx, 5)
+        dev, null = self.pool.device, self.fast.null_slot
+        steps = torch.tensor([max(0, k - r) for r in range(b)], device=dev)
+        base = torch.tensor([max(1, w - k - r) for r in range(b)], device=dev)
+        own = self._slots(self.shapes.ctx[-1], b * k).view(b, k)
+        all_slots = torch.full((b, w), null, dtype=torch.int64, device=dev)
+        for r, n in enumerate(base.tolist()):
+            all_slots[r, :n + k] = torch.cat([self._slots(0, n), own[r]])
+        active = torch.arange(k, device=dev)[None] < steps[:, None]
+        written = own[active]
+        tokens = self._ints(1000, b)
+        adapter, ref_adapter = self._adapter_rows(b)
+        ids = self.fast.decode_greedy_steps(tokens, base, steps, all_slots, null, self.pool, k,
+                                            adapter)
+        if ids is None:
+            raise RuntimeError(f'no decode graph of {k} steps for batch {b}, width {w}')
+        fast = self._kv(self.pool, written)
+        logits = _fed(self.model, self.pool, tokens, base, steps, all_slots, ids, null, adapter)
+        best = logits.max(-1).values[active]
+        fast.append(logits.gather(-1, ids[..., None])[..., 0][active])
+        eager = self._kv(self.pool, written) + [best]
+        ref = None
+        if self.ref is not None:
+            inputs = [self._r(x) for x in (tokens, base, steps, all_slots, ids)]
+            logits = _fed(self.ref, self.ref_pool, *inputs, null, ref_adapter)
+            ref = self._kv(self.ref_pool, written) + [logits.max(-1).values[self._r(active)]]
+        return self._gate(f'decode of {k} steps, batch {b}, width {w} (bucket {bucket_b} x '
+                          f'{bucket_c})', fast, eager, ref)
 
     @torch.inference_mode()
     def seed(self, bucket: int) -> ParityResult:

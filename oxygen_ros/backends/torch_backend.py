@@ -5,7 +5,8 @@ All K/V lives in one ``KVCache`` allocated at start-up (``[L, num_slots, Hkv, D]
 reads and writes it through slot indices derived from the block ids of the plan (slot =
 block_id * block_size + offset). Nothing is stacked, split or reallocated per request or per
 step: a decode batch of requests from different frames and lengths is one ``decode_step``
-call per token whose K/V goes straight into each request's own blocks.
+call per token (on the fast path with no early stop, one graph replay for the job's k tokens:
+``decode_steps.py``) whose K/V goes straight into each request's own blocks.
 
 Attention reads of a decode step: the eager model gathers the rows' context slots (one
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
@@ -30,6 +31,7 @@ from typing import Callable
 from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to_device
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend
+from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
@@ -52,26 +54,6 @@ class _RowState:
     num_fed: int                   # generated tokens already fed (their K/V is cached)
     last_token: torch.Tensor       # int64 [] on device: the token to feed next
     use_adapter: bool = False      # the suffix LoRA is active on its tokens
-
-
-_Greedy = Callable[..., torch.Tensor]
-
-
-def greedy_calls(model: object) -> tuple[_Greedy, _Greedy]:
-    """
-    Return ``(decode, seed)``: greedy token ids as the backend computes them.
-
-    ``decode(tokens, positions, cache, write_slots, ctx_slots, ctx_mask[, adapter])`` and
-    ``seed(hidden)`` return ``int64 [B]``: the model's own ``decode_greedy`` / ``lm_greedy``
-    where it has them (the compiled fast path: LM head and argmax inside its graphs), else the
-    argmax of ``decode_step`` / ``lm_logits``. ``adapter`` (``AdapterRows``) is passed on only
-    when given (models without the suffix LoRA do not take it).
-    """
-    decode = getattr(model, 'decode_greedy', None) or \
-        (lambda *args: model.decode_step(*args).argmax(dim=-1))
-    seed = getattr(model, 'lm_greedy', None) or \
-        (lambda hidden: model.lm_logits(hidden).argmax(dim=-1))
-    return decode, seed
 
 
 class TorchBackend:
@@ -111,6 +93,7 @@ class TorchBackend:
         self._clock = JobClock(self.device, sync)
         self._decode_in_graph = getattr(model, 'decode_greedy', None) is not None
         self._greedy_decode, self._greedy_seed = greedy_calls(model)
+        self._decode_steps = getattr(model, 'decode_greedy_steps', None)
         self._segments: dict[int, PrefixKV] = {}
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
@@ -391,7 +374,9 @@ class TorchBackend:
         step's wall time says the next one would end after ``job.deadline`` (the first step
         always runs); on CUDA it runs every step (knowing either would need a host sync per
         step; the scheduler drops tokens after EOS, and a row's K/V stays inside the slots
-        reserved for its budget).
+        reserved for its budget). With no early stop asked (CUDA's case) all the steps are one
+        call of the model's ``decode_greedy_steps`` where it has one and a graph fits (the
+        fast path's k-step graph, ``decode_steps.py``); else one call per step.
         """
         dev = self.device
         rows = [self._rows[req_id] for req_id in job.req_ids]
@@ -400,22 +385,41 @@ class TorchBackend:
         # context length of each row before this job: prefix + tokens already fed
         lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
         base = to_device(lengths, dev, torch.int64)
-        longest = max(lengths)
         width = max(n + s for n, s in zip(lengths, job.num_steps))
         all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
         for i, r in enumerate(rows):
             n = min(width, r.slots.numel())
             all_slots[i, :n] = r.slots[:n]
-        cols = torch.arange(width, device=dev)
-        row_idx = torch.arange(num_rows, device=dev)
         tokens = torch.stack([r.last_token for r in rows])
-        out = torch.empty(num_rows, job.max_steps, dtype=torch.int64, device=dev)
-        done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
         null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
-        null_slots = torch.full((num_rows,), null, dtype=torch.int64, device=dev)
         eos = job.eos_token_id if dev.type == 'cpu' else None
         deadline = job.deadline if dev.type == 'cpu' else None
         adapter = self._adapter_rows([r.use_adapter for r in rows])
+        out = None
+        if self._decode_steps is not None and eos is None and deadline is None:
+            out = self._decode_steps(tokens, base, steps, all_slots, null, self.cache,
+                                     job.max_steps, adapter)
+        steps_run = job.max_steps
+        if out is None:
+            out, steps_run = self._decode_each(job, tokens, base, steps, all_slots, max(lengths),
+                                               null, eos, deadline, adapter)
+        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
+            n = min(n, steps_run)
+            r.num_fed += n
+            r.last_token = out[i, n - 1]
+            sampled.setdefault(req_id, []).append(out[i, :n])
+        return steps_run
+
+    def _decode_each(self, job: DecodeJob, tokens: torch.Tensor, base: torch.Tensor,
+                     steps: torch.Tensor, all_slots: torch.Tensor, longest: int, null: int,
+                     eos: int | None, deadline: float | None, adapter: AdapterRows | None
+                     ) -> tuple[torch.Tensor, int]:
+        """Run :meth:`_decode`'s steps one call each; return ``(ids [B, k], steps run)``."""
+        dev, (num_rows, width) = self.device, all_slots.shape
+        cols, row_idx = torch.arange(width, device=dev), torch.arange(num_rows, device=dev)
+        out = torch.empty(num_rows, job.max_steps, dtype=torch.int64, device=dev)
+        done = torch.zeros(num_rows, dtype=torch.bool, device=dev)
+        null_slots = torch.full((num_rows,), null, dtype=torch.int64, device=dev)
         extra = () if adapter is None else (adapter,)
         steps_run, step_s = 0, 0.0
         for s in range(job.max_steps):
@@ -436,9 +440,4 @@ class TorchBackend:
                 done |= tokens == eos
                 if bool((done | ~(s + 1 < steps)).all()):
                     break
-        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
-            n = min(n, steps_run)
-            r.num_fed += n
-            r.last_token = out[i, n - 1]
-            sampled.setdefault(req_id, []).append(out[i, :n])
-        return steps_run
+        return out, steps_run

@@ -7,7 +7,8 @@ to try in order: the compiler's kernels compiled ahead of time (``precompile.py`
 disk on a warm start, no Dynamo trace), the same compiled just in time, then PyTorch's eager
 kernels in graphs where graphs are captured. The first source whose every graph builds,
 captures and passes the parity gate wins; a source that fails is logged with its reason and
-the next is tried; none left: the step runs eagerly (recorded in ``fallbacks``). Functions
+the next is tried; none left: the step runs eagerly (the decode of k steps: step by step, on
+the decode graphs), recorded in ``fallbacks``. Functions
 loaded from disk that fail are deleted and compiled again once; a step that cannot be
 compiled ahead of time is recorded as such in the store (WARNING) and compiled just in time
 from then on.
@@ -308,16 +309,20 @@ class FastPathWarmup:
                         build=lambda key, k: builder.build(step, key, k, capture=capture),
                         name=self._kernel_name, on_failure=failed)
         self.compiles[step.value] = out.compiles
-        loaded = store.loaded.get(step.value, 0) if store is not None and not retried and \
+        # the decode of k steps runs the decode step's function (loaded for DECODE)
+        source = Step.DECODE if step is Step.DECODE_STEPS else step
+        loaded = store.loaded.get(source.value, 0) if store is not None and not retried and \
             out.kernels is Kernels.PRECOMPILED else 0
         self.loaded[step.value] = loaded
         self.seconds[step.value] = time.perf_counter() - t0
         if out.worst is not None:
             self.parity[step.value] = out.worst
         if out.kernels is None:
-            self.fallbacks[step.value] = '; '.join(out.reasons) + '; running EAGERLY'
-            _LOG.error('fast path: %s runs EAGERLY (slow): %s', step.value,
-                       self.fallbacks[step.value])
+            steps = step is Step.DECODE_STEPS   # its fallback: the decode graphs, k times
+            self.fallbacks[step.value] = '; '.join(out.reasons) + (
+                '; decoding step by step' if steps else '; running EAGERLY')
+            _LOG.error('fast path: %s %s: %s', step.value, 'decodes step by step' if steps
+                       else 'runs EAGERLY (slow)', self.fallbacks[step.value])
             return
         if out.kernels is Kernels.EAGER and self.kernels is not Kernels.EAGER:
             self.fallbacks[step.value] = '; '.join(out.reasons) + \

@@ -252,4 +252,5 @@ class EngineConfig:
             block_size=self.block_size, max_running_requests=self.max_running_requests,
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
-            attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc)
+            attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc,
+            tokens_per_cycle=self.tokens_per_cycle)

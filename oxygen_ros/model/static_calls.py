@@ -22,6 +22,8 @@ call              padding
                   rows a mask selects; the context gathered, or read in place by the paged
                   Triton kernel (``paged_attention.py``)
 ``DecodeCall``    ``ExtendCall`` with T = 1 plus the LM head and greedy argmax
+``DecodeLoopCall`` k ``DecodeCall`` steps, each step's argmax the next one's token; rows with no
+                  step left write to the null slot; the context padded with masked slots
 ``DenoiseCall``   the prefix context padded with masked slots; all N Euler steps in one call,
                   the adaRMS modulations of the N fixed times computed once (constructor);
                   the prefix gathered once per call, or read in place by the fused Triton
@@ -30,6 +32,8 @@ call              padding
 ================  ==========================================================================
 
 Each equals the eager ``Pi05Model`` entry point on the valid part (tests: float32, 1e-5).
+``DecodeLoopCall`` alone writes the pool (its steps read what the previous ones wrote); it
+is a loop around a step, which is what gets compiled.
 The VLM layers are passed in, so that the norm-folded layers (``folding.py``) or the model's
 own can be used.
 """
@@ -257,6 +261,44 @@ class DecodeCall(nn.Module):
         return logits, logits.argmax(-1), k[:, :, 0], v[:, :, 0]
 
 
+class DecodeLoopCall(nn.Module):
+    """
+    ``k`` greedy decode steps of B rows in one call: the loop of ``TorchBackend._decode``.
+
+    ``forward(k_pool, v_pool, tokens [B], base [B], steps [B], all_slots [B, C], null [][,
+    adapter_rows bool [B]])`` returns the ids ``int64 [B, k]`` and writes each step's K/V into
+    the pool in place. Step ``s`` of row ``b`` feeds the previous step's argmax (``tokens``
+    first) at rope position ``base[b] + s`` (its context length), attends the context slots
+    ``all_slots[b, :base[b] + s]`` (``all_slots`` holds the context, then the new tokens'
+    slots; padded with any slot) and writes its K/V to ``all_slots[b, base[b] + s]`` while
+    ``s < steps[b]``, else to the ``null`` slot (its ids are then meaningless). The step
+    ``decode`` has ``DecodeCall``'s signature (``DecodeCall`` itself or it compiled).
+    """
+
+    def __init__(self, decode: Callable[..., tuple[torch.Tensor, ...]], num_steps: int) -> None:
+        super().__init__()
+        self.decode = decode
+        self.num_steps = num_steps
+
+    def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, tokens: torch.Tensor,
+                base: torch.Tensor, steps: torch.Tensor, all_slots: torch.Tensor,
+                null: torch.Tensor, adapter_rows: torch.Tensor | None = None) -> torch.Tensor:
+        extra = () if adapter_rows is None else (adapter_rows,)
+        last = all_slots.shape[1] - 1
+        cols = torch.arange(all_slots.shape[1], device=all_slots.device)
+        ids = []
+        for s in range(self.num_steps):
+            pos = base + s
+            own = all_slots.gather(1, pos.clamp(max=last)[:, None])[:, 0]
+            write = torch.where(s < steps, own, null)
+            _, tokens, k, v = self.decode(k_pool, v_pool, tokens, pos, all_slots,
+                                          cols[None] < pos[:, None], *extra)
+            k_pool.index_copy_(1, write, k.to(k_pool.dtype))
+            v_pool.index_copy_(1, write, v.to(v_pool.dtype))
+            ids.append(tokens)
+        return torch.stack(ids, 1)
+
+
 class SeedCall(nn.Module):
     """``hidden [B, W]`` -> ``(logits float32 [B, V], greedy ids int64 [B])``: the first token."""
 
@@ -362,5 +404,5 @@ class DenoiseCall(nn.Module):
         return x
 
 
-__all__ = ['DecodeCall', 'DenoiseCall', 'ExtendCall', 'PrefillCall', 'SeedCall',
+__all__ = ['DecodeCall', 'DecodeLoopCall', 'DenoiseCall', 'ExtendCall', 'PrefillCall', 'SeedCall',
            'VelocityStep', 'VisionCall']

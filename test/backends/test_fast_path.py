@@ -387,8 +387,10 @@ def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
     cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
                        max_running_requests=2)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
-    assert {'denoise', 'decode', 'prefill', 'suffix', 'vision', 'seed'} == set(engine.fallbacks)
+    assert {'denoise', 'decode', 'decode_steps', 'prefill', 'suffix', 'vision',
+            'seed'} == set(engine.fallbacks)        # decode_steps: tokens_per_cycle 5
     assert 'no codegen today' in engine.fallbacks['decode']
+    assert engine.fallbacks['decode_steps'].endswith('decoding step by step')
     eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
                    tokenizer=tokenizer)
     assert eager.fallbacks == {}

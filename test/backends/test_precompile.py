@@ -35,13 +35,13 @@ def _model():
     return build_model(cfg, cfg.model_config())
 
 
-def _start(model, only=STEPS, max_batch=2, precompile=True):
+def _start(model, only=STEPS, max_batch=2, precompile=True, decode_steps=()):
     """One start: a fresh Dynamo, a fresh fast path on the cache folder; (model, traces)."""
     torch._dynamo.reset()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
                                     max_decode_tokens=model.cfg.decode_budget)
     comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager', only=only,
-                         precompile=precompile)
+                         precompile=precompile, decode_steps=decode_steps)
     before = graphs_compiled()
     comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
     assert comp.fallbacks == {}, comp.fallbacks
@@ -96,6 +96,18 @@ def test_a_warm_start_loads_every_step_traces_nothing_and_computes_the_same(capl
     assert any('0 traced, 3 loaded' in r.getMessage() for r in caplog.records)
     for got, expected in zip(_calls(warm, model), want):    # the code loaded is the code
         torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_the_decode_of_k_steps_runs_the_decode_steps_loaded_function():
+    """``DECODE_STEPS`` calls ``DECODE``'s compiled function: loaded with it, traced never."""
+    model = _model()                                       # bfloat16: the gate's own rule
+    only = [Step.DECODE, Step.DECODE_STEPS]
+    cold, _ = _start(model, only=only, decode_steps=(3,))
+    assert cold.compiles['decode_steps'] == 0 and cold.loaded['decode_steps'] == 0
+    assert cold.parity['decode_steps'].reference_error > 0            # held to bf16 rounding
+    warm, traced = _start(model, only=only, decode_steps=(3,))
+    assert traced == 0 and warm.loaded == {'decode': 1, 'decode_steps': 1}
+    assert 'recorded for these weights' in warm.gate
 
 
 def test_another_configuration_compiles_its_own():

@@ -78,8 +78,10 @@ def test_dry_run_of_the_three_sessions_fills_every_key(tmp_path):
     warm = r2['compiled_components']['warmup']
     assert warm['fallbacks'] == {} and warm['compile_backend'] == 'aot_eager'
     assert set(warm['compiles']) == {'vision', 'prefill', 'suffix', 'denoise', 'decode',
-                                     'seed', 'guided_denoise'}
+                                     'decode_steps', 'seed', 'guided_denoise'}
+    assert warm['compiles'].pop('decode_steps') == 0        # it runs decode's function
     assert all(n == 1 for n in warm['compiles'].values()), warm['compiles']
+    assert r2['compiled_components']['ms']['decode_k_steps_b8'] > 0     # 5 steps, 1 replay
     assert warm['camera_counts'] == [3] and warm['graphs']['vision'] == 1
     assert r2['compiled_components']['pipeline_parity']['passed'] is True
     # RTC's guided denoise: compiled, gated, timed beside the plain one, held against eager

@@ -19,6 +19,8 @@ import time
 from typing import Any, Callable
 
 DECODE_BATCHES = (1, 8, 32)
+K_STEPS, K_STEPS_BATCH = 5, 8
+"""The decode of k steps in one replay timed (``decode_k_steps_b8``): the paper's k = 5."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     """
     import torch
 
-    from oxygen_ros.backends.torch_backend import greedy_calls
+    from oxygen_ros.backends.greedy import greedy_calls
     from oxygen_ros.model.kv_cache import PrefixKV
     from oxygen_ros.tools.bench.probe import guided_call, probe_guidance
 
@@ -158,9 +160,41 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
                 return greedy(toks, pos, cache, write, ctx, mask)
             out[f'decode_logits_b{b}'] = model.decode_step(toks, pos, cache, write, ctx, mask)
             time_it(f'decode_step_b{b}', step)
+            if b == K_STEPS_BATCH and getattr(model, 'decode_greedy_steps', None):
+                time_k_steps(model, cache, work, toks, ctx, time_it)
         hidden = prefix.last_hidden.expand(max(work.decode_batches), -1).contiguous()
         time_it('lm_head', lambda: seed(hidden))
     return {'ms': ms, 'outputs': out}
+
+
+def time_k_steps(model: Any, cache: Any, work: Workload, tokens: Any, ctx: Any,
+                 time_it: Callable[[str, Callable[[], object]], None]) -> None:
+    """
+    Time ``decode_k_steps_b<B>``: a decode job's ``K_STEPS`` steps as one graph replay.
+
+    ``model.decode_greedy_steps`` (the fast path's ``Step.DECODE_STEPS``) on the decode rows
+    of ``run_components`` (context ``ctx [B, C]``, cut to fit the largest compiled context
+    with the new tokens: the tiny preset's dry run), each row writing ``K_STEPS`` new slots;
+    compare with ``K_STEPS`` x ``decode_step_b<B>`` (one replay per step).
+
+    :raises RuntimeError: the fast path has no graph for it (its warm-up fell back).
+    """
+    import torch
+
+    b, c = ctx.shape[0], min(ctx.shape[1], model.shapes.ctx[-1] - K_STEPS)
+    ctx, dev = ctx[:, :c], ctx.device
+    own = 16 + c + 2 * max(work.decode_batches) + torch.arange(b * K_STEPS, device=dev)
+    all_slots = torch.cat([ctx, own.view(b, K_STEPS)], 1)
+    base = torch.full((b,), c, dtype=torch.int64, device=dev)
+    steps = torch.full((b,), K_STEPS, dtype=torch.int64, device=dev)
+
+    def k_steps() -> object:
+        ids = model.decode_greedy_steps(tokens, base, steps, all_slots, 0, cache, K_STEPS)
+        if ids is None:
+            raise RuntimeError(f'no decode graph of {K_STEPS} steps at batch {b}, context {c}')
+        return ids
+    k_steps()
+    time_it(f'decode_k_steps_b{b}', k_steps)
 
 
 def time_decode_attention(work: Workload) -> dict:
@@ -432,5 +466,6 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
                                        batch_name=f'decode_step_b{batch}')}
 
 
-__all__ = ['DECODE_BATCHES', 'Workload', 'denoise_entry', 'pipeline_parity', 'roofline_entry',
-           'run_components', 'time_decode_attention', 'time_prefix_attention', 'timed_ms']
+__all__ = ['DECODE_BATCHES', 'K_STEPS', 'K_STEPS_BATCH', 'Workload', 'denoise_entry',
+           'pipeline_parity', 'roofline_entry', 'run_components', 'time_decode_attention',
+           'time_k_steps', 'time_prefix_attention', 'timed_ms']

@@ -300,13 +300,13 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
-        denoise_entry, pipeline_parity, roofline_entry, run_components)
+        denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
 
     a = ctx.args
     attention = AttentionBackend.resolve(a.attention)
     config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
                            max_running_requests=max(work.decode_batches), decode_budget=30,
-                           attention=attention, rtc=True)
+                           attention=attention, rtc=True, tokens_per_cycle=K_STEPS)
     with _Recompiles() as recompiles:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,

@@ -96,7 +96,7 @@ FILLED_KEYS = {
                             'prefix_attention.vision.sdpa_us', 'prefix_attention.vision.flex_us',
                             'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
                             'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
-                            'ms.guided_denoise_10_steps',
+                            'ms.guided_denoise_10_steps', 'ms.decode_k_steps_b8',
                             'roofline.decode_step_b1.pct_of_bound',
                             'roofline.guided_denoise_10_steps.pct_of_bound', 'paper_cycle',
                             'pipeline_parity.passed', 'pipeline_parity.outputs.actions',

@@ -28,7 +28,7 @@ import statistics
 import time
 from typing import Callable
 
-from oxygen_ros.backends.torch_backend import greedy_calls
+from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
