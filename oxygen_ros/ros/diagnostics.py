@@ -178,7 +178,7 @@ class EngineDiagnostics:
             self._period_clips += clips.total
 
     def set_fallbacks(self, fallbacks: Mapping[str, str]) -> None:
-        """Record the compiled steps running eagerly (step -> reason); WARN while any."""
+        """Record the fast-path steps that fell back (step -> reason, e.g. to eager); WARN."""
         with self._lock:
             self._fallbacks = dict(fallbacks)
 
@@ -244,7 +244,8 @@ class EngineDiagnostics:
             return Level.ERROR, f'engine failed: {self._failure}'
         steps = sorted(k for k in self._fallbacks if k != QUANTIZATION_FALLBACK)
         slow = '; '.join(
-            ([f'compiled step(s) running eagerly: {", ".join(steps)}'] if steps else [])
+            ([f'fast-path step(s) fell back: {", ".join(steps)} (see "fallback: <step>")']
+             if steps else [])
             + (['quantization fell back (see "fallback: quantization")']
                if QUANTIZATION_FALLBACK in self._fallbacks else []))
         if self._active_since is None:

@@ -1,4 +1,4 @@
-"""A compiled step that fell back to eager is a WARN on /diagnostics naming the step."""
+"""A fast-path step that fell back (to eager, step by step) is a WARN naming the step."""
 
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
 
@@ -11,11 +11,12 @@ def test_fallback_warns_when_inactive_and_active():
     diag.set_state('inactive', 0.0)
     status = diag.status(1.0, 10.0, 0.5)
     assert status.level == Level.WARN.octet
-    assert 'running eagerly: decode' in status.message
+    assert status.message == \
+        'inactive; fast-path step(s) fell back: decode (see "fallback: <step>")'
     assert status_values(status)['fallback: decode'] == FALLBACKS['decode']
     diag.set_state('active', 1.0)
     status = diag.status(1.1, 10.0, 0.5)
-    assert status.level == Level.WARN.octet and 'running eagerly: decode' in status.message
+    assert status.level == Level.WARN.octet and 'fell back: decode (see' in status.message
 
 
 def test_no_fallback_no_warning():
@@ -43,5 +44,5 @@ def test_a_quantization_fallback_is_named_apart_from_the_compiled_steps():
     assert status_values(status)['quantization'] == 'none'
     diag.set_fallbacks({**FALLBACKS, 'quantization': reason})
     assert diag.status(2.0, 10.0, 0.5).message == (
-        'inactive; compiled step(s) running eagerly: decode; quantization fell back (see '
-        '"fallback: quantization")')
+        'inactive; fast-path step(s) fell back: decode (see "fallback: <step>"); quantization '
+        'fell back (see "fallback: quantization")')
