@@ -8,6 +8,7 @@ its own ``triton.language`` helpers included, is defined.
 
 import os
 
+from oxygen_ros.backends.compile_cache import COMPILE_CACHE_ENV
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model, load_tokenizer
@@ -17,6 +18,19 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
+
+
+@pytest.fixture(scope='session', autouse=True)
+def session_compile_cache(tmp_path_factory):
+    """
+    Hold the fast path's compile caches (Inductor's, the steps compiled ahead of time, the
+    recorded gates) in this session's temporary folder: a test that counts compiles must not
+    load what an earlier run left in ``~/.cache/oxygen_ros`` (seen: a second ``make test``
+    loaded the first one's decode and seed steps, and counted 0 compiles), nor fill it.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(COMPILE_CACHE_ENV, str(tmp_path_factory.mktemp('compile_cache')))
+        yield
 
 
 @pytest.fixture(scope='session')

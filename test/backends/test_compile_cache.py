@@ -44,7 +44,7 @@ print(json.dumps({'hits': counts.hits, 'misses': counts.misses, 'loaded': comp.c
 
 def _start(cache: Path, how: str = 'aot') -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(('TORCHINDUCTOR_', 'TRITON_'))}
+           if not k.startswith(('TORCHINDUCTOR_', 'TRITON_', 'OXYGEN_ROS_COMPILE_CACHE'))}
     env.update(OXYGEN_ROS_CACHE=str(cache), AMENT_PREFIX_PATH=sys.prefix)
     proc = subprocess.run([sys.executable, '-c', START, how], env=env, capture_output=True,
                           text=True, timeout=900)
@@ -92,6 +92,7 @@ def test_the_compile_cache_can_live_outside_the_project_cache(tmp_path, monkeypa
     """``OXYGEN_ROS_COMPILE_CACHE``: the GPU session keeps it off the carried tokenizer folder."""
     from oxygen_ros.backends.compile_cache import CompileCache
 
+    monkeypatch.delenv('OXYGEN_ROS_COMPILE_CACHE')      # conftest's, for this session
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path / 'project'))
     assert CompileCache('k').root == tmp_path / 'project' / 'torch_compile'
     monkeypatch.setenv('OXYGEN_ROS_COMPILE_CACHE', str(tmp_path / 'local'))
