@@ -23,10 +23,12 @@ if not torch.cuda.is_available():
 @pytest.fixture(scope='session', autouse=True)
 def session_compile_cache(tmp_path_factory):
     """
-    Hold the fast path's compile caches (Inductor's, the steps compiled ahead of time, the
-    recorded gates) in this session's temporary folder: a test that counts compiles must not
-    load what an earlier run left in ``~/.cache/oxygen_ros`` (seen: a second ``make test``
-    loaded the first one's decode and seed steps, and counted 0 compiles), nor fill it.
+    Hold the fast path's compile caches in this session's temporary folder.
+
+    Inductor's, the steps compiled ahead of time, the recorded gates: a test that counts
+    compiles must not load what an earlier run left in ``~/.cache/oxygen_ros`` (seen: a second
+    ``make test`` loaded the first one's decode and seed steps, and counted 0 compiles), nor
+    fill it.
     """
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(COMPILE_CACHE_ENV, str(tmp_path_factory.mktemp('compile_cache')))
