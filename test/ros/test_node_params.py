@@ -206,14 +206,19 @@ def test_declared_defaults_follow_preset_override(context):
         node.destroy_node()
 
 
+def node_with_instruction(context, instruction: str) -> OxygenNode:
+    """Return the test node, not configured (autostart off), given ``instruction``."""
+    return OxygenNode(context=context, security=SecuritySettings(),
+                      cli_args=['--ros-args', '--params-file', str(config_file('test')),
+                                '-p', 'autostart:=false'],
+                      parameter_overrides=[Parameter('instruction', value=instruction)])
+
+
 def test_an_over_long_instruction_fails_configure_and_a_set_with_its_reason(context):
     # seen before: an over-long initial instruction was replaced by '' without a word
     too_long = 'pick up the red cup. ' * 200                        # 4200 bytes
     assert len(too_long.encode()) > MAX_INSTRUCTION_BYTES
-    node = OxygenNode(context=context, security=SecuritySettings(),
-                      cli_args=['--ros-args', '--params-file', str(config_file('test')),
-                                '-p', 'autostart:=false'],
-                      parameter_overrides=[Parameter('instruction', value=too_long)])
+    node = node_with_instruction(context, too_long)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         status = node._diag.status(0.0, 10.0, 0.5)
@@ -238,10 +243,7 @@ def test_an_instruction_too_long_for_the_model_fails_configure_as_a_bad_paramete
     # 'cannot build the tiny engine: ObservationError: ...', as if the build had broken
     too_long = 'pick up the red cup. ' * 60                         # 1260 bytes, ~300 tokens
     assert len(too_long.encode()) <= MAX_INSTRUCTION_BYTES
-    node = OxygenNode(context=context, security=SecuritySettings(),
-                      cli_args=['--ros-args', '--params-file', str(config_file('test')),
-                                '-p', 'autostart:=false'],
-                      parameter_overrides=[Parameter('instruction', value=too_long)])
+    node = node_with_instruction(context, too_long)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         message = node._diag.status(0.0, 10.0, 0.5).message
