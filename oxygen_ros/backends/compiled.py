@@ -62,6 +62,7 @@ from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.model.rtc import jacobian_step_count
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         where those are folded).
     :param guided: compile the guided denoise of real-time chunking too (``guided_denoise``);
         without it a guided chunk runs eagerly (a warning once).
+    :param jacobian_steps: the guided denoise's ``RtcGuidance.jacobian_steps`` values it
+        compiles graphs for (None: every step); a guidance asking another runs eagerly (a
+        warning once).
     :param precompile: compile the steps ahead of time and keep them on disk
         (``precompile.py``; backends ``inductor`` and ``aot_eager``); default: with
         ``inductor``.
@@ -110,6 +114,7 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
                  fold_norms: bool | None = None, only: Collection[Step] | None = None,
                  camera_counts: tuple[int, ...] | None = None,
                  adapter: SuffixLoRA | None = None, guided: bool = False,
+                 jacobian_steps: Collection[int | None] = (None,),
                  precompile: bool | None = None,
                  attention: AttentionBackend = AttentionBackend.AUTO,
                  decode_steps: tuple[int, ...] = ()) -> None:
@@ -157,6 +162,8 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         self._pool: KVCache | None = None
         self._warned: set[str] = set()
         self.guided = guided
+        self.jacobian_steps = tuple(sorted({jacobian_step_count(k, model.cfg.num_denoise_steps)
+                                            for k in jacobian_steps}))
         self._no_rows = torch.zeros(0, dtype=torch.bool, device=model.device)
         self._true = torch.ones((), dtype=torch.bool, device=model.device)
 
@@ -188,7 +195,8 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
             steps[Step.DECODE_STEPS] = [(b, c, k) for b in s.batch for c in s.ctx
                                         for k in s.decode_steps]
         if self.guided:
-            steps[Step.GUIDED_DENOISE] = [(c,) for c in s.denoise]
+            steps[Step.GUIDED_DENOISE] = [(c, k) for c in s.denoise
+                                          for k in self.jacobian_steps]
         return {step: keys for step, keys in steps.items() if step in self._only}
 
     def graph_counts(self) -> dict[str, int]:

@@ -169,6 +169,8 @@ class BackendConfig:
     :ivar engine_cache_dir: exported graphs and TensorRT engines (None: the default cache).
     :ivar rtc: chunks are guided (real-time chunking): the fast path compiles, captures and
         gates the guided denoise too.
+    :ivar rtc_jacobian_steps: the guided denoise's ``RtcGuidance.jacobian_steps`` (None:
+        every Euler step).
     :ivar tokens_per_cycle: k, decode steps per text request per cycle: the fast path
         compiles a decode graph of k steps (``Step.DECODE_STEPS``) where k > 1.
     """
@@ -183,6 +185,7 @@ class BackendConfig:
     engine_cache_dir: str | None = None
     attention: AttentionBackend = AttentionBackend.AUTO
     rtc: bool = False
+    rtc_jacobian_steps: int | None = None
     tokens_per_cycle: int = 1
 
 

@@ -31,7 +31,8 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
     :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
-        ``camera_counts``, ``backend``, ``progress``, ``reference``, ``precompile``), used
+        ``camera_counts``, ``backend``, ``progress``, ``reference``, ``precompile``,
+        ``extra_jacobian_steps``), used
         when the fast path is on (the benchmarks narrow it to their workload).
     :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run
         (the message says what to install).

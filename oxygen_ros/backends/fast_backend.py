@@ -63,7 +63,8 @@ class CompiledTorchBackend(TorchBackend):
                camera_counts: tuple[int, ...] | None = None,
                reference: Pi05Model | None = None,
                adapter: SuffixLoRA | None = None,
-               precompile: bool | None = None) -> CompiledTorchBackend:
+               precompile: bool | None = None,
+               extra_jacobian_steps: tuple[int | None, ...] = ()) -> CompiledTorchBackend:
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
@@ -78,6 +79,8 @@ class CompiledTorchBackend(TorchBackend):
             graphs.
         :param precompile: keep the steps compiled ahead of time on disk (``CompiledModel``;
             default: with Inductor).
+        :param extra_jacobian_steps: RTC's ``jacobian_steps`` to compile guided denoise graphs
+            for beside ``config.rtc_jacobian_steps`` (the bench times exact RTC beside them).
         :raises ValueError: ``config.compile_mode`` resolves to NONE.
         """
         cfg = model.cfg
@@ -88,7 +91,10 @@ class CompiledTorchBackend(TorchBackend):
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=config.block_size, only=only,
                                  camera_counts=camera_counts, adapter=adapter,
-                                 guided=config.rtc, precompile=precompile,
+                                 guided=config.rtc,
+                                 jacobian_steps=(config.rtc_jacobian_steps,
+                                                 *extra_jacobian_steps),
+                                 precompile=precompile,
                                  attention=config.attention,
                                  decode_steps=(config.tokens_per_cycle,))
         out = cls(compiled, num_blocks, config.block_size, attention=config.attention,

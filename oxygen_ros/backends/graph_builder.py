@@ -24,7 +24,8 @@ is the fused one (``model/denoise_fused.py``: the prefix read in place, fused no
 gathered one. The decode of k steps (``DECODE_STEPS``) likewise calls the decode step's
 compiled function k times; its CUDA graph replays all k. The guided denoise (real-time
 chunking, ``model.rtc.GuidedDenoiseCall``) compiles one guided step, the velocity and its
-vector-Jacobian product in one graph.
+vector-Jacobian product in one graph, and, for the Euler steps past ``jacobian_steps``, one
+step that guides by the error alone.
 The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names (``config.max_autotune_steps``) compile with
 Inductor's ``max_autotune``.
 """
@@ -92,7 +93,9 @@ class GraphBuilder:
             Step.SUFFIX: ExtendCall(model, layers, adapter),
             Step.DECODE: DecodeCall(model, layers, adapter), Step.SEED: SeedCall(model)}
         self.denoise = DenoiseCall(model)
-        self.guided = GuidedDenoiseCall(model)
+        self._guided: dict[tuple[Kernels, int], GuidedDenoiseCall] = {}
+        """The guided denoise per kernels and ``jacobian_steps`` (compiled steps shared)."""
+        self._guided_template: GuidedDenoiseCall | None = None
         self.autotune = max_autotune_steps()
         """Steps compiled with Inductor's ``max_autotune`` (``$OXYGEN_ROS_MAX_AUTOTUNE``)."""
         self._compiled: dict[tuple[Step, Kernels, bool], Callable] = {}
@@ -102,6 +105,8 @@ class GraphBuilder:
         """Drop the step's compiled functions (the next build compiles or loads afresh)."""
         for key in [k for k in self._compiled if k[0] is step]:
             del self._compiled[key]
+        if step is Step.GUIDED_DENOISE:
+            self._guided.clear()
 
     def _kernel(self, step: Step, kernels: Kernels) -> Callable:
         if step is Step.DECODE_STEPS:   # the decode step's compiled function, k times
@@ -110,12 +115,36 @@ class GraphBuilder:
         if step is Step.DENOISE:
             return self._denoise_kernel(kernels)
         if step is Step.GUIDED_DENOISE:
-            self.guided.step = self.guided.guided_step if kernels is Kernels.EAGER else \
-                self._compile(step, kernels, self.guided.guided_step, _context_dynamic)
-            return self.guided
+            return self._guided_kernel(kernels)
         if kernels is Kernels.EAGER:
             return self.calls[step]
         return self._compile(step, kernels, self.calls[step])
+
+    def _guided_kernel(self, kernels: Kernels) -> Callable[[int], GuidedDenoiseCall]:
+        """
+        Return ``k -> GuidedDenoiseCall`` with ``k`` Jacobian steps, its steps compiled.
+
+        The guided step (velocity and vector-Jacobian product) and the error-only step of the
+        later Euler steps compile once each and serve every k.
+        """
+        if self._guided_template is None:
+            self._guided_template = GuidedDenoiseCall(self.model)
+        template = self._guided_template
+        if kernels is Kernels.EAGER:
+            fns = (template.guided_step, template.error_guided_step)
+        else:
+            fns = (self._compile(Step.GUIDED_DENOISE, kernels, template.guided_step,
+                                 _context_dynamic),
+                   self._compile(Step.GUIDED_DENOISE, kernels, template.error_guided_step,
+                                 _context_dynamic, variant=True))
+
+        def call(k: int) -> GuidedDenoiseCall:
+            if (kernels, k) not in self._guided:
+                guided = GuidedDenoiseCall(self.model, jacobian_steps=k)
+                guided.step, guided.error_step = fns
+                self._guided[kernels, k] = guided
+            return self._guided[kernels, k]
+        return call
 
     def compile_options(self, step: Step) -> dict | None:
         """Return Inductor's options for ``step``: ``max_autotune`` where asked, else None."""
@@ -159,9 +188,9 @@ class GraphBuilder:
         Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
         Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
-        SUFFIX ``(batch, suffix bucket, context)``; DENOISE and GUIDED_DENOISE ``(context
-        slots,)``; DECODE ``(batch, context)``; DECODE_STEPS ``(batch, context, k)``; SEED
-        ``(batch,)``.
+        SUFFIX ``(batch, suffix bucket, context)``; DENOISE ``(context slots,)``;
+        GUIDED_DENOISE ``(context slots, Jacobian steps)`` (``RtcGuidance.jacobian_steps``);
+        DECODE ``(batch, context)``; DECODE_STEPS ``(batch, context, k)``; SEED ``(batch,)``.
 
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
@@ -241,9 +270,10 @@ class GraphBuilder:
                    self._empty(1, cfg.action_horizon, cfg.action_dim, dtype=torch.float32))
         return fn, example, {}
 
-    def _guided_denoise(self, call: Callable, key: tuple[int, ...]):
+    def _guided_denoise(self, calls: Callable[[int], GuidedDenoiseCall], key: tuple[int, ...]):
         cfg = self.model.cfg
-        c, h, a = key[0], cfg.action_horizon, cfg.action_dim
+        (c, k), h, a = key, cfg.action_horizon, cfg.action_dim
+        call = calls(k)
 
         def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise, target, soft_mask,
                step_weights):

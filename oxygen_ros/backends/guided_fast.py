@@ -3,9 +3,10 @@ Real-time chunking's guided denoise on the fast path: the graph of its prefix bu
 
 ``CompiledModel`` takes :meth:`GuidedDenoise.guided_denoise` from here: the prefix is padded
 to its denoise bucket (as the plain denoise is) and the whole guided Euler loop
-(``model.rtc.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step) is
-one replay. Without a graph (not compiled because the engine was built without ``rtc``, a
-failed warm-up, a shape outside the buckets) the eager reference runs it
+(``model.rtc.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step, or
+the error alone past ``RtcGuidance.jacobian_steps``) is one replay. Without a graph (not
+compiled because the engine was built without ``rtc``, a failed warm-up, a shape outside the
+buckets, other Jacobian steps than compiled) the eager reference runs it
 (``model.rtc.guided_denoise``).
 """
 
@@ -16,7 +17,8 @@ import logging
 from oxygen_ros.backends.buckets import bucket_for
 from oxygen_ros.backends.config import Step
 from oxygen_ros.model.kv_cache import PrefixKV
-from oxygen_ros.model.rtc import guidance_weights, guided_denoise, RtcGuidance
+from oxygen_ros.model.rtc import (
+    guidance_weights, guided_denoise, jacobian_step_count, RtcGuidance)
 import torch
 import torch.nn.functional as F  # noqa: N812
 
@@ -37,7 +39,8 @@ class GuidedDenoise:
         """
         p = prefix.slots.shape[1]
         c = bucket_for(p, self.shapes.denoise)
-        graph = self._graph(Step.GUIDED_DENOISE, (c,) if c else None, prefix.cache, (p,))
+        k = jacobian_step_count(guidance.jacobian_steps, self.cfg.num_denoise_steps)
+        graph = self._graph(Step.GUIDED_DENOISE, (c, k) if c else None, prefix.cache, (p, k))
         if graph is None or prefix.batch_size != 1 or \
                 tuple(noise.shape) != tuple(graph.inputs[3].shape):
             if not self.guided and 'guided' not in self._warned:

@@ -319,20 +319,22 @@ class ParityProbe:
         return prefix, noise, p
 
     @torch.inference_mode()
-    def guided_denoise(self, bucket: int) -> ParityResult:
+    def guided_denoise(self, bucket: int, jacobian_steps: int) -> ParityResult:
         """Gate RTC's guided denoise: a random target, a mask frozen, decaying, then free."""
         cfg = self.model.cfg
         prefix, noise, p = self._denoise_inputs(bucket)
-        h = cfg.action_horizon
+        h, k = cfg.action_horizon, jacobian_steps
         target = torch.randn(1, h, cfg.action_dim, generator=self.gen).to(self.pool.device)
         mask = (1.5 - 2 * torch.arange(h) / max(h - 1, 1)).clamp(0, 1).to(self.pool.device)
-        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, mask))]
-        eager = [guided_denoise(self.model, prefix, noise, RtcGuidance(target, mask))]
+        fast = [self.fast.guided_denoise(prefix, noise, RtcGuidance(target, mask,
+                                                                    jacobian_steps=k))]
+        eager = [guided_denoise(self.model, prefix, noise,
+                                RtcGuidance(target, mask, jacobian_steps=k))]
         ref = ([guided_denoise(self.ref, self._ref_prefix(prefix), self._r(noise),
-                               RtcGuidance(self._r(target), self._r(mask)))]
+                               RtcGuidance(self._r(target), self._r(mask), jacobian_steps=k))]
                if self.ref is not None else None)
-        return self._gate(f'guided denoise (RTC), {cfg.num_denoise_steps} steps, prefix {p} '
-                          f'(bucket {bucket})', fast, eager, ref)
+        return self._gate(f'guided denoise (RTC), {cfg.num_denoise_steps} steps ({k} with the '
+                          f'Jacobian), prefix {p} (bucket {bucket})', fast, eager, ref)
 
     @torch.inference_mode()
     def denoise(self, bucket: int) -> ParityResult:

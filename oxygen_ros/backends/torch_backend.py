@@ -24,7 +24,7 @@ return token ids instead of logits.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import time
 from typing import Callable
 
@@ -240,9 +240,8 @@ class TorchBackend:
         On the fast path (``CompiledModel.guided_denoise``) where it has a graph, else eagerly
         with autograd (``model/rtc.py``).
         """
-        on_device = RtcGuidance(to_device(guidance.target, self.device),
-                                to_device(guidance.soft_mask, self.device),
-                                guidance.max_guidance_weight)
+        on_device = replace(guidance, target=to_device(guidance.target, self.device),
+                            soft_mask=to_device(guidance.soft_mask, self.device))
         fast = getattr(self.model, 'guided_denoise', None)
         if fast is not None:
             return fast(prefix, noise, on_device)

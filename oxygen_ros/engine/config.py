@@ -94,6 +94,10 @@ class EngineConfig:
     :param rtc: chunks will be guided (the node's ``chunk_smoothing: rtc``): a backend that
         cannot guide is refused, the fast path compiles the guided denoise too and
         ``Engine.warmup`` runs a guided cycle.
+    :param rtc_jacobian_steps: RTC's Euler steps (the first ones) that take the
+        vector-Jacobian product through the action expert; the later ones guide by the error
+        alone, at a plain step's cost (``model.rtc.RtcGuidance.jacobian_steps``; None: every
+        step, RTC as the paper; docs/action_semantics.md#the-cost-of-exact-guidance).
     """
 
     preset: str = 'small'
@@ -132,9 +136,13 @@ class EngineConfig:
     memory_adapter: str | None = None
     memory_adapter_alpha: float = 16.0
     rtc: bool = False
+    rtc_jacobian_steps: int | None = None
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)  # raises with a suggestion
+        steps = get_preset(self.preset).num_denoise_steps  # raises with a suggestion
+        if self.rtc_jacobian_steps is not None and not 0 <= self.rtc_jacobian_steps <= steps:
+            raise ValueError(f'rtc_jacobian_steps must be in 0..{steps} (the Euler steps of '
+                             f'preset {self.preset}), got {self.rtc_jacobian_steps}')
         AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
         max_autotune_steps()                                # likewise
         if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
@@ -253,4 +261,4 @@ class EngineConfig:
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
             attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc,
-            tokens_per_cycle=self.tokens_per_cycle)
+            rtc_jacobian_steps=self.rtc_jacobian_steps, tokens_per_cycle=self.tokens_per_cycle)

@@ -361,7 +361,8 @@ class Engine:
         target = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
                   if rtc is not None else None)
         guidance = None if target is None else RtcGuidance.from_numpy(
-            target.target, target.soft_mask, target.max_guidance_weight)
+            target.target, target.soft_mask, target.max_guidance_weight,
+            self.config.rtc_jacobian_steps)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 

@@ -12,6 +12,13 @@ At each Euler step the data estimate ``x1 = x - t u(x)`` is compared with the gu
     g = (d x1 / d x)^T e        (autograd through the denoiser: one backward per step)
     u' = u - w(t) g             (w(t): the guidance weight, clipped at beta; paper eq. 2, §4.2)
 
+Exact RTC takes that product at every step, a backward through the action expert that costs
+about as much as the forward. ``jacobian_steps = k`` (``RtcGuidance``; default every step) takes
+it at the first k steps only and ``d x1 / d x = I`` at the later ones, so ``g = e`` there and
+they cost a plain step. Since ``d x1 / d x = I - t du/dx``, what the later steps drop is
+``t (du/dx)^T e``, which shrinks with t toward the data end (docs/action_semantics.md,
+"The cost of exact guidance", measured against the exact sampler).
+
 Where ``W`` is 0 the target is ignored (RTC never pulls toward a zero-padded leftover). What
 ``Y`` and ``W`` are (the frozen prefix of ``d`` points, the decaying soft mask, the previous
 chunk re-anchored and held past its end) is RTC's policy, ``control/rtc.py``; this module is
@@ -23,7 +30,8 @@ Three forms of the same step:
   ``torch.autograd.grad`` (eager; :func:`guided_denoise` runs it on the model: the reference);
 - :func:`guided_velocity` takes it with ``torch.func.vjp``, functionally, so that
   ``torch.compile(fullgraph=True)`` traces the forward and its vector-Jacobian product into one
-  graph that a CUDA graph can capture;
+  graph that a CUDA graph can capture (:func:`error_guided_velocity`: a step past
+  ``jacobian_steps``);
 - :class:`GuidedDenoiseCall` is the static-shape guided denoise built on it, what the fast path
   compiles and captures (``backends/guided_fast.py``; docs/gpu.md, "RTC on the fast path").
 """
@@ -58,15 +66,20 @@ class RtcGuidance:
         is 0).
     :ivar soft_mask: ``float32 [H]`` ``W`` (``control.rtc.soft_mask``).
     :ivar max_guidance_weight: ``beta``, where the guidance weight is clipped (paper: 5).
+    :ivar jacobian_steps: k, the Euler steps (the first ones) whose correction takes the
+        vector-Jacobian product; the later ones take ``d x1 / d x = I``. None: every step
+        (RTC as the paper; :func:`jacobian_step_count`).
     """
 
     target: torch.Tensor
     soft_mask: torch.Tensor
     max_guidance_weight: float = 5.0
+    jacobian_steps: int | None = None
 
     @classmethod
     def from_numpy(cls, target: np.ndarray, soft_mask: np.ndarray,
-                   max_guidance_weight: float) -> RtcGuidance:
+                   max_guidance_weight: float, jacobian_steps: int | None = None
+                   ) -> RtcGuidance:
         """
         Return the guidance of one chunk from RTC's policy (``control.rtc.GuidanceTarget``).
 
@@ -74,7 +87,23 @@ class RtcGuidance:
         :param soft_mask: ``float [H]``, copied to ``float32 [H]`` on the CPU.
         """
         return cls(torch.tensor(target, dtype=torch.float32)[None],
-                   torch.tensor(soft_mask, dtype=torch.float32), max_guidance_weight)
+                   torch.tensor(soft_mask, dtype=torch.float32), max_guidance_weight,
+                   jacobian_steps)
+
+
+def jacobian_step_count(jacobian_steps: int | None, num_steps: int) -> int:
+    """
+    Return how many of ``num_steps`` Euler steps take the vector-Jacobian product.
+
+    :param jacobian_steps: ``RtcGuidance.jacobian_steps`` (None: every step).
+    :raises ValueError: outside ``0..num_steps``.
+    """
+    if jacobian_steps is None:
+        return num_steps
+    if not 0 <= jacobian_steps <= num_steps:
+        raise ValueError(f'jacobian_steps must be in 0..{num_steps} (the Euler steps), got '
+                         f'{jacobian_steps}')
+    return jacobian_steps
 
 
 def guidance_weight(t: float, max_guidance_weight: float) -> float:
@@ -110,7 +139,8 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
     :param noise: ``float [B, H, A]`` x at t = 1.
     :param num_steps: Euler steps N >= 1.
     :returns: ``float32 [B, H, A]`` the sampled chunk, normalized model space.
-    :raises ValueError: ``num_steps < 1`` or guidance shapes that do not fit ``noise``.
+    :raises ValueError: ``num_steps < 1``, guidance shapes that do not fit ``noise`` or
+        ``guidance.jacobian_steps`` outside ``0..num_steps``.
     """
     if num_steps < 1:
         raise ValueError(f'num_steps must be >= 1, got {num_steps}')
@@ -119,6 +149,7 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
         raise ValueError(f'guidance target {tuple(guidance.target.shape)} / soft mask '
                          f'{tuple(guidance.soft_mask.shape)} do not fit noise '
                          f'{tuple(noise.shape)}')
+    exact = jacobian_step_count(guidance.jacobian_steps if guidance else None, num_steps)
     times = euler_times(num_steps).tolist()
     dt = torch.tensor(-1.0 / num_steps, dtype=torch.float32).item()
     with torch.inference_mode(False):
@@ -131,6 +162,11 @@ def guided_sample(velocity: Velocity, noise: torch.Tensor, num_steps: int,
             if not active:
                 with torch.no_grad():
                     u = velocity(x, step)
+            elif step >= exact:     # d x1 / d x = I: the error itself
+                with torch.no_grad():
+                    u = velocity(x, step)
+                    err = w * (target - (x - t * u))
+                u = u - guidance_weight(t, guidance.max_guidance_weight) * err
             else:
                 with torch.enable_grad():
                     xg = x.detach().requires_grad_(True)
@@ -168,6 +204,19 @@ def guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.T
     x1, vjp, u = torch.func.vjp(data_estimate, x, has_aux=True)
     (g,) = vjp(soft_mask[None, :, None] * (target - x1))
     return u - step_weight * g
+
+
+def error_guided_velocity(velocity: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                          t: torch.Tensor, target: torch.Tensor, soft_mask: torch.Tensor,
+                          step_weight: torch.Tensor) -> torch.Tensor:
+    """
+    Return :func:`guided_velocity` with ``d x1 / d x = I``: ``u - w(t) W (Y - x1)``.
+
+    A step past ``RtcGuidance.jacobian_steps``: no vector-Jacobian product, the cost of a
+    plain velocity. Same parameters and result as :func:`guided_velocity`.
+    """
+    u = velocity(x)
+    return u - step_weight * (soft_mask[None, :, None] * (target - (x - t * u)))
 
 
 class GuidableModel(Protocol):
@@ -212,7 +261,8 @@ class GuidedDenoiseCall(nn.Module):
     The guided denoise as a static-shape call: N Euler steps of one chunk in one call (batch 1).
 
     ``static_calls.DenoiseCall`` with RTC's guidance at every Euler step: the velocity's
-    vector-Jacobian product is taken with ``torch.func.vjp`` (:func:`guided_velocity`), so the
+    vector-Jacobian product (at the first ``jacobian_steps``; the error alone after, as
+    :func:`guided_sample`) is taken with ``torch.func.vjp`` (:func:`guided_velocity`), so the
     step is a pure function of tensors that ``torch.compile(fullgraph=True)`` traces, forward
     and backward, into one graph, and the N steps run as one CUDA-graph replay, like the plain
     loop. Nothing in it syncs with the host or depends on a value: the soft mask, the target
@@ -224,23 +274,41 @@ class GuidedDenoiseCall(nn.Module):
 
     ``forward(k_pool, v_pool, ctx_slots [1, C], ctx_mask [1, C], num_tokens [1],
     noise [1, H, A], target [1, H, A], soft_mask [H], step_weights [N])`` returns the actions
-    ``float32 [1, H, A]``, as :func:`guided_denoise` with ``RtcGuidance(target, soft_mask)``
-    and ``step_weights = guidance_weights(N, beta)``: equal on the valid part (tests: float32,
-    1e-5); the parity gate holds each graph to it.
+    ``float32 [1, H, A]``, as :func:`guided_denoise` with ``RtcGuidance(target, soft_mask,
+    jacobian_steps=jacobian_steps)`` and ``step_weights = guidance_weights(N, beta)``: equal on
+    the valid part (tests: float32, 1e-5); the parity gate holds each graph to it.
 
-    ``step`` is one guided velocity on plain tensors (:meth:`guided_step`); a compiler may
-    replace it, as ``DenoiseCall.step``.
+    ``step`` is one guided velocity on plain tensors (:meth:`guided_step`), ``error_step`` one
+    of the steps past ``jacobian_steps`` (:meth:`error_guided_step`); a compiler may replace
+    them, as ``DenoiseCall.step``.
+
+    :param jacobian_steps: ``RtcGuidance.jacobian_steps``, fixed per call (None: every step).
+    :raises ValueError: ``jacobian_steps`` outside ``0..N``.
     """
 
-    def __init__(self, model: Pi05Model, num_steps: int | None = None) -> None:
+    def __init__(self, model: Pi05Model, num_steps: int | None = None,
+                 jacobian_steps: int | None = None) -> None:
         super().__init__()
         self.model = model
         n = model.cfg.num_denoise_steps if num_steps is None else num_steps
         self.num_steps = n
+        self.jacobian_steps = jacobian_step_count(jacobian_steps, n)
         self.mods = euler_step_modulations(model, n, model.device)
         self.times = euler_times(n).to(model.device)
         self.dt = torch.tensor(-1.0 / n, dtype=torch.float32).item()
         self.step: GuidedStep = self.guided_step
+        self.error_step: GuidedStep = self.error_guided_step
+
+    def _velocity(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                  bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mod_in: torch.Tensor,
+                  mod_post: torch.Tensor, mod_final: torch.Tensor
+                  ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return ``x -> v(x)`` on a prefix given as tensors, attended apart (``split``)."""
+        ex = self.model.cfg.expert
+        layout = AttentionMask.layout_for(cos.shape[1], ex.num_heads, ex.num_kv_heads)
+        ctx = DenoiseContext(tuple(keys), tuple(values), AttentionMask(bias, layout), cos, sin,
+                             keys[0].shape[2], split=True)
+        return lambda xg: expert_velocity(self.model, ctx, xg, mod_in, mod_post, mod_final)
 
     def guided_step(self, keys: list[torch.Tensor], values: list[torch.Tensor],
                     bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor,
@@ -254,12 +322,18 @@ class GuidedDenoiseCall(nn.Module):
         the prefix K/V are constants of the vector-Jacobian product (no gradient, no copy).
         ``keys`` may be float32 (what :meth:`forward` passes: converted once per chunk).
         """
-        ex = self.model.cfg.expert
-        layout = AttentionMask.layout_for(x.shape[1], ex.num_heads, ex.num_kv_heads)
-        ctx = DenoiseContext(tuple(keys), tuple(values), AttentionMask(bias, layout), cos, sin,
-                             keys[0].shape[2], split=True)
         return guided_velocity(
-            lambda xg: expert_velocity(self.model, ctx, xg, mod_in, mod_post, mod_final),
+            self._velocity(keys, values, bias, cos, sin, mod_in, mod_post, mod_final),
+            x, t, target, soft_mask, step_weight)
+
+    def error_guided_step(self, keys: list[torch.Tensor], values: list[torch.Tensor],
+                          bias: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                          x: torch.Tensor, mod_in: torch.Tensor, mod_post: torch.Tensor,
+                          mod_final: torch.Tensor, t: torch.Tensor, target: torch.Tensor,
+                          soft_mask: torch.Tensor, step_weight: torch.Tensor) -> torch.Tensor:
+        """Return :func:`error_guided_velocity`, as :meth:`guided_step` its product."""
+        return error_guided_velocity(
+            self._velocity(keys, values, bias, cos, sin, mod_in, mod_post, mod_final),
             x, t, target, soft_mask, step_weight)
 
     def forward(self, k_pool: torch.Tensor, v_pool: torch.Tensor, ctx_slots: torch.Tensor,
@@ -276,12 +350,13 @@ class GuidedDenoiseCall(nn.Module):
         target = target.to(torch.float32)
         soft_mask = soft_mask.to(torch.float32)
         for s, (mod_in, mod_post, mod_final) in enumerate(self.mods):
-            u = self.step(keys, values, ctx.mask.bias, ctx.cos, ctx.sin, x, mod_in, mod_post,
-                          mod_final, self.times[s], target, soft_mask, step_weights[s])
+            step = self.step if s < self.jacobian_steps else self.error_step
+            u = step(keys, values, ctx.mask.bias, ctx.cos, ctx.sin, x, mod_in, mod_post,
+                     mod_final, self.times[s], target, soft_mask, step_weights[s])
             x = x + self.dt * u
         return x
 
 
 __all__ = ['GuidableModel', 'GuidedDenoiseCall', 'GuidedStep', 'RtcGuidance', 'Velocity',
-           'guidance_weight', 'guidance_weights', 'guided_denoise', 'guided_sample',
-           'guided_velocity']
+           'error_guided_velocity', 'guidance_weight', 'guidance_weights', 'guided_denoise',
+           'guided_sample', 'guided_velocity', 'jacobian_step_count']

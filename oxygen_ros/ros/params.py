@@ -168,6 +168,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               'the oldest (chunk_smoothing ensemble)', (0.0, 100.0), into=NODE),
     ParamSpec('rtc_max_guidance_weight', 5.0, "RTC's beta, the largest guidance weight "
               '(chunk_smoothing rtc)', (0.01, 1000.0), into=NODE),
+    ParamSpec('rtc_jacobian_steps', -1, "RTC's Euler steps, the first ones, that take the "
+              'vector-Jacobian product through the action expert (about a plain step more '
+              "each); the later ones guide by the error alone at a plain step's cost "
+              '(docs/action_semantics.md#the-cost-of-exact-guidance); -1 = every step (exact '
+              'RTC)', (-1, 1000), unset=-1, into=ENGINE),
     ParamSpec('frame_id', '', 'header.frame_id of ~/action_chunk and ~/ee_delta_chunk',
               into=NODE, on_change=OnChange.FRAME_ID),
     ParamSpec('control_rate_hz', 10.0, 'control cycles (action chunks) per second; the engine '

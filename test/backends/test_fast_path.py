@@ -445,17 +445,28 @@ def _prefix(model, pool, cams, num_tokens):
                          slots=torch.arange(16, 16 + cams * ti + num_tokens)[None])
 
 
-def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(tiny_models):
-    """One graph per denoise bucket; padding masked; equal to autograd's guided denoise."""
+@pytest.mark.parametrize('jacobian_steps', [None, 4])
+def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(
+        tiny_models, jacobian_steps, caplog):
+    """
+    One graph per denoise bucket; padding masked; equal to autograd's guided denoise.
+
+    With ``jacobian_steps`` k the graphs take the vector-Jacobian product at the first k Euler
+    steps and the error alone after, as the eager reference; a guidance asking another k
+    runs eagerly (a warning), never through graphs of the wrong k.
+    """
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    n = model.cfg.num_denoise_steps
     comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
-                         only=[Step.GUIDED_DENOISE], guided=True)
+                         only=[Step.GUIDED_DENOISE], guided=True,
+                         jacobian_steps=(jacobian_steps,))
     pool = KVCache(model.cfg.vlm, SLOTS)
     comp.warmup(pool, progress=False)
+    k = n if jacobian_steps is None else jacobian_steps
     assert comp.fallbacks == {} and set(comp._graphs) == {Step.GUIDED_DENOISE}
-    assert list(comp._graphs[Step.GUIDED_DENOISE]) == [(c,) for c in comp.shapes.denoise]
+    assert list(comp._graphs[Step.GUIDED_DENOISE]) == [(c, k) for c in comp.shapes.denoise]
     assert comp.parity['guided_denoise'].passed
-    guidance = _guidance(model)
+    guidance = replace(_guidance(model), jacobian_steps=jacobian_steps)
     for cams, t in ((2, 20), (1, 7)):
         with torch.inference_mode():
             prefix = _prefix(model, pool, cams, t)
@@ -464,14 +475,23 @@ def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(tiny_mod
             got = comp.guided_denoise(prefix, noise, guidance)
             want = guided_denoise(model, prefix, noise, guidance)
             plain = model.denoise(prefix, noise)
-        used = [k for k, g in comp._graphs[Step.GUIDED_DENOISE].items()
-                if g.num_calls > calls[k]]
-        assert used == [(bucket_for(prefix.slots.shape[1], comp.shapes.denoise),)]
+        used = [key for key, g in comp._graphs[Step.GUIDED_DENOISE].items()
+                if g.num_calls > calls[key]]
+        assert used == [(bucket_for(prefix.slots.shape[1], comp.shapes.denoise), k)]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
         assert (got - plain).abs().max() > 0.1                  # it did guide
+    other = replace(guidance, jacobian_steps=n - 1 - (k == n - 1))
+    calls = sum(g.num_calls for g in comp._graphs[Step.GUIDED_DENOISE].values())
+    with torch.inference_mode(), caplog.at_level(logging.WARNING):
+        got = comp.guided_denoise(prefix, noise, other)
+        want = guided_denoise(model, prefix, noise, other)
+    assert sum(g.num_calls for g in comp._graphs[Step.GUIDED_DENOISE].values()) == calls
+    assert torch.equal(got, want)
+    assert 'guided_denoise of shape' in caplog.text and 'outside the compiled ones' in caplog.text
 
 
-def test_the_guided_loop_is_one_graph_without_breaks(tiny_models):
+@pytest.mark.parametrize('jacobian_steps', [None, 3])
+def test_the_guided_loop_is_one_graph_without_breaks(tiny_models, jacobian_steps):
     """Forward and vector-Jacobian product of all N steps trace as ONE Dynamo graph."""
     from torch._dynamo.backends.registry import lookup_backend
 
@@ -481,19 +501,20 @@ def test_the_guided_loop_is_one_graph_without_breaks(tiny_models):
     def counting(gm, example_inputs):   # AOTAutograd lowers the vjp, as Inductor's does
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
-    loop = torch.compile(GuidedDenoiseCall(model), backend=counting, fullgraph=True)
+    loop = torch.compile(GuidedDenoiseCall(model, jacobian_steps=jacobian_steps),
+                         backend=counting, fullgraph=True)
     pool = KVCache(model.cfg.vlm, 256)
     pool.k.normal_()
     pool.v.normal_()
     slots = torch.arange(16, 16 + 140)[None]
     mask = torch.arange(140)[None] < 129
     noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
-    guidance = _guidance(model)
+    guidance = replace(_guidance(model), jacobian_steps=jacobian_steps)
     args = (pool.k, pool.v, slots, mask, torch.tensor([129]), noise, guidance.target,
             guidance.soft_mask, guidance_weights(model.cfg.num_denoise_steps, 5.0))
     with torch.inference_mode():
         got = loop(*args)
-        want = GuidedDenoiseCall(model)(*args)
+        want = GuidedDenoiseCall(model, jacobian_steps=jacobian_steps)(*args)
         prefix = PrefixKV(pool, slots, mask, torch.tensor([129]),
                           torch.zeros(1, model.cfg.vlm.width))
         reference = guided_denoise(model, prefix, noise, guidance)
@@ -502,11 +523,13 @@ def test_the_guided_loop_is_one_graph_without_breaks(tiny_models):
     torch.testing.assert_close(want, reference, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize('jacobian_steps', [None, 2])
 def test_an_rtc_engine_on_the_fast_path_guides_as_the_eager_engine(
-        tiny_models, tokenizer, monkeypatch):
+        tiny_models, tokenizer, monkeypatch, jacobian_steps):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, max_running_requests=2, seed=2, rtc=True)
+    cfg = EngineConfig(preset='tiny', cameras=CAMS, max_running_requests=2, seed=2, rtc=True,
+                       rtc_jacobian_steps=jacobian_steps)
     fast = Engine(replace(cfg, compile_mode=CompileMode.DEFAULT), model=model,
                   tokenizer=tokenizer)
     assert fast.fallbacks == {} and Step.GUIDED_DENOISE in fast.backend.model._graphs

@@ -83,6 +83,44 @@ def test_guided_sample_runs_inside_inference_mode_and_checks_shapes():
         guided_sample(velocity, noise, 3, RtcGuidance(torch.ones(B, H - 1, A), torch.ones(H)))
 
 
+# ------------------------------------------------------ Jacobian on the first k steps only
+
+def explicit_sample(velocity, noise, n, target, weights, beta, jacobian_steps):
+    """Euler with the full Jacobian ``d x1 / d x`` on steps < k and the identity after."""
+    x, dt = noise.clone(), torch.tensor(-1.0 / n, dtype=torch.float32).item()
+    for step, t in enumerate(euler_times(n).tolist()):
+        def x1(z, step=step, t=t):
+            return z - t * velocity(z, step)
+        err = (weights[None, :, None] * (target - x1(x))).reshape(-1)
+        jac = torch.autograd.functional.jacobian(x1, x).reshape(H * A, H * A) \
+            if step < jacobian_steps else torch.eye(H * A)
+        u = velocity(x, step) - guidance_weight(t, beta) * (jac.T @ err).reshape(B, H, A)
+        x = x + dt * u
+    return x
+
+
+@pytest.mark.parametrize('k', [0, 1, 4, 10])
+def test_the_steps_past_jacobian_steps_guide_by_the_error_alone(k):
+    velocity = toy_velocity(7)
+    noise = torch.randn(B, H, A, generator=torch.Generator().manual_seed(8))
+    target = torch.randn(B, H, A, generator=torch.Generator().manual_seed(9))
+    weights = torch.tensor(soft_mask(H, delay=2, overlap=5), dtype=torch.float32)
+    got = guided_sample(velocity, noise, 10, RtcGuidance(target, weights, 5.0, k))
+    want = explicit_sample(velocity, noise, 10, target, weights, 5.0, k)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    exact = guided_sample(velocity, noise, 10, RtcGuidance(target, weights, 5.0))
+    assert torch.equal(got, exact) == (k == 10)     # None is every step, the paper's RTC
+
+
+def test_jacobian_steps_outside_the_euler_steps_are_refused():
+    velocity, noise = toy_velocity(), torch.zeros(B, H, A)
+    for k in (-1, 4):
+        with pytest.raises(ValueError, match=rf'jacobian_steps must be in 0\.\.3 \(the Euler '
+                                             rf'steps\), got {k}'):
+            guided_sample(velocity, noise, 3, RtcGuidance(torch.ones(B, H, A), torch.ones(H),
+                                                          jacobian_steps=k))
+
+
 # ----------------------------------------------------------- the action expert as a Velocity
 
 @pytest.fixture(scope='module')

@@ -48,6 +48,21 @@ def test_defaults_follow_the_preset():
     assert build_configs({'preset': 'tiny', 'chunk_smoothing': 'rtc'})[0].rtc
 
 
+def test_rtc_jacobian_steps_are_every_step_by_default_and_fit_the_presets_euler_steps():
+    """-1 (the default) is exact RTC; 0..N is taken; beyond the preset's N steps refused."""
+    rtc = {'preset': 'tiny', 'chunk_smoothing': 'rtc'}
+    assert SPECS['rtc_jacobian_steps'].default == -1
+    assert build_configs(rtc)[0].rtc_jacobian_steps is None
+    for k in (0, 5, 10):
+        engine = build_configs({**rtc, 'rtc_jacobian_steps': k})[0]
+        assert engine.rtc_jacobian_steps == engine.backend_config().rtc_jacobian_steps == k
+    with pytest.raises(ParameterError, match=r'^rtc_jacobian_steps must be in 0\.\.10 \(the '
+                                             r'Euler steps of preset tiny\), got 11$'):
+        build_configs({**rtc, 'rtc_jacobian_steps': 11})
+    with pytest.raises(ParameterError, match='rtc_jacobian_steps'):
+        build_configs({**rtc, 'rtc_jacobian_steps': -2})
+
+
 @pytest.mark.parametrize('name', CONFIGS)
 def test_params_files_build_configs(name):
     engine, node = build_configs(yaml_params(name))
