@@ -144,13 +144,17 @@ def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypat
     assert result['compile_only'] == ['decode', 'seed'] and result['compile_cameras'] == [2]
 
 
-def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(tmp_path, capsys):
+@pytest.mark.parametrize('jacobian_steps', [None, 4])
+def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(
+        tmp_path, capsys, jacobian_steps):
+    """With ``--rtc-jacobian-steps`` K it also says how far K lands from exact RTC."""
     out = tmp_path / 'bench.json'
+    k = [] if jacobian_steps is None else ['--rtc-jacobian-steps', str(jacobian_steps)]
     code = engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '2',
                         '--decode-budget', '4', '--tokens-per-cycle', '2', '--max-running', '4',
                         '--compile', 'default', '--compile-backend', 'aot_eager',
                         '--compile-cameras', '2', '--only', 'denoise', 'guided_denoise',
-                        '--rtc', '--json', str(out), '--no-progress'])
+                        '--rtc', *k, '--json', str(out), '--no-progress'])
     assert code == 0
     result = json.loads(out.read_text())
     assert result['fallbacks'] == {} and set(result['compile_counts']) == {
@@ -158,7 +162,20 @@ def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(tm
     d = result['denoise']
     assert d['rtc'] and d['plain_on_fast_path'] and d['guided_on_fast_path']
     assert d['guided_ms'] > 0 and d['plain_ms'] > 0
-    assert 'ms (fast path) = ' in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert 'ms (fast path) = ' in printed
+    if jacobian_steps is None:
+        assert d['jacobian_steps'] == 10 and d['jacobian_deviation'] is None
+        assert d['guided_exact_ms'] is None
+        assert 'Jacobian on 10 steps' in printed and 'against every step' not in printed
+        return
+    dev = d['jacobian_deviation']
+    assert d['jacobian_steps'] == 4 and 'Jacobian on 4 steps against every step' in printed
+    assert d['guided_exact_ms'] > 0 and 'beside it, the Jacobian on every step' in printed
+    assert d['guided_exact_vs_plain'] == pytest.approx(d['guided_exact_ms'] / d['plain_ms'])
+    assert 0 < dev['max_abs_vs_exact'] < dev['chunk_max_abs']
+    assert dev['frozen_max_abs_vs_exact'] <= dev['max_abs_vs_exact']
+    assert 0 < dev['frozen_gap_exact'] and 0 < dev['frozen_gap']
 
 
 def test_fp8_weights_in_the_bench_and_run_model_report_their_check(tmp_path, capsys):

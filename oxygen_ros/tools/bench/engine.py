@@ -98,6 +98,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--rtc', action='store_true',
                    help="put RTC's guided denoise on the fast path too (EngineConfig.rtc); "
                         'its time is reported beside the plain denoise either way')
+    p.add_argument('--rtc-jacobian-steps', type=int, default=None, metavar='K',
+                   help="RTC's Euler steps that take the vector-Jacobian product, the first K "
+                        '(EngineConfig.rtc_jacobian_steps; default: every step)')
     args = p.parse_args(argv)
     for name in ('frames', 'decode_budget', 'tokens_per_cycle', 'text_every', 'probe_every'):
         if getattr(args, name) < 1:
@@ -202,7 +205,8 @@ def _config(args: argparse.Namespace, context: TextContext):
         stop_on_eos=args.stop_on_eos, seed=args.seed, max_waiting_requests=10**6,
         attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
-        memory_adapter=args.memory_adapter, rtc=args.rtc, resize_on_device=args.resize_on_device)
+        memory_adapter=args.memory_adapter, rtc=args.rtc,
+        rtc_jacobian_steps=args.rtc_jacobian_steps, resize_on_device=args.resize_on_device)
 
 
 def _adapter(name: str | None, model, seed: int):
@@ -224,9 +228,11 @@ def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, ad
     """Return the backend both engines run on (the fast path warmed up once)."""
     from oxygen_ros.backends.factory import make_backend
 
+    options = fast_path_options(args, progress=not args.no_progress)
+    if args.rtc and args.rtc_jacobian_steps is not None:   # exact RTC timed beside it
+        options['extra_jacobian_steps'] = (None,)
     return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
-                        reference=reference,
-                        **fast_path_options(args, progress=not args.no_progress))
+                        reference=reference, **options)
 
 
 def _run(args: argparse.Namespace, base, model, engines: dict, torch,
@@ -277,7 +283,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
                            torch.from_numpy(host_images)[None],
                            prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch,
-                           suffix_ids=suffix_ids, adapter=oxygen.adapter)
+                           suffix_ids=suffix_ids, adapter=oxygen.adapter,
+                           jacobian_steps=args.rtc_jacobian_steps)
 
     def probe_round(decode_batch: int | None = None) -> None:
         """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
@@ -362,7 +369,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'ideal_speedup': ideal_iso / ideal_oxy,
         'ideal': {'isolated_frame_ms': 1e3 * ideal_iso, 'oxygen_frame_ms': 1e3 * ideal_oxy,
                   'components_ms': _asdict_ms(comp)},
-        'denoise': _denoise_figures(comp, oxygen, args.rtc),
+        'denoise': {**_denoise_figures(comp, oxygen, args.rtc, probe.guidance.jacobian_steps),
+                    'jacobian_deviation': _jacobian_deviation(args, model, probe)},
         'action_max_abs_diff': diff, 'text_equal': text_equal,
         'num_texts': len(oxy['texts']),
         'manager_overhead_frac': summary['oxygen']['manager_overhead_frac'],
@@ -394,11 +402,30 @@ def _adapter_summary(args: argparse.Namespace, comp) -> dict | None:
             'decode_overhead': comp.decode_b_adapter / comp.decode_b - 1.0}
 
 
-def _denoise_figures(comp, engine, rtc: bool) -> dict:
+def _jacobian_deviation(args: argparse.Namespace, model, probe) -> dict | None:
+    """Return ``rtc_deviation.jacobian_steps_deviation`` on the probe's frame, if K was asked."""
+    import torch
+
+    from oxygen_ros.tools.bench.rtc_deviation import jacobian_steps_deviation
+
+    if args.rtc_jacobian_steps is None or not hasattr(model, 'velocity'):
+        return None
+    with torch.inference_mode():
+        prefix = model.prefill(probe.action, None,
+                               image_embeds=model.encode_images(probe.images))
+    return jacobian_steps_deviation(model, prefix, probe.noise, args.rtc_jacobian_steps)
+
+
+def _denoise_figures(comp, engine, rtc: bool, jacobian_steps: int | None) -> dict:
     """Return plain vs guided (RTC) denoise: ms each, their ratio, where the guided ran."""
     graphs = engine.backend.warmup_report.graphs
+    exact = comp.guided_denoise_exact
     return {'plain_ms': 1e3 * comp.denoise, 'guided_ms': 1e3 * comp.guided_denoise,
             'guided_vs_plain': comp.guided_denoise / comp.denoise, 'rtc': rtc,
+            'guided_exact_ms': None if math.isnan(exact) else 1e3 * exact,
+            'guided_exact_vs_plain': None if math.isnan(exact) else exact / comp.denoise,
+            'jacobian_steps': (engine.model_cfg.num_denoise_steps if jacobian_steps is None
+                               else jacobian_steps),
             'plain_on_fast_path': 'denoise' in graphs,
             'guided_on_fast_path': 'guided_denoise' in graphs}
 
@@ -448,8 +475,19 @@ def _print(r: dict) -> None:
           f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
     d = r['denoise']
     where = ['fast path' if d[f'{k}_on_fast_path'] else 'eager' for k in ('plain', 'guided')]
-    print(f"denoise per chunk: plain {d['plain_ms']:.1f} ms ({where[0]}), guided (RTC) "
-          f"{d['guided_ms']:.1f} ms ({where[1]}) = {d['guided_vs_plain']:.2f}x plain")
+    print(f"denoise per chunk: plain {d['plain_ms']:.1f} ms ({where[0]}), guided (RTC, "
+          f"Jacobian on {d['jacobian_steps']} steps) {d['guided_ms']:.1f} ms ({where[1]}) = "
+          f"{d['guided_vs_plain']:.2f}x plain")
+    if d['guided_exact_ms'] is not None:
+        print(f"  beside it, the Jacobian on every step: {d['guided_exact_ms']:.1f} ms = "
+              f"{d['guided_exact_vs_plain']:.2f}x plain")
+    if d['jacobian_deviation']:
+        j = d['jacobian_deviation']
+        print(f"Jacobian on {d['jacobian_steps']} steps against every step (eager, one frame, "
+              f"normalized units, chunk up to {j['chunk_max_abs']:.2f}): max |diff| "
+              f"{j['max_abs_vs_exact']:.3f}, frozen points {j['frozen_max_abs_vs_exact']:.3f}; "
+              f"frozen gap to the target {j['frozen_gap']:.3f} "
+              f"(exact {j['frozen_gap_exact']:.3f})")
     for policy, steps in r['fallbacks'].items():
         print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
 

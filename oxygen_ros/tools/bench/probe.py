@@ -23,7 +23,7 @@ of the root per request, P_t = P_a + X; OxyGen prefills only the suffixes, P_sha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import statistics
 import time
 from typing import Callable
@@ -56,6 +56,9 @@ class Components:
     decode_b_adapter: float = 0.0
     guided_denoise: float = float('nan')
     """RTC's guided denoise (NaN where the model cannot guide: TensorRT)."""
+    guided_denoise_exact: float = float('nan')
+    """RTC's guided denoise with the Jacobian at every step, where ``guided_denoise`` takes
+    it at fewer (``RtcGuidance.jacobian_steps``; else NaN)."""
 
     def isolated_frame(self, n_text: float, budget: int, on_root: bool = False) -> float:
         text = self.prefill_action + self.suffix if on_root else self.prefill_text
@@ -91,11 +94,14 @@ class ComponentProbe:
         ``suffix``, one row), or empty.
     :param adapter: the memory adapter: a decode step with it on every row is timed as
         ``decode_b_adapter`` beside the plain ``decode_b``.
+    :param jacobian_steps: the guided denoise's ``RtcGuidance.jacobian_steps`` (None: every
+        Euler step).
     """
 
     def __init__(self, model: Pi05Model, images: torch.Tensor, action_ids: tuple[int, ...],
                  text_ids: tuple[int, ...], context_tokens: int, batch: int, *,
-                 suffix_ids: tuple[int, ...] = (), adapter: SuffixLoRA | None = None) -> None:
+                 suffix_ids: tuple[int, ...] = (), adapter: SuffixLoRA | None = None,
+                 jacobian_steps: int | None = None) -> None:
         self.model = model
         self.mode = model.cfg.prefix_attention
         dev, dtype = model.device, model.dtype
@@ -114,7 +120,8 @@ class ComponentProbe:
         self.slots = torch.arange(self.num_slots, device=dev)
         self.noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim,
                                  generator=torch.Generator().manual_seed(0)).to(dev)
-        self.guidance = probe_guidance(model.cfg.action_horizon, model.cfg.action_dim, dev)
+        self.guidance = probe_guidance(model.cfg.action_horizon, model.cfg.action_dim, dev,
+                                       jacobian_steps)
         self._samples: dict[str, list[float]] = {}
 
     def slots_needed(self, batch: int) -> int:
@@ -182,6 +189,9 @@ class ComponentProbe:
         guided = guided_call(m)
         if guided is not None:
             self._time('guided_denoise', lambda: guided(full, self.noise, self.guidance))
+            if self.guidance.jacobian_steps is not None:
+                exact = replace(self.guidance, jacobian_steps=None)
+                self._time('guided_denoise_exact', lambda: guided(full, self.noise, exact))
         _, seed = greedy_calls(m)  # as the engine calls it
         self._time('seed', lambda: seed(full.last_hidden))
         for name, b in (('decode_1', 1), ('decode_b', self.batch)):
@@ -227,17 +237,19 @@ class ComponentProbe:
             seed=med['seed'], decode_1=med['decode_1'], decode_b=med['decode_b'],
             batch=self.batch, suffix=med.get('suffix', 0.0),
             decode_b_adapter=med.get('decode_b_adapter', 0.0),
-            guided_denoise=med.get('guided_denoise', float('nan')))
+            guided_denoise=med.get('guided_denoise', float('nan')),
+            guided_denoise_exact=med.get('guided_denoise_exact', float('nan')))
 
 
-def probe_guidance(horizon: int, action_dim: int, device: torch.device) -> RtcGuidance:
+def probe_guidance(horizon: int, action_dim: int, device: torch.device,
+                   jacobian_steps: int | None = None) -> RtcGuidance:
     """Return a guidance as RTC gives in steady state: a third frozen, a third decaying."""
     third = max(horizon // 3, 1)
     soft_mask = torch.zeros(horizon)
     soft_mask[:third] = 1.0
     soft_mask[third:2 * third] = torch.linspace(1.0, 0.0, third + 2)[1:-1]
     target = torch.randn(1, horizon, action_dim, generator=torch.Generator().manual_seed(1))
-    return RtcGuidance(target.to(device), soft_mask.to(device))
+    return RtcGuidance(target.to(device), soft_mask.to(device), jacobian_steps=jacobian_steps)
 
 
 def guided_call(model: object) -> Callable[..., torch.Tensor] | None:

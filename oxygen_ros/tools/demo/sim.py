@@ -141,7 +141,9 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
     watch = SimClockWatch()
     children = [Child('record', ['oxygen_ros.tools.bag.record', str(bag), *RECORDED_TOPICS],
                       out_dir)]
-    children.append(Child('node', node_args(smoothing, args.seed), out_dir))
+    extra = [] if args.rtc_jacobian_steps is None else \
+        ['-p', f'rtc_jacobian_steps:={args.rtc_jacobian_steps}']
+    children.append(Child('node', node_args(smoothing, args.seed, extra), out_dir))
     sim_params = [f'real_time_factor:={args.real_time_factor}']
     if args.camera_rate is not None:
         sim_params.append(f'camera_rate_hz:={args.camera_rate}')
@@ -206,6 +208,8 @@ def conditions(args: argparse.Namespace, num_pauses: int | None = None) -> str:
         every, pause = args.late_cycles
         times = '' if num_pauses is None else f' {num_pauses} times'
         parts.append(f'node stopped{times} for {pause:g} s every {every:g} s (late cycles)')
+    if args.rtc_jacobian_steps is not None:
+        parts.append(f'rtc: the Jacobian on the first {args.rtc_jacobian_steps} Euler steps')
     return f'conditions: {"; ".join(parts)}\n' if parts else ''
 
 
@@ -226,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument('--late-cycles', type=late_cycles, default=None, metavar='EVERY:PAUSE',
                         help='stop the node process for PAUSE s every EVERY s (sim time) '
                              '(SIGSTOP/SIGCONT): late and dropped cycles')
+    parser.add_argument('--rtc-jacobian-steps', type=int, default=None, metavar='K',
+                        help="the node's rtc_jacobian_steps: RTC's Euler steps that take the "
+                             'vector-Jacobian product (default: every step)')
     parser.add_argument('--out', type=Path, default=Path('out'), help='output folder')
     parser.add_argument('--domain-id', type=int, default=None, help='ROS_DOMAIN_ID')
     return parser
