@@ -170,7 +170,7 @@ def test_a_phase_past_its_deadline_is_killed_and_keeps_what_it_saved(tmp_path):
 
 def test_show_holds_figures_against_the_targets():
     bench = {'fallbacks': {}, 'text_equal': True, 'speedup': 1.8, 'ideal_speedup': 1.9,
-             'oxygen': {'action_latency_ms_p50': 18.0, 'action_hz': 31.0, 'tokens_per_s': 550.0}}
+             'oxygen': {'action_latency_ms_p50': 11.0, 'action_hz': 41.0, 'tokens_per_s': 950.0}}
     compiled = {'fallbacks': {}, 'ms': {'vision': 2.0, 'prefill': 9.0, 'decode_step_b1': 2.4,
                                         'denoise_10_steps': 12.0,
                                         'guided_denoise_10_steps': 24.0},
@@ -181,6 +181,7 @@ def test_show_holds_figures_against_the_targets():
     assert s['vision_ms']['ok'] and not s['prefill_ms']['ok']
     assert s['decode_step_b8_ms']['ok'] is None
     assert s['frames_per_s']['ok'] and not s['tokens_per_s']['ok']
+    assert s['action_latency_ms_p50'] == {'target': 12.0, 'measured': 11.0, 'ok': True}
     assert s['speedup_over_ideal']['measured'] == pytest.approx(1.8 / 1.9)
     assert s['speedup_over_ideal']['ok'] and s['second_start_first_chunk_s']['ok']
     assert s['no_fallback']['ok'] and s['text_equal_oxygen_vs_isolated']['ok']
