@@ -145,6 +145,8 @@ class DecodeJob:
         the next control tick (OXYGEN plans with an action deadline); the backend may stop
         between steps once the next one would end after it, and always runs the first.
         Steps not run are decoded in a later cycle. None: every planned step runs.
+    :raises ValueError: a row without a step (``num_steps[i] < 1``: the backend would have no
+        token to feed next) or ``num_steps`` not one per row.
     """
 
     req_ids: tuple[str, ...]
@@ -152,6 +154,11 @@ class DecodeJob:
     eos_token_id: int | None
     deadline: float | None = None
     kind: JobKind = field(default=JobKind.DECODE, init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.num_steps) != len(self.req_ids) or min(self.num_steps, default=1) < 1:
+            raise ValueError(f'a decode job needs >= 1 step for each of its rows, got steps '
+                             f'{self.num_steps} for rows {self.req_ids}')
 
     @property
     def max_steps(self) -> int:

@@ -337,3 +337,12 @@ def test_plan_is_plain_data():
     for job in out.jobs:
         assert isinstance(job, (VisionJob, PrefillJob, DenoiseJob, SeedJob, DecodeJob))
         hash(job)   # frozen, hashable: safe to hand to another thread
+
+
+def test_a_decode_job_refuses_a_row_without_a_step():
+    """The backend feeds each row its last sampled token next: a row of 0 steps has none."""
+    assert DecodeJob(('a', 'b'), (2, 1), EOS).max_steps == 2
+    for steps in ((2, 0), (1,), (1, 1, 1)):
+        with pytest.raises(ValueError, match=rf'a decode job needs >= 1 step for each of its '
+                                             rf'rows, got steps \({", ".join(map(str, steps))}'):
+            DecodeJob(('a', 'b'), steps, EOS)
