@@ -253,6 +253,18 @@ class EngineConfig:
             max_waiting_requests=self.max_waiting_requests,
             eos_token_id=eos_token_id if self.stop_on_eos else None)
 
+    def rtc_note(self) -> str:
+        """
+        Return what ``/diagnostics`` adds to ``chunk smoothing rtc``: K of N, or '' (exact).
+
+        E.g. ``' (the Jacobian on 5 of 10 Euler steps)'``; '' without RTC or with the
+        Jacobian at every step.
+        """
+        if not self.rtc or self.rtc_jacobian_steps is None:
+            return ''
+        steps = get_preset(self.preset).num_denoise_steps
+        return f' (the Jacobian on {self.rtc_jacobian_steps} of {steps} Euler steps)'
+
     def backend_config(self) -> BackendConfig:
         """Return the fields a backend needs (``backends.factory.make_backend``)."""
         return BackendConfig(

@@ -146,7 +146,7 @@ class OxygenNode(LifecycleNode):
         except ParameterError as exc:
             return self._configure_failed(f'bad parameter: {exc}')
         self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value,
-                         cfg.chunk_smoothing.value)
+                         cfg.chunk_smoothing.value + engine_cfg.rtc_note())
         t0 = time.monotonic()
         try:
             if cfg.torch_threads:

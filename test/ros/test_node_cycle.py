@@ -157,10 +157,10 @@ def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):
 def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided_ones(context):
     node = OxygenNode(context=context, cli_args=[
         '--ros-args', '--params-file', str(config_file('test')), '-p', 'autostart:=false',
-        '-p', 'chunk_smoothing:=rtc'])
+        '-p', 'chunk_smoothing:=rtc', '-p', 'rtc_jacobian_steps:=4'])
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS  # guided warm-up
-        assert node._engine.config.rtc
+        assert node._engine.config.rtc and node._engine.config.rtc_jacobian_steps == 4
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         node._cache.set_instruction('pick up the cup')
         requests, guided, step = [], [], node._engine.step
@@ -181,7 +181,7 @@ def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided
         assert [r.delay_steps for r in requests[:4]] == [None] * 4
         assert all(isinstance(r.delay_steps, int) for r in requests[4:])
         values = status_values(node._diag.status(node._now_s(), 10.0, 0.5))
-        assert values['chunk smoothing'] == 'rtc'
+        assert values['chunk smoothing'] == 'rtc (the Jacobian on 4 of 10 Euler steps)'
         assert int(values['inference delay (action steps)']) >= 1
     finally:
         node.destroy_node()

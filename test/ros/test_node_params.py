@@ -61,6 +61,11 @@ def test_rtc_jacobian_steps_are_every_step_by_default_and_fit_the_presets_euler_
         build_configs({**rtc, 'rtc_jacobian_steps': 11})
     with pytest.raises(ParameterError, match='rtc_jacobian_steps'):
         build_configs({**rtc, 'rtc_jacobian_steps': -2})
+    # /diagnostics shows a setting other than exact RTC beside "chunk smoothing"
+    assert build_configs(rtc)[0].rtc_note() == ''
+    assert build_configs({'preset': 'tiny', 'rtc_jacobian_steps': 5})[0].rtc_note() == ''
+    assert build_configs({**rtc, 'rtc_jacobian_steps': 5})[0].rtc_note() == \
+        ' (the Jacobian on 5 of 10 Euler steps)'
 
 
 @pytest.mark.parametrize('name', CONFIGS)
