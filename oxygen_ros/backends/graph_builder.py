@@ -127,6 +127,9 @@ class GraphBuilder:
         The guided step (velocity and vector-Jacobian product) and the error-only step of the
         later Euler steps compile once each and serve every k.
         """
+        if kernels is Kernels.PRECOMPILED:   # the two steps would share one ArtifactStore name
+            raise RuntimeError('the guided denoise is compiled just in time only '
+                               '(warmup.JUST_IN_TIME)')
         if self._guided_template is None:
             self._guided_template = GuidedDenoiseCall(self.model)
         template = self._guided_template

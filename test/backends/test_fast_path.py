@@ -21,9 +21,10 @@ from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
+from oxygen_ros.backends.warmup import JUST_IN_TIME
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
@@ -488,6 +489,16 @@ def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(
     assert sum(g.num_calls for g in comp._graphs[Step.GUIDED_DENOISE].values()) == calls
     assert torch.equal(got, want)
     assert 'guided_denoise of shape' in caplog.text and 'outside the compiled ones' in caplog.text
+
+
+def test_the_guided_denoise_is_never_built_from_functions_compiled_ahead_of_time(tiny_models):
+    """Its two steps would share one name on disk; the warm-up never asks (JUST_IN_TIME)."""
+    model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
+    builder = GraphBuilder(model, model.vlm.layers, KVCache(model.cfg.vlm, 64),
+                           compiler='aot_eager')
+    assert Step.GUIDED_DENOISE in JUST_IN_TIME
+    with pytest.raises(RuntimeError, match=r'compiled just in time only \(warmup.JUST_IN_TIME'):
+        builder.build(Step.GUIDED_DENOISE, (64, 10), Kernels.PRECOMPILED)
 
 
 @pytest.mark.parametrize('jacobian_steps', [None, 3])
