@@ -167,10 +167,11 @@ def test_bench_times_the_guided_denoise_on_the_fast_path_beside_the_plain_one(
     if jacobian_steps is None:
         assert d['jacobian_steps'] == 10 and d['jacobian_deviation'] is None
         assert d['guided_exact_ms'] is None
-        assert 'Jacobian on 10 steps' in printed and 'against every step' not in printed
+        assert 'guided (RTC) ' in printed and 'Jacobian' not in printed
         return
     dev = d['jacobian_deviation']
-    assert d['jacobian_steps'] == 4 and 'Jacobian on 4 steps against every step' in printed
+    assert d['jacobian_steps'] == 4 and 'guided (RTC, Jacobian on 4 steps) ' in printed
+    assert 'Jacobian on 4 steps against every step' in printed
     assert d['guided_exact_ms'] > 0 and 'beside it, the Jacobian on every step' in printed
     assert d['guided_exact_vs_plain'] == pytest.approx(d['guided_exact_ms'] / d['plain_ms'])
     assert 0 < dev['max_abs_vs_exact'] < dev['chunk_max_abs']

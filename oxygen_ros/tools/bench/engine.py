@@ -475,9 +475,9 @@ def _print(r: dict) -> None:
           f"({r['num_texts']} texts); KV peak {r['kv_bytes_peak'] / 2**20:.2f} MiB")
     d = r['denoise']
     where = ['fast path' if d[f'{k}_on_fast_path'] else 'eager' for k in ('plain', 'guided')]
-    print(f"denoise per chunk: plain {d['plain_ms']:.1f} ms ({where[0]}), guided (RTC, "
-          f"Jacobian on {d['jacobian_steps']} steps) {d['guided_ms']:.1f} ms ({where[1]}) = "
-          f"{d['guided_vs_plain']:.2f}x plain")
+    k = '' if d['guided_exact_ms'] is None else f", Jacobian on {d['jacobian_steps']} steps"
+    print(f"denoise per chunk: plain {d['plain_ms']:.1f} ms ({where[0]}), guided (RTC{k}) "
+          f"{d['guided_ms']:.1f} ms ({where[1]}) = {d['guided_vs_plain']:.2f}x plain")
     if d['guided_exact_ms'] is not None:
         print(f"  beside it, the Jacobian on every step: {d['guided_exact_ms']:.1f} ms = "
               f"{d['guided_exact_vs_plain']:.2f}x plain")
