@@ -138,3 +138,24 @@ def test_under_the_interpreter_there_is_nothing_to_build():
     from oxygen_ros.model.kernels.builds import model_launches
     with pytest.raises(RuntimeError, match='TRITON_INTERPRET'):
         model_launches(get_preset('tiny'), torch.float32)
+
+
+def test_the_device_check_answers_on_the_cpu_without_building():
+    from oxygen_ros.model.kernels.device_check import check_device
+    out = check_device('cpu')
+    assert not out.ok and out.target == 'cpu'
+    assert out.reason == ("cpu: no CUDA device; the kernels run there only in Triton's "
+                          'interpreter (TRITON_INTERPRET=1)')
+
+
+@pytest.mark.timeout(600)
+def test_a_target_the_compiler_cannot_build_for_is_refused_and_the_caller_lives_on():
+    """Triton's LLVM aborts its process for a GPU newer than it knows: the child's, not ours."""
+    from oxygen_ros.model.kernels.device_check import check_target_apart, PTXAS_HINT
+    out = check_target_apart(('cuda', 200, 32), get_preset('tiny'), torch.bfloat16)
+    assert not out.ok and out.target == 'cuda sm_200'
+    assert out.reason.startswith('the Triton compiler crashed building the kernels for cuda '
+                                 'sm_200 (exit -6): LLVM ERROR')
+    assert out.reason.endswith(PTXAS_HINT)
+    thor = check_target_apart(('cuda', 110, 32), get_preset('tiny'), torch.bfloat16)
+    assert thor.ok and thor.reason is None and len(thor.lines) == 7, thor
