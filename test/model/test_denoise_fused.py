@@ -245,7 +245,8 @@ TRACE_FOR_HOPPER = """
     from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.model.static_calls import DenoiseCall
 
-    active_target(HOPPER).__enter__()      # torch's analysis of the kernels asks for a target
+    hopper = active_target(HOPPER)     # torch's analysis of the kernels asks for a target
+    hopper.__enter__()
     load_kernel()
     graphs = []
 

@@ -181,7 +181,8 @@ TRACE_FOR_HOPPER = """
     from oxygen_ros.model.kernels import paged_decode as pd
     from oxygen_ros.model.kernels.builds import active_target, HOPPER
 
-    active_target(HOPPER).__enter__()      # torch's analysis of the kernels asks for a target
+    hopper = active_target(HOPPER)     # torch's analysis of the kernels asks for a target
+    hopper.__enter__()
     graphs = []
 
     def record(gm, example_inputs):

@@ -260,7 +260,7 @@ def active_target(target: Any) -> Iterator[None]:
     import triton
     driver = triton.runtime.driver
     before = getattr(driver, '_active', None)
-    driver.set_active(_TargetDriver(target))
+    driver.set_active(_TargetDriver(_target(target)))
     try:
         yield
     finally:
@@ -279,7 +279,7 @@ def mutated_arguments(launch: Launch, target: Any) -> tuple[str, ...]:
 
     kwargs = {n: torch.empty(2, dtype=v.dtype) if isinstance(v, torch.Tensor) else v
               for n, v in launch.args.items()}
-    with active_target(_target(target)):
+    with active_target(target):
         if hasattr(wrap, 'identify_accessed_tensors'):       # torch >= 2.12
             writes = wrap.identify_accessed_tensors(launch.kernel, dict(kwargs), {})
             names = [d.name for d in writes.read_writes.writes]
