@@ -106,7 +106,7 @@ def test_the_cuda_wheel_table_covers_both_platforms_of_each_release():
 @pytest.mark.slow
 @pytest.mark.parametrize('machine', PLATFORMS)
 def test_pip_resolves_the_robot_requirements_without_ros_wheels(machine, tmp_path):
-    """pip's resolver, wheels only, CPython 3.12 on Linux ``machine``; torch from the table."""
+    """Resolve with pip's resolver, wheels only, CPython 3.12 on Linux ``machine``."""
     lines = [line for line in requirement_lines(REQ / 'robot.txt')
              if Requirement(line).name != 'torch']
     (tmp_path / 'robot.txt').write_text('\n'.join(lines) + '\n')

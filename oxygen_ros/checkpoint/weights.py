@@ -170,6 +170,34 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
     return model.to(device).eval()
 
 
+def inspect_checkpoint(path: str | Path, cfg: ModelConfig) -> tuple[Path, CheckpointLayout]:
+    """
+    Check a checkpoint's keys and shapes against ``cfg`` from its header alone (no tensor read).
+
+    What :func:`load_checkpoint` checks before it reads the tensors (``oxygen_doctor``'s
+    check); an LM head stored beside the embedding is taken as a possibly untied head (its
+    shape must fit).
+
+    :returns: the ``model.safetensors`` file and its layout.
+    :raises CheckpointError: as :func:`load_checkpoint` (no file, unreadable, unknown layout,
+        missing / unexpected / misshapen keys).
+    """
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / WEIGHTS_FILE
+    if not file.is_file():
+        raise CheckpointError(f'no checkpoint file at {file}')
+    try:
+        with safe_open(str(file), framework='pt', device='cpu') as reader:
+            shapes = {k: tuple(reader.get_slice(k).get_shape()) for k in reader.keys()}
+    except SafetensorError as exc:
+        raise CheckpointError(f'{file}: not a readable safetensors file ({exc})') from None
+    layout, names = _normalize_keys(file, shapes)
+    _check(file, layout, cfg, {ours: shapes[theirs] for ours, theirs in names.items()},
+           TIED_HEAD_KEY in names)
+    return file, layout
+
+
 def _normalize_keys(file: Path, shapes: dict[str, tuple[int, ...]]
                     ) -> tuple[CheckpointLayout, dict[str, str]]:
     """Return the layout and a map from openpi key to on-disk key (aliases resolved)."""
@@ -258,5 +286,5 @@ def _preset_hint(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> list[s
     return [f'  wrong preset? {"; ".join(diff)}; {hint}']
 
 
-__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'openpi_config',
-           'save_checkpoint']
+__all__ = ['CheckpointError', 'CheckpointLayout', 'inspect_checkpoint', 'load_checkpoint',
+           'openpi_config', 'save_checkpoint']
