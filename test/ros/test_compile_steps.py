@@ -21,8 +21,6 @@ from oxygen_ros.ros.param_spec import ParameterError
 from oxygen_ros.ros.params import SPECS
 from oxygen_ros.ros.trajectories import trajectory_to_actions
 import pytest
-import rclpy
-from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 from ros_inputs import image, joint_state
 
@@ -49,14 +47,6 @@ def test_default_is_every_step_and_names_map_to_the_backend():
 def test_a_bad_list_is_refused_by_name(steps, reason):
     with pytest.raises(ParameterError, match=f'compile_steps.*{reason}'):
         build_configs({'preset': 'tiny', 'compile_steps': steps})
-
-
-@pytest.fixture
-def context(ros_domain_id):
-    ctx = Context()
-    rclpy.init(context=ctx, domain_id=ros_domain_id)
-    yield ctx
-    ctx.try_shutdown()
 
 
 def _node(context, *params):
@@ -92,11 +82,12 @@ def _run(node, frames):
     return [trajectory_to_actions(c) for c in chunks], [a.data for a in answers]
 
 
-def test_a_node_with_only_decode_eager_equals_the_eager_node(context, monkeypatch, caplog):
+def test_a_node_with_only_decode_eager_equals_the_eager_node(rclpy_context, monkeypatch,
+                                                             caplog):
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
-    eager = _node(context)
+    eager = _node(rclpy_context)
     with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.compiled'):
-        stable = _node(context, f'compile_mode:={CompileMode.DEFAULT.value}',
+        stable = _node(rclpy_context, f'compile_mode:={CompileMode.DEFAULT.value}',
                        f'compile_steps:=[{",".join(STABLE)}]')
     try:
         engine = stable._engine
