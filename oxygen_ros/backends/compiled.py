@@ -33,9 +33,11 @@ Warm-up (``warmup.py``) compiles, captures and gates every graph (``parity.py``,
 ``parity_probe.py``), with a progress bar and a log line per step; the compiled steps are
 kept on disk ahead of time (``precompile.py``: a warm start loads them, nothing traced),
 Inductor's artifacts too (``compile_cache.py``). A step whose graphs fail (compiler error,
-capture error, failed gate) tries eager kernels in graphs, then runs eagerly: an ERROR log
-with the reason and the measured error, and ``fallbacks`` (step -> reason), which the engine
-exposes, the node shows on ``/diagnostics`` and ``oxygen_bench gpu`` fails on. A call
+capture error, failed gate) is compiled again without the optional feature the failure names
+(``features.py``: the paged attention kernel, FlexAttention, the FP8 product; ``dropped``,
+``without``), then tries eager kernels in graphs, then runs eagerly: an ERROR log with the
+reason and the measured error, and ``fallbacks`` (step -> reason), which the engine exposes,
+the node shows on ``/diagnostics`` and ``oxygen_bench gpu`` fails on. A call
 outside the compiled shapes (a longer context, a batch > ``max_running_requests``) runs
 eagerly with a warning. Inputs reach a graph's buffers in place, padded there
 (``StaticCall``): no padded copy per call.
@@ -140,6 +142,13 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         self.compile_seconds = 0.0
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
+        self.dropped: dict[str, str] = {}
+        """Optional features left out at the last warm-up (``features.Feature`` value ->
+        the first reason); the steps stay compiled without them."""
+        self.without: dict[str, tuple[str, ...]] = {}
+        """Per step, the features its graphs run without."""
+        self._in_use: set = set()
+        self._global_off: set = set()
         self.parity: dict[str, ParityResult] = {}
         """The gate's closest call (largest error / tolerance) per step that passed."""
         self.compiles: dict[str, int] = {}

@@ -48,7 +48,7 @@ class CompiledTorchBackend(TorchBackend):
 
     @property
     def warmup_report(self) -> WarmupReport:
-        """Return the warm-up's time, graphs, traces and loads, fallbacks, caches, gate."""
+        """Return the warm-up's time, graphs, traces and loads, fallbacks, caches, gate, drops."""
         fast = self.compiled
         cache = None
         if fast.cache is not None:
@@ -56,7 +56,7 @@ class CompiledTorchBackend(TorchBackend):
             cache = CompileCacheUse(counts.hits, counts.misses, fast.cache.loaded)
         return WarmupReport(self.warmup_seconds, fast.graph_counts(), dict(fast.compiles),
                             dict(fast.fallbacks), cache, dict(fast.loaded), fast.gate,
-                            dict(fast.seconds))
+                            dict(fast.seconds), dict(fast.dropped), dict(fast.without))
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,

@@ -36,6 +36,7 @@ import enum
 from typing import Callable
 
 from oxygen_ros.backends.config import max_autotune_steps, Step
+from oxygen_ros.backends.features import Feature, features_off
 from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
@@ -98,8 +99,11 @@ class GraphBuilder:
         self._guided_template: GuidedDenoiseCall | None = None
         self.autotune = max_autotune_steps()
         """Steps compiled with Inductor's ``max_autotune`` (``$OXYGEN_ROS_MAX_AUTOTUNE``)."""
-        self._compiled: dict[tuple[Step, Kernels, bool], Callable] = {}
-        """Compiled step functions by step, kernels and, for denoise, fused or gathered."""
+        self._compiled: dict[tuple[Step, Kernels, bool, frozenset[Feature]], Callable] = {}
+        """Compiled step functions by step, kernels, a variant (denoise: fused or gathered;
+        the guided denoise's error-only step) and the features left out."""
+        self._off: frozenset[Feature] = frozenset()
+        """The features the step being built runs without (:meth:`build`)."""
 
     def forget(self, step: Step) -> None:
         """Drop the step's compiled functions (the next build compiles or loads afresh)."""
@@ -173,11 +177,12 @@ class GraphBuilder:
                  wrap: Callable[[Callable], Callable] | None = None,
                  variant: bool = False) -> Callable:
         """Return ``target`` compiled with ``kernels`` (once; ``wrap`` marks dynamic dims)."""
-        key = (step, kernels, variant)
+        key = (step, kernels, variant, self._off)
         if key not in self._compiled:
             if kernels is Kernels.PRECOMPILED:
                 assert self.store is not None and isinstance(self.compiler, str)
-                fn = PrecompiledStep(target, self.compiler, self.store, step.value,
+                name = step.value + ''.join(f'-no-{f.value}' for f in sorted(self._off))
+                fn = PrecompiledStep(target, self.compiler, self.store, name,
                                      options=self.compile_options(step))
             else:
                 fn = torch.compile(target, backend=self.compiler, fullgraph=True,
@@ -186,7 +191,8 @@ class GraphBuilder:
         return self._compiled[key]
 
     def build(self, step: Step, key: tuple[int, ...], kernels: Kernels, *,
-              capture: GraphCapture | None = None) -> StaticCall:
+              capture: GraphCapture | None = None,
+              off: frozenset[Feature] = frozenset()) -> StaticCall:
         """
         Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
@@ -195,11 +201,21 @@ class GraphBuilder:
         GUIDED_DENOISE ``(context slots, Jacobian steps)`` (``RtcGuidance.jacobian_steps``);
         DECODE ``(batch, context)``; DECODE_STEPS ``(batch, context, k)``; SEED ``(batch,)``.
 
+        :param off: features the step runs without (``features.py``): its functions are
+            compiled, captured and called inside ``features_off(off)``.
         :raises Exception: whatever compiling or capturing raised (the caller falls back).
         """
-        fn, example, dynamic = getattr(self, f'_{step.value}')(self._kernel(step, kernels), key)
-        return StaticCall(fn, (self.pool.k, self.pool.v), example, capture=capture,
-                          dynamic=dynamic)
+        self._off = frozenset(off)
+        try:
+            with features_off(off):
+                fn, example, dynamic = getattr(self, f'_{step.value}')(
+                    self._kernel(step, kernels), key)
+                if off:
+                    fn = _without(fn, self._off)
+                return StaticCall(fn, (self.pool.k, self.pool.v), example, capture=capture,
+                                  dynamic=dynamic)
+        finally:
+            self._off = frozenset()
 
     # -- one function per step: (fn(k_pool, v_pool, *inputs), example inputs, dynamic dims)
     def _empty(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -321,6 +337,18 @@ class GraphBuilder:
         def fn(k_pool, v_pool, hidden):
             return call(hidden)
         return fn, (self._empty(key[0], self.model.cfg.vlm.width),), {0: (0,)}
+
+
+def _without(fn: Callable, off: frozenset[Feature]) -> Callable:
+    """
+    Return ``fn`` called inside ``features_off(off)``.
+
+    A call without a CUDA graph would trace again where the switches Dynamo guards on differ.
+    """
+    def call(*args):
+        with features_off(off):
+            return fn(*args)
+    return call
 
 
 def _context_dynamic(velocity: Callable) -> Callable:

@@ -118,6 +118,10 @@ class WarmupReport:
         full gate recorded for these weights (``gate_record.py``).
     :ivar phases: seconds per step, and of the gate's float32 copy (``reference``) or the
         weights' ``fingerprint``.
+    :ivar dropped: optional features of the fast path left out (``features.Feature`` value ->
+        the first reason): the steps stay compiled without them (the node shows each on
+        ``/diagnostics``; ``oxygen_bench gpu`` fails on any).
+    :ivar without: per step, the features its graphs run without.
     """
 
     seconds: float = 0.0
@@ -128,6 +132,8 @@ class WarmupReport:
     loaded: Mapping[str, int] = field(default_factory=dict)
     gate: str = ''
     phases: Mapping[str, float] = field(default_factory=dict)
+    dropped: Mapping[str, str] = field(default_factory=dict)
+    without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @runtime_checkable

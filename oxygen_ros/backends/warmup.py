@@ -1,15 +1,19 @@
 """
-The fast path's warm-up: build, capture and gate every graph, kernel source by source.
+The fast path's warm-up: build, capture and gate every graph, one feature dropped at a time.
 
-``CompiledModel.warmup`` (:class:`FastPathWarmup`) sets up the compile caches, the graph
-builder and the parity probe, then calls :func:`warm_step` per step with the kernel sources
-to try in order: the compiler's kernels compiled ahead of time (``precompile.py``: loaded from
-disk on a warm start, no Dynamo trace), the same compiled just in time, then PyTorch's eager
-kernels in graphs where graphs are captured. The first source whose every graph builds,
-captures and passes the parity gate wins; a source that fails is logged with its reason and
-the next is tried; none left: the step runs eagerly (the decode of k steps: step by step, on
-the decode graphs), recorded in ``fallbacks``. Functions
-loaded from disk that fail are deleted and compiled again once; a step that cannot be
+``CompiledModel.warmup`` (:class:`FastPathWarmup`) checks which optional features the steps
+would use (``features.py``; on CUDA the Triton kernels' build for the device first,
+``model/kernels/device_check.py``), sets up the compile caches, the graph builder and the
+parity probe, then calls ``attempts.warm_step`` per step. The first attempt is the
+compiler's kernels compiled ahead of time (``precompile.py``: loaded from disk on a warm start,
+no Dynamo trace), else just in time, without the features already dropped. After a failure
+(:meth:`FastPathWarmup._next_attempt`): the feature the error names is dropped (from every
+later step when it failed to build, from this step when it missed the gate); otherwise
+functions loaded from disk are compiled again once, then just in time; just in time, the
+step's features are dropped one at a time; then PyTorch's eager kernels in graphs where graphs
+are captured; none left: the step runs eagerly (the decode of k steps: step by step, on the
+decode graphs), recorded in ``fallbacks``. Each drop is said once (ERROR) and kept in
+``dropped`` (feature -> reason) and ``without`` (step -> features). A step that cannot be
 compiled ahead of time is recorded as such in the store (WARNING) and compiled just in time
 from then on.
 
@@ -19,21 +23,21 @@ configuration and weights a full gate has seen, from that gate's record (``gate_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import importlib.metadata
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
 
+from oxygen_ros.backends.attempts import Attempt, GateFailure, short, warm_step
 from oxygen_ros.backends.compile_cache import cache_root, CompileCache
 from oxygen_ros.backends.config import max_autotune_steps, Step
+from oxygen_ros.backends.features import blame, describe, Feature, ORDER, STEP_FEATURES
 from oxygen_ros.backends.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels
-from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.precompile import ArtifactStore
 from oxygen_ros.backends.precompile import available as precompile_available
-from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
+from oxygen_ros.backends.static_graph import GraphCapture
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache
@@ -47,75 +51,6 @@ JUST_IN_TIME = {Step.GUIDED_DENOISE: 'torch 2.13 cannot compile the vector-Jacob
                                      'the guided step ahead of time in inference mode ("Cannot '
                                      'set version_counter for inference tensor")'}
 """Steps never compiled ahead of time, and why (each start traces them, with a WARNING)."""
-
-
-@dataclass
-class StepOutcome:
-    """
-    How a step's warm-up ended.
-
-    :ivar kernels: the kernel source its graphs use, or None (the step runs eagerly).
-    :ivar worst: the gate's closest call (largest error / tolerance) of those graphs.
-    :ivar compiles: Dynamo graphs traced meanwhile (just in time or ahead of time).
-    :ivar reasons: why each kernel source tried before (or instead of) it failed.
-    """
-
-    kernels: Kernels | None = None
-    worst: ParityResult | None = None
-    compiles: int = 0
-    reasons: list[str] = field(default_factory=list)
-
-
-def graphs_compiled() -> int:
-    """Return Dynamo's count of graphs traced in this process (``aot_compile`` included)."""
-    from torch._dynamo.utils import counters
-    return int(counters['stats']['unique_graphs'])
-
-
-def warm_step(step: Step, keys: list[tuple[int, ...]], attempts: list[Kernels], *,
-              build: Callable[[tuple[int, ...], Kernels], StaticCall], probe: Any,
-              graphs: dict[Step, dict[tuple[int, ...], StaticCall]], bar: Any,
-              name: Callable[[Kernels], str],
-              on_failure: Callable[[Kernels, str], bool] | None = None) -> StepOutcome:
-    """
-    Build and gate ``step`` at every shape of ``keys`` with the first kernels that work.
-
-    :param build: makes the graph of a shape with the given kernels.
-    :param probe: ``ParityProbe``: ``probe.run(step.value, key)`` gates a shape.
-    :param graphs: the model's graphs by step; the step's are registered there while probed
-        (the probes call through the fast path) and removed when its kernels fail.
-    :param bar: progress bar, one tick per graph gated.
-    :param name: the name of a kernel source in logs and reasons.
-    :param on_failure: told of each failed source and its reason; True: try it again.
-    """
-    out, before = StepOutcome(), graphs_compiled()
-    i = 0
-    while i < len(attempts):
-        kernels = attempts[i]
-        try:
-            graphs[step] = built = {}
-            worst = None
-            for key in keys:
-                built[key] = build(key, kernels)
-                result = probe.run(step.value, key)
-                if not result.passed:
-                    raise RuntimeError(f'parity gate failed: {result.describe()}')
-                if worst is None or result.error / max(result.tolerance, 1e-30) > \
-                        worst.error / max(worst.tolerance, 1e-30):
-                    worst = result
-                bar.update()
-        except Exception as exc:  # noqa: B902 - any compile/capture/gate failure
-            graphs.pop(step, None)
-            reason = f'{name(kernels)} kernels: {type(exc).__name__}: {exc}'
-            out.reasons.append(reason)
-            _LOG.error('fast path: %s with %s', step.value, reason)
-            if on_failure is None or not on_failure(kernels, reason):
-                i += 1
-            continue
-        out.kernels, out.worst = kernels, worst
-        break
-    out.compiles = graphs_compiled() - before
-    return out
 
 
 def _device_name(device: torch.device) -> str:
@@ -159,8 +94,10 @@ class FastPathWarmup:
         t0 = time.perf_counter()
         self._pool, self.fallbacks, self._graphs, self.parity = pool, {}, {}, {}
         self.compiles, self.loaded, self.seconds, self.gate = {}, {}, {}, ''
+        self.dropped, self.without, self._global_off = {}, {}, set()
         steps = self.steps()
         try:
+            self._in_use = self._features_in_use()
             builder, probe, record = self._set_up(pool, reference, steps)
             capture = GraphCapture() if self.cuda_graphs else None   # one stream, one pool
         except Exception as exc:  # noqa: B902 - no fast path is no reason to stop the robot
@@ -193,14 +130,47 @@ class FastPathWarmup:
         self.compile_seconds = time.perf_counter() - t0
         counts = self.cache.counts() if self.cache is not None else None
         _LOG.info('fast path (%s, %s kernels%s) ready in %.1f s: %d graphs, %d traced, %d '
-                  'loaded%s; gate: %s%s', self.mode.value, self._kernel_name(self.kernels),
+                  'loaded%s; gate: %s%s%s', self.mode.value, self._kernel_name(self.kernels),
                   ', CUDA graphs' if self.cuda_graphs else '', self.compile_seconds,
                   sum(len(g) for g in self._graphs.values()), sum(self.compiles.values()),
                   sum(self.loaded.values()),
                   f'; compile cache {counts.hits} hits, {counts.misses} misses'
                   if counts else '', self.gate,
-                  f'; EAGER: {", ".join(self.fallbacks)}' if self.fallbacks else '')
+                  f'; EAGER: {", ".join(self.fallbacks)}' if self.fallbacks else '',
+                  f'; WITHOUT: {", ".join(self.dropped)}' if self.dropped else '')
         return self.compile_seconds
+
+    def _features_in_use(self) -> set[Feature]:
+        """
+        Return the optional features the steps would use; check the paged kernel's build.
+
+        On CUDA the model's Triton kernels are built first for the device as Inductor types
+        them (``model/kernels/builds.py``): where the installed Triton cannot (an old Triton
+        on Jetson Thor's sm_110, say), they are left out with one line, before any step
+        spends a compile on them.
+        """
+        from oxygen_ros.model.flex import prefill_attention
+        from oxygen_ros.model.fp8 import Fp8Kernel, fp8_kernel_of
+
+        compiled = self.kernels is not Kernels.EAGER
+        used = set()
+        if self.device.type == 'cuda':
+            load_kernel(required=False)
+        if decode_attention(self.device, compiled) == 'paged':
+            used.add(Feature.PAGED_ATTENTION)
+        if prefill_attention(self.device, compiled) == 'flex':
+            used.add(Feature.FLEX_ATTENTION)
+        if fp8_kernel_of(self.model) is Fp8Kernel.SCALED_MM:
+            used.add(Feature.FP8_MATMUL)
+        if Feature.PAGED_ATTENTION in used and self.device.type == 'cuda':
+            from oxygen_ros.model.kernels.device_check import check_device
+            t0 = time.perf_counter()
+            check = check_device(self.device, self.cfg, self.dtype)
+            self.seconds['kernel_check'] = time.perf_counter() - t0
+            if not check.ok:
+                self._drop(Feature.PAGED_ATTENTION, f'kernel build check: {check.reason}')
+                self._global_off.add(Feature.PAGED_ATTENTION)
+        return used
 
     def _set_up(self, pool: KVCache, reference: Pi05Model | None,
                 steps: dict[Step, list[tuple[int, ...]]]
@@ -272,51 +242,88 @@ class FastPathWarmup:
                 f'{decode_attention(dev, self.kernels is Kernels.INDUCTOR)} sdpa {sdpa}|'
                 f'max_autotune {sorted(s.value for s in max_autotune_steps())}')
 
-    def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
-                   probe: ParityProbe, capture: GraphCapture | None, bar: Any) -> None:
-        t0, store = time.perf_counter(), self.store
-        attempts = [self.kernels]
-        if self.kernels is Kernels.INDUCTOR:
-            refused = store.refused(step.value) if store is not None else None
-            if store is not None and step in JUST_IN_TIME:
-                refused = JUST_IN_TIME[step]
-            if store is not None and refused is None:
-                attempts.insert(0, Kernels.PRECOMPILED)
-            elif refused is not None:
-                _LOG.warning('fast path: %s is compiled just in time (traced at every start): '
-                             '%s', step.value, refused)
-            if self.cuda_graphs:
-                attempts.append(Kernels.EAGER)     # graphs of eager kernels still pay
-        retried = False
+    def _drop(self, feature: Feature, reason: str, step: Step | None = None) -> None:
+        """Leave ``feature`` out of ``step`` (None: of every step from now on), said once."""
+        if feature.value not in self.dropped:
+            self.dropped[feature.value] = reason
+            _LOG.error('fast path: %s left out%s: %s', feature.description,
+                       f' of {step.value}' if step is not None else ' of every step', reason)
 
-        def failed(kernels: Kernels, reason: str) -> bool:
-            nonlocal retried
-            builder.forget(step)
-            if kernels is not Kernels.PRECOMPILED or store is None:
-                return False
-            if store.loaded.get(step.value) and not retried:
-                retried = True
+    def _first_attempt(self, step: Step) -> Attempt:
+        """Return the step's first attempt: the configured kernels, without dropped features."""
+        off = frozenset(f for f in STEP_FEATURES[step] if f in self._global_off
+                        and f in self._in_use)
+        store = self.store
+        if self.kernels is Kernels.INDUCTOR and store is not None:
+            refused = JUST_IN_TIME.get(step) or store.refused(step.value)
+            if refused is None:
+                return Attempt(Kernels.PRECOMPILED, off)
+            _LOG.warning('fast path: %s is compiled just in time (traced at every start): %s',
+                         step.value, refused)
+        return Attempt(self.kernels, off)
+
+    def _next_attempt(self, step: Step, attempt: Attempt, exc: BaseException,
+                      builder: GraphBuilder, state: dict[str, bool]) -> Attempt | None:
+        """
+        Return what to try after ``attempt`` failed with ``exc`` (None: run eagerly).
+
+        A failure that names a feature the step uses (``features.blame``) drops that feature
+        and keeps the kernels: from every later step too when it failed to build, from this
+        step only when it missed the gate. Otherwise: functions loaded from disk are compiled
+        again once, then just in time; just in time, the step's features are dropped one at a
+        time (``features.ORDER``); then eager kernels in graphs (with CUDA graphs), then none.
+        """
+        builder.forget(step)
+        usable = [f for f in ORDER if f in STEP_FEATURES[step] and f in self._in_use
+                  and f not in attempt.off]
+        named = [f for f in blame(exc) if f in usable]
+        gate = isinstance(exc, GateFailure)
+        if named:
+            feature = named[0]
+            if not gate:                          # a build that failed is not tried again
+                self._global_off.add(feature)
+            self._drop(feature, f'{step.value}: {short(exc)}', step if gate else None)
+            return Attempt(attempt.kernels, attempt.off | {feature})
+        store = self.store
+        if attempt.kernels is Kernels.PRECOMPILED and store is not None:
+            if store.loaded.get(step.value) and not state.get('retried'):
+                state['retried'] = True
                 store.drop(step.value)
                 _LOG.warning('fast path: %s: the functions loaded from %s failed; compiling '
                              'them again', step.value, store.dir)
-                return True
-            store.refuse(step.value, reason)
+                return attempt
+            store.refuse(step.value, f'{short(exc)}')
             _LOG.warning('fast path: %s cannot be compiled ahead of time: compiling it just '
                          'in time (traced at every start)', step.value)
-            return False
+            return Attempt(Kernels.INDUCTOR, attempt.off)
+        if attempt.kernels is not Kernels.EAGER and usable:   # a guess: for this step only
+            self._drop(usable[0], f'{step.value}: {short(exc)}', step)
+            return Attempt(attempt.kernels, attempt.off | {usable[0]})
+        if attempt.kernels is not Kernels.EAGER and self.cuda_graphs:
+            return Attempt(Kernels.EAGER, attempt.off)   # graphs of eager kernels still pay
+        return None
 
-        out = warm_step(step, keys, attempts, probe=probe, graphs=self._graphs, bar=bar,
-                        build=lambda key, k: builder.build(step, key, k, capture=capture),
-                        name=self._kernel_name, on_failure=failed)
+    def _warm_step(self, step: Step, keys: list[tuple[int, ...]], builder: GraphBuilder,
+                   probe: ParityProbe, capture: GraphCapture | None, bar: Any) -> None:
+        t0, store, state = time.perf_counter(), self.store, {}
+        out = warm_step(step, keys, self._first_attempt(step), probe=probe,
+                        graphs=self._graphs, bar=bar,
+                        build=lambda key, a: builder.build(step, key, a.kernels,
+                                                           capture=capture, off=a.off),
+                        name=self._attempt_name,
+                        next_attempt=lambda a, exc: self._next_attempt(step, a, exc, builder,
+                                                                       state))
         self.compiles[step.value] = out.compiles
         # the decode of k steps runs the decode step's function (loaded for DECODE)
         source = Step.DECODE if step is Step.DECODE_STEPS else step
-        loaded = store.loaded.get(source.value, 0) if store is not None and not retried and \
-            out.kernels is Kernels.PRECOMPILED else 0
+        loaded = store.loaded.get(source.value, 0) if store is not None and \
+            not state.get('retried') and out.kernels is Kernels.PRECOMPILED else 0
         self.loaded[step.value] = loaded
         self.seconds[step.value] = time.perf_counter() - t0
         if out.worst is not None:
             self.parity[step.value] = out.worst
+        if out.off:
+            self.without[step.value] = tuple(f.value for f in ORDER if f in out.off)
         if out.kernels is None:
             steps = step is Step.DECODE_STEPS   # its fallback: the decode graphs, k times
             self.fallbacks[step.value] = '; '.join(out.reasons) + (
@@ -327,10 +334,15 @@ class FastPathWarmup:
         if out.kernels is Kernels.EAGER and self.kernels is not Kernels.EAGER:
             self.fallbacks[step.value] = '; '.join(out.reasons) + \
                 '; running eager kernels in graphs'
-        _LOG.info('fast path: %s, %d graph(s) with %s kernels in %.1f s (%d traced, %d '
+        _LOG.info('fast path: %s, %d graph(s) with %s kernels%s in %.1f s (%d traced, %d '
                   'loaded); worst %s', step.value, len(keys), self._kernel_name(out.kernels),
-                  self.seconds[step.value], out.compiles, loaded,
-                  out.worst.describe() if out.worst else '-')
+                  f' {describe(out.off)}' if out.off else '', self.seconds[step.value],
+                  out.compiles, loaded, out.worst.describe() if out.worst else '-')
+
+    def _attempt_name(self, attempt: Attempt) -> str:
+        """Return ``inductor kernels`` or ``... without FlexAttention``, for logs."""
+        text = f'{self._kernel_name(attempt.kernels)} kernels'
+        return f'{text} {describe(attempt.off)}' if attempt.off else text
 
     def _kernel_name(self, kernels: Kernels) -> str:
         """Return ``eager`` or the compiler's name (``inductor``; tests: ``aot_eager``)."""
@@ -341,4 +353,4 @@ class FastPathWarmup:
         return f'{name} ahead-of-time' if kernels is Kernels.PRECOMPILED else name
 
 
-__all__ = ['FastPathWarmup', 'JUST_IN_TIME', 'StepOutcome', 'graphs_compiled', 'warm_step']
+__all__ = ['FastPathWarmup', 'JUST_IN_TIME']

@@ -233,6 +233,17 @@ class Engine:
         """
         return {**self.load_fallbacks, **self.backend.warmup_report.fallbacks}
 
+    @property
+    def dropped_features(self) -> dict[str, str]:
+        """
+        Return the fast path's optional features left out: feature -> the first reason.
+
+        The steps stay compiled without them (``backends/features.py``: the paged attention
+        kernel, FlexAttention, the FP8 product); the node reports each on ``/diagnostics``
+        (WARN), ``oxygen_bench gpu`` fails on any.
+        """
+        return dict(self.backend.warmup_report.dropped)
+
     def describe_quantization(self) -> str:
         """Return the weights' quantization as it runs (``model/fp8.py``), e.g. ``none``."""
         from oxygen_ros.model.fp8 import describe_quantization

@@ -82,15 +82,17 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
     """
     Build the model of ``config`` (:func:`build_model`) and quantize it as asked.
 
-    FP8: the kernel is chosen for the device (``model/fp8.py`` ``fp8_kernel``), a float32
+    FP8: the kernel is chosen for the device (``model/fp8.py`` ``fp8_kernel``: compute
+    capability >= 8.9 and a row-wise ``torch._scaled_mm`` that runs there, probed), a float32
     and a bf16 copy of the weights are made (one of them may be the model itself), the FP8
     copy is checked against both (``fp8_gate.check_fp8_actions``) and kept when it passes;
-    else the unquantized model is returned. Either departure from "FP8 with
-    ``torch._scaled_mm``" is logged (ERROR for a failed check, WARNING for the reference
-    path) and returned in ``fallbacks``. Peak memory: the model, its float32 copy, a bf16 copy
-    (float32 models) and the FP8 weights; the float32 copy stays for the fast path's gate.
+    else the unquantized model is returned. A device without the FP8 product runs the
+    unquantized weights too: the load never aborts for FP8. Every departure from "FP8 with
+    ``torch._scaled_mm``" is logged (ERROR for a refused device or a failed check, WARNING for
+    the reference path) and returned in ``fallbacks``. Peak memory: the model, its float32
+    copy, a bf16 copy (float32 models) and the FP8 weights; the float32 copy stays for the
+    fast path's gate.
 
-    :raises Fp8Unsupported: FP8 on a CUDA device below compute capability 8.9.
     :raises ValueError: as :func:`build_model`.
     """
     model = build_model(config, model_cfg)
@@ -98,9 +100,15 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
         return LoadedModel(model)
     from oxygen_ros.backends.fp8_gate import check_fp8_actions
     from oxygen_ros.backends.parity_probe import model_copy
-    from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel, quantized_copy
+    from oxygen_ros.model.fp8 import (
+        describe_quantization, fp8_kernel, Fp8Unsupported, quantized_copy)
 
-    kernel, why = fp8_kernel(model.device)
+    try:
+        kernel, why = fp8_kernel(model.device)
+    except Fp8Unsupported as exc:
+        reason = f'{exc}; running the unquantized {config.dtype} weights'
+        _LOG.error('%s', reason)
+        return LoadedModel(model, None, {QUANTIZATION_FALLBACK: reason})
     reference = model if model.dtype == torch.float32 else model_copy(model, torch.float32)
     bf16 = model if model.dtype == torch.bfloat16 else model_copy(model, torch.bfloat16)
     fp8 = quantized_copy(model, kernel)

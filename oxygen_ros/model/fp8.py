@@ -32,9 +32,11 @@ Two kernels (:class:`Fp8Kernel`):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 import copy
 import enum
 import itertools
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -49,7 +51,29 @@ ALIGN = 16
 """In and out sizes of a quantized linear are multiples of this (FP8 GEMM alignment)."""
 MIN_CAPABILITY = (8, 9)
 """CUDA compute capability with FP8 tensor cores: Ada 8.9, Hopper 9.0, Blackwell 10.x/12.x,
-Jetson Thor 11.0."""
+Jetson Thor 11.0 (whether torch's row-wise ``_scaled_mm`` runs there is probed, not assumed:
+:func:`probe_scaled_mm`)."""
+
+
+_scaled_mm_enabled = True
+"""Set by :func:`scaled_mm_kernel`."""
+
+
+@contextmanager
+def scaled_mm_kernel(enabled: bool) -> Iterator[None]:
+    """
+    Let ``SCALED_MM`` linears use ``torch._scaled_mm`` inside this context, or not.
+
+    Off, they multiply as ``DEQUANT`` does (the weights' rounding only): the fast path's
+    warm-up compiles a step again so where its FP8 product fails to build, capture or pass
+    the gate (``backends/warmup.py``). Read while tracing: Dynamo guards on it.
+    """
+    global _scaled_mm_enabled
+    before, _scaled_mm_enabled = _scaled_mm_enabled, enabled
+    try:
+        yield
+    finally:
+        _scaled_mm_enabled = before
 
 
 class Fp8Kernel(enum.Enum):
@@ -65,19 +89,57 @@ class Fp8Unsupported(ValueError):
     """FP8 weights asked for where their kernel cannot run; the message says why and what to do."""
 
 
-def fp8_kernel(device: torch.device | str,
-               capability: tuple[int, int] | None = None) -> tuple[Fp8Kernel, str | None]:
+_PROBE = object()
+"""Default of ``fp8_kernel(scaled_mm=...)``: ask :func:`probe_scaled_mm`."""
+
+
+def probe_scaled_mm(device: torch.device | str) -> str | None:
+    """
+    Return None where a row-wise ``torch._scaled_mm`` runs on ``device``, else why not.
+
+    Runs one small product as :class:`Fp8Linear` does (E4M3 operands, per-row and per-column
+    float32 scales, bf16 out) and compares it with the dequantized product. Capability
+    alone does not say it: cuBLAS has no row-wise scaled FP8 product on every FP8 GPU
+    (Jetson Thor's sm_110: pytorch/pytorch#161236 routes it to a CUTLASS kernel), and a
+    torch build may lack the kernel for the device. Never raises.
+    """
+    device = torch.device(device)
+    if device.type != 'cuda':
+        return f'{device.type}: no FP8 tensor cores (torch._scaled_mm runs on CUDA only)'
+    try:
+        gen = torch.Generator(device='cpu').manual_seed(0)
+        x = torch.randn(32, 64, generator=gen).to(device, torch.bfloat16)
+        w = torch.randn(48, 64, generator=gen).to(device)
+        wq, ws = quantize_weight(w)
+        out = _scaled_mm(x, wq, ws)
+        want = x.float() @ dequantize(wq, ws, torch.float32).t()
+        torch.cuda.synchronize(device)
+        err = (out.float() - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
+    except Exception as exc:  # noqa: B902 - whatever torch raises is the answer
+        text = str(exc).strip().splitlines()
+        return f'{type(exc).__name__}: {text[0][:300] if text else ""}'
+    if not err < 0.1:      # the activations' E4M3 rounding: ~2 % of the largest value
+        return f'row-wise torch._scaled_mm gives wrong results here (relative error {err:.3g})'
+    return None
+
+
+def fp8_kernel(device: torch.device | str, capability: tuple[int, int] | None = None, *,
+               scaled_mm: str | None | object = _PROBE) -> tuple[Fp8Kernel, str | None]:
     """
     Return the kernel FP8 weights use on ``device`` and why it is not ``SCALED_MM`` (or None).
 
-    CUDA from compute capability 8.9: ``SCALED_MM``. Elsewhere (the CPU) ``DEQUANT``, with the
+    CUDA from compute capability 8.9 where row-wise ``torch._scaled_mm`` runs
+    (:func:`probe_scaled_mm`): ``SCALED_MM``. Elsewhere (the CPU) ``DEQUANT``, with the
     reason to report: there is no FP8 tensor core to gain from, and the reference path shows
     the weights' rounding alone.
 
     :param capability: the CUDA device's (default: asked from the driver).
-    :raises Fp8Unsupported: a CUDA device below 8.9. Not a fallback to ``DEQUANT`` there: it
-        dequantizes every weight on every call (more memory traffic than bf16, not less) and
-        is less accurate than bf16, so there is nothing left to gain.
+    :param scaled_mm: the probe's answer (None: it runs; a string: why not); default: probe
+        ``device`` now.
+    :raises Fp8Unsupported: a CUDA device below 8.9, or where the probe fails. Not a fallback
+        to ``DEQUANT`` there: it dequantizes every weight on every call (more memory traffic
+        than bf16, not less) and is less accurate than bf16, so there is nothing left to gain;
+        ``engine/loading.py`` runs the unquantized weights instead, loudly.
     """
     device = torch.device(device)
     if device.type != 'cuda':
@@ -87,13 +149,19 @@ def fp8_kernel(device: torch.device | str,
             f'per-token FP8 activations runs on CUDA compute capability >= 8.9')
     if capability is None:
         capability = torch.cuda.get_device_capability(device)
+    name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else 'the GPU'
     if tuple(capability) < MIN_CAPABILITY:
-        name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else 'the GPU'
         raise Fp8Unsupported(
             f"quantization 'fp8' needs FP8 tensor cores (CUDA compute capability >= 8.9: Ada, "
             f'Hopper, Blackwell, Jetson Thor); {device} ({name}) has {capability[0]}.'
             f'{capability[1]}. Its only FP8 path would dequantize every weight on every call: '
             f"slower and less accurate than bf16. Use quantization 'none' (dtype bfloat16)")
+    why = probe_scaled_mm(device) if scaled_mm is _PROBE else scaled_mm
+    if why is not None:
+        raise Fp8Unsupported(
+            f"quantization 'fp8' needs torch._scaled_mm with per-row scales, which does not "
+            f'run on {device} ({name}, compute capability {capability[0]}.{capability[1]}, '
+            f'torch {torch.__version__}): {why}')
     return Fp8Kernel.SCALED_MM, None
 
 
@@ -188,7 +256,7 @@ class Fp8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map ``[..., K]`` to ``[..., N]`` in ``x.dtype``."""
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self.kernel is Fp8Kernel.DEQUANT:
+        if self.kernel is Fp8Kernel.DEQUANT or not _scaled_mm_enabled:
             return F.linear(x, self.dequantized_weight(x.dtype), bias)
         rows = x.reshape(-1, self.in_features)
         if rows.requires_grad:
@@ -249,5 +317,5 @@ def describe_quantization(model: nn.Module) -> str:
 
 __all__ = ['ALIGN', 'E4M3', 'E4M3_MAX', 'Fp8Kernel', 'Fp8Linear', 'Fp8Unsupported',
            'MIN_ACTIVATION_SCALE', 'MIN_CAPABILITY', 'dequantize', 'describe_quantization',
-           'fp8_kernel', 'fp8_kernel_of', 'fp8_linear_names', 'quantize_rows',
-           'quantize_weight', 'quantized_copy']
+           'fp8_kernel', 'fp8_kernel_of', 'fp8_linear_names', 'probe_scaled_mm',
+           'quantize_rows', 'quantize_weight', 'quantized_copy', 'scaled_mm_kernel']

@@ -106,6 +106,7 @@ class EngineDiagnostics:
             self._texts_open = 0
             self._failure = ''
             self._fallbacks: dict[str, str] = {}
+            self._dropped: dict[str, str] = {}
             self._text_contexts = ''
             self._memory_adapter = 'none'
             self.quantization = 'none'
@@ -177,10 +178,18 @@ class EngineDiagnostics:
             self._clips['chunks'] += 1 if clips.total else 0
             self._period_clips += clips.total
 
-    def set_fallbacks(self, fallbacks: Mapping[str, str]) -> None:
-        """Record the fast-path steps that fell back (step -> reason, e.g. to eager); WARN."""
+    def set_fallbacks(self, fallbacks: Mapping[str, str],
+                      dropped: Mapping[str, str] | None = None) -> None:
+        """
+        Record what does not run as configured; WARN.
+
+        :param fallbacks: fast-path steps that fell back (step -> reason, e.g. to eager), and
+            the quantization.
+        :param dropped: the fast path's optional features left out (feature -> reason).
+        """
         with self._lock:
             self._fallbacks = dict(fallbacks)
+            self._dropped = dict(dropped or {})
 
     def record_failure(self, message: str) -> None:
         """Mark the engine as failed (ERROR until the next ``reset``)."""
@@ -247,7 +256,9 @@ class EngineDiagnostics:
             ([f'fast-path step(s) fell back: {", ".join(steps)} (see "fallback: <step>")']
              if steps else [])
             + (['quantization fell back (see "fallback: quantization")']
-               if QUANTIZATION_FALLBACK in self._fallbacks else []))
+               if QUANTIZATION_FALLBACK in self._fallbacks else [])
+            + ([f'fast path without {", ".join(sorted(self._dropped))} (see "dropped: '
+                f'<feature>")'] if self._dropped else []))
         if self._active_since is None:
             return (Level.WARN, f'{self._state}; {slow}') if slow else (Level.OK, self._state)
         since = max(self._last_chunk_s or self._active_since, self._active_since)
@@ -316,6 +327,7 @@ class EngineDiagnostics:
                    ('quantization', self.quantization),
                    ('DDS security', self.security)]
         values += [(f'fallback: {step}', why) for step, why in sorted(self._fallbacks.items())]
+        values += [(f'dropped: {feature}', why) for feature, why in sorted(self._dropped.items())]
         if self._failure:
             values.append(('engine error', self._failure))
         return values

@@ -166,7 +166,7 @@ class OxygenNode(LifecycleNode):
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}; '
             f'{engine.describe_text()}')
-        self._diag.set_fallbacks(engine.fallbacks)
+        self._diag.set_fallbacks(engine.fallbacks, engine.dropped_features)
         self._diag.quantization = engine.describe_quantization()
         self._diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
         self._engine, self._cycle, self._failed = engine, cycle, False

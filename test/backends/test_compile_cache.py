@@ -24,7 +24,7 @@ from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.graph_builder import Step
-from oxygen_ros.backends.warmup import graphs_compiled
+from oxygen_ros.backends.attempts import graphs_compiled
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model

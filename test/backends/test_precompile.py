@@ -11,13 +11,13 @@ The models are bfloat16, where the gate needs a float32 reference or its record.
 
 import logging
 
+from oxygen_ros.backends.attempts import graphs_compiled
 from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.parity_probe import ParityProbe
 from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
-from oxygen_ros.backends.warmup import graphs_compiled
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model

@@ -238,15 +238,14 @@ def test_compiled_a_layer_step_launches_fewer_kernels_than_before():
 TRACE_FOR_HOPPER = """
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    from hopper_builds import resources, use_hopper
     from oxygen_ros.config import GemmaConfig, get_preset
-    from oxygen_ros.model.kernels import adarms
+    from oxygen_ros.model.kernels.builds import active_target, HOPPER
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import load_kernel
     from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.model.static_calls import DenoiseCall
 
-    use_hopper()
+    active_target(HOPPER).__enter__()      # torch's analysis of the kernels asks for a target
     load_kernel()
     graphs = []
 
@@ -280,17 +279,11 @@ TRACE_FOR_HOPPER = """
     print('KERNELS', len(kernels))
     print('CLONED', sorted(set(p for n in kernels for p in n.kwargs['tensors_to_clone'])))
     print('OTHER', sorted(set(str(n.target) for n in calls if n not in kernels)))
-    # the norm kernel builds for sm_90 at the expert's width (1024) and the VLM's (2048)
-    for width in (1024, 2048):
-        for residual in (False, True):
-            used = resources(adarms._gated_norm, {'RESIDUAL': residual, 'BLOCK_W': width},
-                             num_warps=adarms.num_warps(width), num_stages=1)
-            print('BUILT', width, residual, used['REG'], used['STACK'] == used['LOCAL'] == 0)
 """
 
 
 @pytest.mark.timeout(300)
-def test_traced_for_hopper_the_fused_step_reads_the_pool_in_place_and_builds():
+def test_traced_for_hopper_the_fused_step_reads_the_pool_in_place():
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     env['PYTHONPATH'] = os.pathsep.join([str(ROOT), str(ROOT / 'test'),
                                          env.get('PYTHONPATH', '')])
@@ -306,8 +299,7 @@ def test_traced_for_hopper_the_fused_step_reads_the_pool_in_place_and_builds():
                               "'y_ptr']", out
     for banned in ('index_select', 'cat', 'clone', 'copy', 'rsqrt', 'pow', 'cos'):
         assert f'aten.{banned}' not in lines['OTHER'], out
-    built = [ln for ln in out.splitlines() if ln.startswith('BUILT')]
-    assert len(built) == 4 and all(ln.endswith('True') for ln in built), out  # no spills
+    # that they build for sm_90 and sm_110 as Inductor types them: test_kernel_builds.py
 
 
 def test_padding_the_context_changes_nothing():

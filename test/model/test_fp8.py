@@ -13,8 +13,8 @@ from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
 from oxygen_ros.model.fp8 import (
     describe_quantization, E4M3_MAX, fp8_kernel, fp8_kernel_of, fp8_linear_names, Fp8Kernel,
-    Fp8Linear, Fp8Unsupported, MIN_ACTIVATION_SCALE, quantize_rows, quantize_weight,
-    quantized_copy)
+    Fp8Linear, Fp8Unsupported, MIN_ACTIVATION_SCALE, probe_scaled_mm, quantize_rows,
+    quantize_weight, quantized_copy)
 from oxygen_ros.model.pi05 import Pi05Model
 import pytest
 import torch
@@ -152,8 +152,40 @@ def test_the_scaled_mm_backward_is_straight_through():
 
 
 @pytest.mark.parametrize('capability', [(8, 9), (9, 0), (10, 0), (11, 0), (12, 0)])
-def test_fp8_tensor_core_gpus_run_scaled_mm(capability):
-    assert fp8_kernel('cuda', capability) == (Fp8Kernel.SCALED_MM, None)
+def test_fp8_tensor_core_gpus_run_scaled_mm_where_the_probe_passes(capability):
+    assert fp8_kernel('cuda', capability, scaled_mm=None) == (Fp8Kernel.SCALED_MM, None)
+
+
+def test_a_capable_gpu_whose_scaled_mm_fails_the_probe_is_refused_with_the_probes_reason():
+    """Thor (sm_110): FP8 tensor cores, but no row-wise scaled product in cuBLAS."""
+    why = 'RuntimeError: CUDA error: no kernel image is available for execution on the device'
+    with pytest.raises(Fp8Unsupported) as err:
+        fp8_kernel('cuda:0', (11, 0), scaled_mm=why)
+    msg = str(err.value)
+    assert 'torch._scaled_mm with per-row scales, which does not run on cuda:0' in msg
+    assert 'compute capability 11.0' in msg and msg.endswith(why)
+
+
+def test_the_probe_answers_on_the_cpu_without_raising():
+    assert probe_scaled_mm('cpu') == 'cpu: no FP8 tensor cores (torch._scaled_mm runs on ' \
+        'CUDA only)'
+
+
+def test_a_refused_device_loads_the_unquantized_weights_loudly(monkeypatch, caplog):
+    """FP8 never aborts the load: the unquantized weights run, a named fallback says why."""
+    from oxygen_ros.engine import loading
+    from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
+    from oxygen_ros.model import fp8
+
+    def refused(device, capability=None, **kw):
+        raise Fp8Unsupported('no row-wise scaled FP8 product here')
+    monkeypatch.setattr(fp8, 'fp8_kernel', refused)
+    config = EngineConfig(preset='tiny', quantization='fp8')
+    loaded = loading.load_model(config, config.model_config())
+    assert fp8.fp8_kernel_of(loaded.model) is None and loaded.reference is None
+    assert loaded.fallbacks == {QUANTIZATION_FALLBACK: 'no row-wise scaled FP8 product here; '
+                                                       'running the unquantized float32 weights'}
+    assert 'no row-wise scaled FP8 product here' in caplog.text
 
 
 @pytest.mark.parametrize('capability', [(7, 5), (8, 0), (8, 6)])

@@ -178,10 +178,10 @@ def test_on_the_cpu_without_the_interpreter_the_kernel_refuses():
 TRACE_FOR_HOPPER = """
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    from hopper_builds import resources, use_hopper
     from oxygen_ros.model.kernels import paged_decode as pd
+    from oxygen_ros.model.kernels.builds import active_target, HOPPER
 
-    use_hopper()
+    active_target(HOPPER).__enter__()      # torch's analysis of the kernels asks for a target
     graphs = []
 
     def record(gm, example_inputs):
@@ -212,23 +212,11 @@ TRACE_FOR_HOPPER = """
     print('CLONED', sorted(set(p for n in kernels for p in n.kwargs['tensors_to_clone'])))
     print('SYMBOLIC_GRID', all(not str(n.kwargs['grid'][0][0]).isdigit() for n in kernels))
     print('OTHER', sorted(str(n.target) for n in calls if n not in kernels))
-    # both kernels build for sm_90 (Triton's bundled ptxas; no GPU needed), as decode and
-    # as denoise launch them (RoPE on load, bidirectional new tokens)
-    for rope in (False, True):
-        common = dict(GROUP=8, KV_HEADS=1, HEAD_DIM=256, BLOCK_R=pd.BLOCK_R, BLOCK_D=256,
-                      IEEE=False, ROPE=rope)
-        context, merge = pd.launch_options(rope)
-        for fn, extra, options in (
-                (pd._context_partials, {'BLOCK_N': pd.BLOCK_N}, context),
-                (pd._new_tokens_and_merge, {'BLOCK_T': pd.BLOCK_T, 'CAUSAL': not rope}, merge)):
-            used = resources(fn, dict(common, **extra), **options)
-            print('BUILT', fn.fn.__name__, 'rope' if rope else 'plain', used['REG'],
-                  used['STACK'] == used['LOCAL'] == 0)
 """
 
 
 @pytest.mark.timeout(300)
-def test_traced_for_hopper_the_kernels_read_the_pool_in_place_and_build():
+def test_traced_for_hopper_the_kernels_read_the_pool_in_place():
     out = _python(TRACE_FOR_HOPPER)
     lines = dict(ln.split(' ', 1) for ln in out.splitlines() if ' ' in ln)
     assert lines['KERNELS'] == '2', out
@@ -236,5 +224,4 @@ def test_traced_for_hopper_the_kernels_read_the_pool_in_place_and_build():
     assert lines['CLONED'] == "['acc_ptr', 'l_ptr', 'm_ptr', 'out_ptr']", out
     assert lines['SYMBOLIC_GRID'] == 'True', out           # one compile for every bucket
     assert 'index_select' not in lines['OTHER'] and 'cat' not in lines['OTHER'], out
-    built = [ln for ln in out.splitlines() if ln.startswith('BUILT')]
-    assert len(built) == 4 and all(ln.endswith('True') for ln in built), out  # no spills
+    # that they build for sm_90 and sm_110 as Inductor types them: test_kernel_builds.py

@@ -20,9 +20,8 @@ final norm included). Operators as ``paged_decode`` (``registration.kernel_opera
 
 from __future__ import annotations
 
-from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator
+from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator, launch
 import torch
-from torch.library import wrap_triton
 import triton
 import triton.language as tl
 
@@ -32,6 +31,7 @@ def _gated_norm(x_ptr, delta_ptr, gate_ptr, mod_ptr, x_out_ptr, y_ptr, width, ro
                 stride_gb, stride_mb, eps, RESIDUAL: tl.constexpr,  # noqa: N803
                 BLOCK_W: tl.constexpr):  # noqa: N803
     """One token row: the gated residual (``RESIDUAL``), then the modulated RMS norm."""
+    eps = tl.cast(eps, tl.float32)     # Inductor passes a Python float as fp64
     row = tl.program_id(0).to(tl.int64)
     b = row // rows_per_batch
     cols = tl.arange(0, BLOCK_W)
@@ -98,9 +98,9 @@ def _run(x: torch.Tensor, mod: torch.Tensor, eps: float, delta: torch.Tensor | N
     else:                  # never read or written (RESIDUAL is a constant of the kernel)
         delta, gate_mod, x_out = x, mod, y
     block = triton.next_power_of_2(w)
-    wrap_triton(_gated_norm)[(b * s,)](
-        x, delta, gate_mod, mod, x_out, y, w, s, _batch_stride(gate_mod), _batch_stride(mod),
-        eps, RESIDUAL=residual, BLOCK_W=block, num_warps=num_warps(w))
+    launch(_gated_norm, (b * s,), x, delta, gate_mod, mod, x_out, y, w, s,
+           _batch_stride(gate_mod), _batch_stride(mod), eps, RESIDUAL=residual, BLOCK_W=block,
+           num_warps=num_warps(w))
     return x_out, y
 
 

@@ -27,6 +27,11 @@ into splits of ``SPLIT_LEN`` slots, one program each (stage 1, an online softmax
 written as float32 partials), so that a batch of one row still spreads over many SMs; stage 2
 attends the new tokens and merges the splits' partials by their maxima and sums.
 
+``scale`` is a Python float; each kernel casts it to float32 itself, since Inductor passes a
+float argument of a user-defined kernel as an fp64 scalar (pytorch/pytorch#170289), which would
+promote the online softmax's state to fp64 and fail to build
+(``docs/gpu.md#kernels-built-as-inductor-builds-them``).
+
 Precision as ``layers.matmul_attention`` (openpi; ``docs/model.md#precision``): products of
 operands in the query dtype accumulated in float32, scale ``D ** -0.5``, the softmax in float32
 and its probabilities cast to the value dtype before ``p @ v``; float32 operands take IEEE
@@ -43,9 +48,8 @@ the compiler, with a shape function.
 
 from __future__ import annotations
 
-from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator
+from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator, launch
 import torch
-from torch.library import wrap_triton
 import triton
 import triton.language as tl
 
@@ -123,6 +127,7 @@ def _context_partials(q_ptr, index_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, slots_pt
                       BLOCK_D: tl.constexpr, ROPE: tl.constexpr,  # noqa: N803
                       IEEE: tl.constexpr):  # noqa: N803
     """Stage 1: one (row, kv head, row block) over one split of the context."""
+    scale = tl.cast(scale, tl.float32)     # Inductor passes a Python float as fp64
     pid = tl.program_id(0)
     split = tl.program_id(1)
     row_blocks = tl.cdiv(num_rows, BLOCK_R)
@@ -168,6 +173,7 @@ def _new_tokens_and_merge(q_ptr, index_ptr, cos_ptr, sin_ptr, k_ptr, v_ptr, vali
                           BLOCK_D: tl.constexpr, ROPE: tl.constexpr,  # noqa: N803
                           CAUSAL: tl.constexpr, IEEE: tl.constexpr):  # noqa: N803
     """Stage 2: one (row, kv head, row block): the new tokens, then every split's partial."""
+    scale = tl.cast(scale, tl.float32)     # Inductor passes a Python float as fp64
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(num_rows, BLOCK_R)
     b = pid // (KV_HEADS * row_blocks)
@@ -329,15 +335,15 @@ def _launch(q: torch.Tensor, q_index: torch.Tensor, k_pool: torch.Tensor, v_pool
     strides = (q.stride(0), q.stride(1), cos.stride(0) if rope else 0,
                cos.stride(1) if rope else 0)
     context, merge = launch_options(rope)
-    wrap_triton(_context_partials)[(programs, splits)](
-        *queries, k_pool, v_pool, ctx_slots, ctx_mask, acc, m, l, *strides, k_pool.stride(0),
-        k_pool.stride(1), v_pool.stride(0), v_pool.stride(1), ctx_slots.stride(0),
-        ctx_mask.stride(0), rows, c, SPLIT_LEN, splits, scale, BLOCK_N=BLOCK_N, **context,
-        **shape)
-    wrap_triton(_new_tokens_and_merge)[(programs,)](
-        *queries, k_new, v_new, new_valid, acc, m, l, out, *strides, k_new.stride(0),
-        k_new.stride(1), v_new.stride(0), v_new.stride(1), rows, t, splits, scale,
-        BLOCK_T=BLOCK_T, CAUSAL=causal, **merge, **shape)
+    launch(_context_partials, (programs, splits),
+           *queries, k_pool, v_pool, ctx_slots, ctx_mask, acc, m, l, *strides, k_pool.stride(0),
+           k_pool.stride(1), v_pool.stride(0), v_pool.stride(1), ctx_slots.stride(0),
+           ctx_mask.stride(0), rows, c, SPLIT_LEN, splits, scale, BLOCK_N=BLOCK_N, **context,
+           **shape)
+    launch(_new_tokens_and_merge, (programs,),
+           *queries, k_new, v_new, new_valid, acc, m, l, out, *strides, k_new.stride(0),
+           k_new.stride(1), v_new.stride(0), v_new.stride(1), rows, t, splits, scale,
+           BLOCK_T=BLOCK_T, CAUSAL=causal, **merge, **shape)
     return out
 
 

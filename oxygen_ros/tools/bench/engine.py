@@ -158,7 +158,6 @@ def main(argv: list[str] | None = None, *,
     from oxygen_ros.backends.errors import BackendUnavailableError
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import load_model
-    from oxygen_ros.model.fp8 import Fp8Unsupported
     from oxygen_ros.sched.scheduler import Policy
 
     if args.threads:
@@ -169,11 +168,7 @@ def main(argv: list[str] | None = None, *,
     except ValueError as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
-    try:
-        loaded = load_model(base, base.model_config())
-    except Fp8Unsupported as exc:
-        print(f'oxygen_bench engine: {exc}', file=sys.stderr)
-        return 2
+    loaded = load_model(base, base.model_config())
     model = loaded.model
     blocks = base.pool_blocks()
     try:       # one backend, one warm-up: the isolated engine on the pool's upper half
@@ -260,6 +255,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         eng.warmup(obs[0])
     if on_warm is not None:
         on_warm({'compile_seconds': compile_s, 'fallbacks': oxygen.fallbacks,
+                 'dropped': oxygen.dropped_features,
+                 'without': dict(oxygen.backend.warmup_report.without),
                  'compile_counts': dict(oxygen.backend.warmup_report.compiles)})
 
     arrivals = args.arrivals.counts(total_frames)
@@ -362,6 +359,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'compile_counts': dict(oxygen.backend.warmup_report.compiles),
         'shared_backend': True, 'attention_backend': oxygen.backend.attention.value,
         'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
+        'dropped': oxygen.dropped_features,
+        'without': dict(oxygen.backend.warmup_report.without),
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
@@ -490,6 +489,8 @@ def _print(r: dict) -> None:
               f"(exact {j['frozen_gap_exact']:.3f})")
     for policy, steps in r['fallbacks'].items():
         print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
+    for feature, why in r.get('dropped', {}).items():
+        print(f'fast path WITHOUT {feature}: {why}')
 
 
 if __name__ == '__main__':
