@@ -100,7 +100,7 @@ def run_checks(args: argparse.Namespace, ros_args: Sequence[str]) -> list:
         ('python', tch.check_python), ('ros 2', ros.check_ros), ('venv', ros.check_venv),
         ('torch', lambda: tch.check_torch(device)), ('cuda', lambda: tch.check_cuda(device)),
         ('kernel arch', lambda: tch.check_arch(device)), ('triton', kernels.check_triton_pin),
-        ('triton build', lambda: kernels.check_triton_build(device)),
+        ('triton build', lambda: kernels.check_triton_build(config)),
         ('fp8', lambda: kernels.check_fp8(config)),
         ('tensorrt', lambda: kernels.check_tensorrt(config, on_jetson)),
         ('dds security', ros.check_dds_security)]

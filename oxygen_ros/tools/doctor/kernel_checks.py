@@ -3,8 +3,9 @@
 
 The Triton and FP8 checks are the ones the engine itself runs (one home each): the fast path's
 warm-up builds the project's Triton kernels for the device with
-``model.kernels.builds.check_device`` and the FP8 weights ask ``model.fp8.probe_scaled_mm``
-whether row-wise scaled ``torch._scaled_mm`` runs there. Around them: which Triton torch's wheel
+``model.kernels.device_check.check_device`` (for the configured preset and dtype) and the FP8
+weights ask ``model.fp8.probe_scaled_mm`` at load whether row-wise scaled ``torch._scaled_mm``
+runs there. Around them: which Triton torch's wheel
 requires (its ``Requires-Dist``) against the installed one, and the ptxas overrides Triton reads
 (``TRITON_PTXAS_PATH``, and for compute capability >= 10, Jetson Thor's 11.0 included,
 ``TRITON_PTXAS_BLACKWELL_PATH``: docs/gpu.md#jetson-agx-thor).
@@ -56,21 +57,23 @@ def check_triton_pin(environ: Mapping[str, str] = os.environ) -> Finding:
     return Finding('triton', Level.OK, f'{installed}, as torch requires (triton{wanted}){tail}')
 
 
-def check_triton_build(device: str) -> Finding:
-    """Return whether the project's Triton kernels build for ``device`` (the warm-up's check)."""
-    from oxygen_ros.model.kernels.builds import check_device
-    result = check_device(device)
-    lines = '; '.join(result.lines)
+def check_triton_build(config: EngineConfig) -> Finding:
+    """Return whether the project's Triton kernels build for the configured device and model."""
+    from oxygen_ros.engine.loading import torch_dtype
+    from oxygen_ros.model.kernels.device_check import check_device
+    result = check_device(config.device, config.model_config(), torch_dtype(config.dtype))
     if result.ok:
-        return Finding('triton build', Level.OK, f'{result.target}: {lines}')
-    level = Level.WARN if device.startswith('cuda') else Level.INFO
-    fix = ''
-    if device.startswith('cuda'):
-        fix = ("Triton >= 3.7 (its ptxas-blackwell is CUDA 13.1: Jetson Thor's sm_110a), or "
-               'TRITON_PTXAS_BLACKWELL_PATH=/usr/local/cuda/bin/ptxas with Triton 3.6; until '
-               'then the fast path falls back to eager kernels in CUDA graphs')
-    return Finding('triton build', level, f'{result.target}: {result.reason}' +
-                   (f' ({lines})' if lines else ''), fix)
+        return Finding('triton build', Level.OK, f'{result.target}: {len(result.lines)} '
+                       f'kernels of {config.preset} in {config.dtype} build')
+    if not config.device.startswith('cuda'):
+        return Finding('triton build', Level.INFO, f'{result.reason}')
+    failed = [line for line in result.lines if ': FAILED: ' in line]
+    return Finding('triton build', Level.WARN, f'{result.target}: {result.reason}' +
+                   (f' ({"; ".join(failed[:2])})' if failed else '') + ': the warm-up leaves '
+                   'the paged attention out, the steps stay compiled with the gathered context',
+                   "Triton >= 3.7 (its ptxas-blackwell is CUDA 13.1's: Jetson Thor's sm_110a), "
+                   'or TRITON_PTXAS_BLACKWELL_PATH=/usr/local/cuda/bin/ptxas with Triton 3.6 '
+                   '(docs/gpu.md#kernels-built-as-inductor-builds-them)')
 
 
 def check_fp8(config: EngineConfig) -> Finding:
@@ -81,13 +84,18 @@ def check_fp8(config: EngineConfig) -> Finding:
     if reason is None:
         return Finding('fp8', Level.OK, f'row-wise scaled torch._scaled_mm runs on '
                        f'{config.device}' + ('' if asked else ' (quantization none: unused)'))
+    if asked and not config.device.startswith('cuda'):
+        return Finding('fp8', Level.WARN, f'quantization fp8 on {config.device}: {reason}; the '
+                       'weight-only reference path runs (a reported fallback)',
+                       'quantization:=none, or FP8 weights on a CUDA GPU')
     if asked:
         return Finding('fp8', Level.ERROR, f'quantization fp8, but row-wise scaled '
-                       f'torch._scaled_mm does not run on {config.device}: {reason}',
+                       f'torch._scaled_mm does not run on {config.device}: {reason}; the load '
+                       'runs the unquantized bf16 weights instead',
                        'quantization:=none (bf16 weights), or a torch whose build has the '
                        'row-wise FP8 kernel for this GPU')
-    return Finding('fp8', Level.INFO, f'row-wise scaled torch._scaled_mm does not run on '
-                   f'{config.device}: {reason} (quantization none: unused)')
+    return Finding('fp8', Level.INFO, f'row-wise scaled torch._scaled_mm does not run here: '
+                   f'{reason} (quantization none: unused)')
 
 
 def check_tensorrt(config: EngineConfig, jetson: bool) -> Finding:
