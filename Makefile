@@ -26,8 +26,8 @@ export PYTHONUNBUFFERED := 1
 
 setup: $(STAMP) $(IFACE_STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
-$(STAMP): requirements/ros.txt requirements/runtime.txt requirements/test.txt requirements/convert.txt \
-          requirements/constraints.txt setup.py setup.cfg package.xml
+$(STAMP): requirements/ros.txt requirements/base.txt requirements/runtime.txt requirements/test.txt \
+          requirements/convert.txt requirements/constraints.txt setup.py setup.cfg package.xml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check \
 	    -r requirements/test.txt -c requirements/constraints.txt

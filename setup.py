@@ -42,6 +42,7 @@ setup(
             'oxygen_convert = oxygen_ros.tools.convert:main',
             'oxygen_keystore = oxygen_ros.tools.keystore:main',
             'oxygen_run_model = oxygen_ros.tools.run_model:main',
+            'oxygen_doctor = oxygen_ros.tools.doctor:main',
         ],
     },
 )

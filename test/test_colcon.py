@@ -44,7 +44,7 @@ _TIMEOUT_S = 300
 # setup.py's console scripts (docs/tools.md): snake_case, one per group of what a user does.
 SCRIPTS = ('oxygen_node', 'oxygen_sim', 'oxygen_ask', 'oxygen_demo', 'oxygen_bag', 'oxygen_bench',
            'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model', 'oxygen_convert',
-           'oxygen_keystore')
+           'oxygen_keystore', 'oxygen_doctor')
 
 
 def _source_files():
@@ -161,7 +161,8 @@ def test_colcon_build_test_install(tmp_path):
     script = (
         '. install/setup.bash && "$PROBE_PY" -c "$PROBE" && '
         f'{lib}/oxygen_bag --help && {lib}/oxygen_bag make_demo --help && '
-        f'{lib}/oxygen_bag replay --help && {lib}/oxygen_bag record --help')
+        f'{lib}/oxygen_bag replay --help && {lib}/oxygen_bag record --help && '
+        f'{lib}/oxygen_doctor --help')
     rc, out = _run(['bash', '-c', script], ws,
                    {**env, 'PROBE_PY': sys.executable, 'PROBE': probe})
     assert rc == 0, out
@@ -182,5 +183,5 @@ def test_colcon_build_test_install(tmp_path):
     missing = [rel for rel in expected if not (share / rel).is_file()]
     assert not missing, f'not installed into {share}: {missing}'
     for name in ('oxygen_bag {replay,record,make_demo}', 'oxygen_bag make_demo',
-                 'oxygen_bag replay', 'oxygen_bag record'):
+                 'oxygen_bag replay', 'oxygen_bag record', 'oxygen_doctor'):
         assert f'usage: {name}' in out

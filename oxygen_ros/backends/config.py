@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import enum
 import os
+from typing import Iterable
 
 
 class BackendKind(enum.Enum):
@@ -160,6 +161,44 @@ def max_autotune_steps(value: str | None = None) -> frozenset[Step]:
                          f'{", ".join(s.value for s in Step)}, or all') from None
 
 
+ALL_STEPS = 'all'
+"""``compile_steps`` value naming every step (the default)."""
+
+
+def parse_compile_steps(names: Iterable[str | Step]) -> frozenset[Step] | None:
+    """
+    Return the steps the fast path compiles, from ``Step`` values or ``all``; None: every step.
+
+    The steps left out run eagerly when the fast path is on (``CompiledModel(only=...)``), which
+    is not a fallback: nothing was asked. Jetson Thor's "stable mode" of OxyGen (compiled
+    vision, prefill and denoise, eager one-token text decode) is every step but ``decode`` and
+    ``decode_steps`` (docs/gpu.md#compiled-decode-off-alone).
+
+    :raises ValueError: no name, a name that is no step (the message lists them), ``all``
+        beside step names, or ``decode_steps`` without ``decode``: the k-step graph replays
+        the compiled decode step (``graph_builder.py``), so leaving ``decode`` eager alone
+        would still run it compiled.
+    """
+    names = [n.value if isinstance(n, Step) else str(n).strip().lower() for n in names]
+    if not names:
+        raise ValueError(f'compile_steps names no step: give {ALL_STEPS!r} or some of '
+                         f'{", ".join(s.value for s in Step)} (compile_mode none compiles '
+                         f'nothing)')
+    if ALL_STEPS in names:
+        if len(set(names)) > 1:
+            raise ValueError(f'compile_steps: {ALL_STEPS!r} stands alone, got {names}')
+        return None
+    unknown = [n for n in names if n not in {s.value for s in Step}]
+    if unknown:
+        raise ValueError(f'compile_steps: unknown step(s) {unknown}; name some of '
+                         f'{", ".join(s.value for s in Step)}, or {ALL_STEPS!r}')
+    steps = frozenset(Step(n) for n in names)
+    if Step.DECODE_STEPS in steps and Step.DECODE not in steps:
+        raise ValueError("compile_steps: 'decode_steps' replays the compiled decode step k "
+                         "times in one graph: name 'decode' too, or neither")
+    return steps
+
+
 @dataclass(frozen=True, slots=True)
 class BackendConfig:
     """
@@ -173,6 +212,8 @@ class BackendConfig:
         every Euler step).
     :ivar tokens_per_cycle: k, decode steps per text request per cycle: the fast path
         compiles a decode graph of k steps (``Step.DECODE_STEPS``) where k > 1.
+    :ivar compile_steps: the steps the fast path compiles (``parse_compile_steps``); None:
+        every step. The others run eagerly.
     """
 
     backend: BackendKind = BackendKind.TORCH
@@ -187,7 +228,9 @@ class BackendConfig:
     rtc: bool = False
     rtc_jacobian_steps: int | None = None
     tokens_per_cycle: int = 1
+    compile_steps: frozenset[Step] | None = None
 
 
-__all__ = ['ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind', 'CompileMode',
-           'MAX_AUTOTUNE_ENV', 'Quantization', 'Step', 'max_autotune_steps']
+__all__ = ['ALL_STEPS', 'ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind',
+           'CompileMode', 'MAX_AUTOTUNE_ENV', 'Quantization', 'Step', 'max_autotune_steps',
+           'parse_compile_steps']

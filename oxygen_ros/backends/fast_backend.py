@@ -8,6 +8,7 @@ gates every graph) before the first cycle, and reports it apart (``warmup_report
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Collection
 
 from oxygen_ros.backends.attention import sdpa_context
@@ -21,6 +22,7 @@ from oxygen_ros.model.pi05 import Pi05Model
 
 DEFAULT_COMPILE_BACKEND = 'inductor'
 """``torch.compile`` backend of ``CompiledTorchBackend.create`` (tests swap in aot_eager)."""
+_LOG = logging.getLogger('oxygen_ros.backends.compiled')
 
 
 class CompiledTorchBackend(TorchBackend):
@@ -72,7 +74,8 @@ class CompiledTorchBackend(TorchBackend):
         ``config.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
 
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
-        :param only: steps to put on the fast path (default all; ``CompiledModel``).
+        :param only: steps to put on the fast path (default all; ``CompiledModel``), within
+            ``config.compile_steps``.
         :param camera_counts: valid-camera counts to compile (default 1 to all).
         :param reference: the gate's float32 copy, where the caller holds one.
         :param adapter: the memory adapter (suffix LoRA), compiled into the suffix and decode
@@ -84,6 +87,9 @@ class CompiledTorchBackend(TorchBackend):
         :raises ValueError: ``config.compile_mode`` resolves to NONE.
         """
         cfg = model.cfg
+        if config.compile_steps is not None:
+            only = config.compile_steps if only is None else \
+                frozenset(only) & config.compile_steps
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * config.block_size, max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
@@ -97,6 +103,9 @@ class CompiledTorchBackend(TorchBackend):
                                  precompile=precompile,
                                  attention=config.attention,
                                  decode_steps=(config.tokens_per_cycle,))
+        if config.compile_steps is not None:
+            _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
+                      ', '.join(step.value for step in compiled.steps()) or 'none')
         out = cls(compiled, num_blocks, config.block_size, attention=config.attention,
                   adapter=adapter)
         with sdpa_context(config.attention):

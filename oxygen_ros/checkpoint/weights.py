@@ -140,14 +140,10 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
         misshapen keys (all listed in one message, with the disagreeing preset dimensions and
         the preset that matches, if any).
     """
-    file = Path(path)
-    if file.is_dir():
-        file = file / WEIGHTS_FILE
-    if not file.is_file():
-        raise CheckpointError(f'no checkpoint file at {file}')
+    file = _weights_file(path)
     try:
         with safe_open(str(file), framework='pt', device='cpu') as reader:
-            shapes = {k: tuple(reader.get_slice(k).get_shape()) for k in reader.keys()}
+            shapes = _shapes(reader)
             layout, names = _normalize_keys(file, shapes)
             untied = _untied_head(file, reader, names)
             shapes = {ours: shapes[theirs] for ours, theirs in names.items()}
@@ -168,6 +164,45 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, *, dtype: torch.dtype | 
     model.load_state_dict(state, strict=True, assign=True)
     _log.info('loaded %s (%s layout, %s) into preset %r', file, layout.value, dtype, cfg.name)
     return model.to(device).eval()
+
+
+def inspect_checkpoint(path: str | Path, cfg: ModelConfig) -> tuple[Path, CheckpointLayout]:
+    """
+    Check a checkpoint's keys and shapes against ``cfg`` from its header alone (no tensor read).
+
+    What :func:`load_checkpoint` checks before it reads the tensors (``oxygen_doctor``'s
+    check); an LM head stored beside the embedding is taken as a possibly untied head (its
+    shape must fit).
+
+    :returns: the ``model.safetensors`` file and its layout.
+    :raises CheckpointError: as :func:`load_checkpoint` (no file, unreadable, unknown layout,
+        missing / unexpected / misshapen keys).
+    """
+    file = _weights_file(path)
+    try:
+        with safe_open(str(file), framework='pt', device='cpu') as reader:
+            shapes = _shapes(reader)
+    except SafetensorError as exc:
+        raise CheckpointError(f'{file}: not a readable safetensors file ({exc})') from None
+    layout, names = _normalize_keys(file, shapes)
+    _check(file, layout, cfg, {ours: shapes[theirs] for ours, theirs in names.items()},
+           TIED_HEAD_KEY in names)
+    return file, layout
+
+
+def _weights_file(path: str | Path) -> Path:
+    """Return ``model.safetensors`` of a checkpoint folder (or the file given)."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / WEIGHTS_FILE
+    if not file.is_file():
+        raise CheckpointError(f'no checkpoint file at {file}')
+    return file
+
+
+def _shapes(reader) -> dict[str, tuple[int, ...]]:
+    """Return every tensor's shape from an open safetensors file's header."""
+    return {k: tuple(reader.get_slice(k).get_shape()) for k in reader.keys()}
 
 
 def _normalize_keys(file: Path, shapes: dict[str, tuple[int, ...]]
@@ -258,5 +293,5 @@ def _preset_hint(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> list[s
     return [f'  wrong preset? {"; ".join(diff)}; {hint}']
 
 
-__all__ = ['CheckpointError', 'CheckpointLayout', 'load_checkpoint', 'openpi_config',
-           'save_checkpoint']
+__all__ = ['CheckpointError', 'CheckpointLayout', 'inspect_checkpoint', 'load_checkpoint',
+           'openpi_config', 'save_checkpoint']

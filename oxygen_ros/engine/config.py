@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oxygen_ros.backends.config import (
-    AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps, Quantization)
+from oxygen_ros.backends.config import (  # noqa: F401 (ALL_STEPS: for the node's parameters)
+    ALL_STEPS, AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps,
+    parse_compile_steps, Quantization, Step)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.sched.request import TextContext
 from oxygen_ros.sched.scheduler import Policy, SchedulerConfig
@@ -62,6 +63,10 @@ class EngineConfig:
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
     :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
+    :param compile_steps: which per-cycle model calls take the fast path when it is on: step
+        names (``Step`` values) or ``('all',)``; None: every step. The others run eagerly
+        (``backends/config.py`` ``parse_compile_steps``; e.g. every step but ``decode`` and
+        ``decode_steps``: OxyGen's stable mode on Jetson Thor).
     :param attention_backend: the attention kernel of the torch backend (``math``,
         ``efficient``, ``flash``, ``cudnn``, ``matmul``, ``triton``, ``flex``; ``auto``:
         PyTorch's choice but where compiled for CUDA; ``backends/config.py``
@@ -114,6 +119,7 @@ class EngineConfig:
     device: str = 'cpu'
     backend: BackendKind = BackendKind.TORCH
     compile_mode: CompileMode = CompileMode.AUTO
+    compile_steps: tuple[str | Step, ...] | frozenset[Step] | None = None
     attention_backend: AttentionBackend | None = None
     trt_precision: str = 'graph'
     engine_cache_dir: str | None = None
@@ -144,6 +150,8 @@ class EngineConfig:
             raise ValueError(f'rtc_jacobian_steps must be in 0..{steps} (the Euler steps of '
                              f'preset {self.preset}), got {self.rtc_jacobian_steps}')
         AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
+        if self.compile_steps is not None:
+            object.__setattr__(self, 'compile_steps', parse_compile_steps(self.compile_steps))
         max_autotune_steps()                                # likewise
         if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
             raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
@@ -273,4 +281,5 @@ class EngineConfig:
             decode_budget=self.decode_budget, trt_precision=self.trt_precision,
             engine_cache_dir=self.engine_cache_dir,
             attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc,
-            rtc_jacobian_steps=self.rtc_jacobian_steps, tokens_per_cycle=self.tokens_per_cycle)
+            rtc_jacobian_steps=self.rtc_jacobian_steps, tokens_per_cycle=self.tokens_per_cycle,
+            compile_steps=self.compile_steps)

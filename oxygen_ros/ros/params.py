@@ -26,7 +26,8 @@ from oxygen_ros.config import (
     ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention, PromptFormat)
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import (
-    BackendKind, CompileMode, MAX_STATE_PROMPT_PAD, Quantization)
+    ALL_STEPS, BackendKind, CompileMode, MAX_STATE_PROMPT_PAD, parse_compile_steps, Quantization,
+    Step)
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.param_spec import Into, OnChange, ParamSpec, ParamType, quoted
@@ -44,6 +45,14 @@ def _device(value: object) -> str | None:
     if re.fullmatch(r'cpu|cuda(:\d+)?', str(value)):
         return None
     return f"device must be 'cpu', 'cuda' or 'cuda:N', got {value!r}"
+
+
+def _compile_steps(value: object) -> str | None:
+    try:
+        parse_compile_steps(list(value))
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _quantile_eps(value: object) -> str | None:
@@ -122,6 +131,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "'reduce-overhead' (compiled kernels in CUDA graphs) on CUDA, 'none' (eager) on "
               f'the CPU; {quoted([m.value for m in CompileMode])}', choices=CompileMode,
               into=ENGINE),
+    ParamSpec('compile_steps', [ALL_STEPS], 'the model calls that take the fast path when '
+              f'compile_mode turns it on: {ALL_STEPS!r}, or some of '
+              f'{quoted([s.value for s in Step])}; the others run eagerly. Every step but '
+              "'decode' and 'decode_steps' is OxyGen's stable mode on Jetson Thor "
+              '(docs/gpu.md#compiled-decode-off-alone)', check=_compile_steps,
+              param_type=ParamType.STRING_ARRAY, into=ENGINE),
     ParamSpec('policy', Policy.OXYGEN.value, "'oxygen' (one shared prefill per cycle) or "
               "'isolated' (the baseline: one prefill per job)", choices=Policy, into=ENGINE),
     ParamSpec('prefix_attention', '', "'' = the preset's; "

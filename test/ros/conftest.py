@@ -145,6 +145,15 @@ class RosTestNode:
 
 
 @pytest.fixture
+def rclpy_context(ros_domain_id: int) -> Iterator[Context]:
+    """Return an rclpy context of its own on the test's domain (for nodes built in the test)."""
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros_domain_id)
+    yield ctx
+    ctx.try_shutdown()
+
+
+@pytest.fixture
 def ros_node(ros_domain_id: int) -> Iterator[RosTestNode]:
     """Return a test node on the test's domain (destroyed after the test)."""
     node = RosTestNode(ros_domain_id)
