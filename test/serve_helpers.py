@@ -2,17 +2,15 @@
 Helpers of the oxygen_serve tests: a server in a thread, openpi observations per robot layout.
 
 The server runs as ``oxygen_serve`` runs it (``serve.run.make_server`` on a built engine, its
-own event loop), in a background thread of the test process, so that a reference engine can
-share its random weights; clients are real (openpi's ``WebsocketClientPolicy``, websockets,
-raw sockets) over real localhost sockets.
+own event loop: ``serve.run.ServerThread``), in a thread of the test process, so that a
+reference engine can share its random weights; clients are real (openpi's
+``WebsocketClientPolicy``, websockets, raw sockets) over real localhost sockets.
 """
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import contextmanager
 from dataclasses import replace
-import threading
 import time
 from typing import Iterator
 
@@ -24,7 +22,7 @@ from oxygen_ros.engine.loading import build_model
 from oxygen_ros.observation import Observation
 from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.limits import ServeLimits
-from oxygen_ros.serve.run import make_server
+from oxygen_ros.serve.run import make_server, ServerThread
 
 PRESETS = {Layout.LIBERO: 'tiny', Layout.DROID: 'tiny', Layout.ALOHA: 'tiny_aloha'}
 """The test-size preset each layout is served with (tiny: 2 cameras and 8 state dims)."""
@@ -47,41 +45,14 @@ def engine_for(layout: Layout, tokenizer, **config) -> Engine:
     return Engine(cfg, model=model_for(cfg), tokenizer=tokenizer)
 
 
-class RunningServer:
-    """A ``PolicyServer`` listening on 127.0.0.1 in its own thread and event loop."""
-
-    def __init__(self, engine: Engine, layout: Layout, limits: ServeLimits, **kwargs) -> None:
-        self.server = make_server(engine, layout, limits, **kwargs)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name='serve-loop',
-                                       daemon=True)
-        self.thread.start()
-        self.ws = self.call(self.server.start('127.0.0.1', 0))
-        self.port = self.ws.sockets[0].getsockname()[1]
-        scheme = 'wss' if kwargs.get('ssl_context') else 'ws'
-        self.uri = f'{scheme}://localhost:{self.port}'
-
-    def call(self, coro, timeout: float = 60.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        async def stop():
-            self.server.closing = True
-            self.ws.close()
-            await self.ws.wait_closed()
-        self.call(stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.server.driver.shutdown()
-        self.loop.close()
-
-
 @contextmanager
 def running(engine: Engine, layout: Layout, limits: ServeLimits | None = None,
-            **kwargs) -> Iterator[RunningServer]:
-    """Serve ``engine`` for the block (default limits, a message bound for 224-pixel images)."""
+            **kwargs) -> Iterator[ServerThread]:
+    """Serve ``engine`` on localhost for the block (a message bound for 224-pixel images)."""
     limits = limits or ServeLimits(max_message_bytes=4 * 2**20)
-    srv = RunningServer(engine, layout, limits, **kwargs)
+    srv = ServerThread(make_server(engine, layout, limits, **kwargs))
+    if kwargs.get('ssl_context'):
+        srv.uri = f'wss://localhost:{srv.port}'   # the name the test certificate holds
     try:
         yield srv
     finally:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import ssl
+import threading
 
 import numpy as np
 
@@ -72,6 +73,43 @@ def build_server(args: argparse.Namespace, layout: Layout, limits: ServeLimits,
                        client_certs=bool(args.client_ca), default_prompt=args.default_prompt)
 
 
+class ServerThread:
+    """
+    A :class:`PolicyServer` listening in its own thread and event loop (benchmarks, tests).
+
+    ``oxygen_serve`` itself runs its loop in the main thread (:func:`serve_until_stopped`).
+
+    :param host: the address to bind; ``port`` 0: any free port (``self.port`` says which).
+    """
+
+    def __init__(self, server: PolicyServer, host: str = '127.0.0.1', port: int = 0) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name='oxygen-serve-loop',
+                                       daemon=True)
+        self.thread.start()
+        self.ws = self.call(server.start(host, port))
+        self.port = self.ws.sockets[0].getsockname()[1]
+        shown = f'[{host}]' if ':' in host else host
+        self.uri = f'{"wss" if server.ssl_context else "ws"}://{shown}:{self.port}'
+
+    def call(self, coro: object, timeout: float = 60.0) -> object:
+        """Run a coroutine on the server's loop; return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        """Close every connection and the listener, stop the loop, shut the engine down."""
+        async def stop() -> None:
+            self.server.closing = True
+            self.ws.close()
+            await self.ws.wait_closed()
+        self.call(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.server.driver.shutdown()
+        self.loop.close()
+
+
 async def serve_until_stopped(server: PolicyServer, host: str, port: int,
                               stop_signals: tuple[signal.Signals, ...]) -> int:
     """Serve until one of ``stop_signals``; then close every connection and the engine."""
@@ -97,5 +135,5 @@ async def serve_until_stopped(server: PolicyServer, host: str, port: int,
     return 0
 
 
-__all__ = ['build_server', 'engine_config', 'make_server', 'serve_until_stopped',
+__all__ = ['ServerThread', 'build_server', 'engine_config', 'make_server', 'serve_until_stopped',
            'warmup_observation']
