@@ -53,9 +53,10 @@ class FrameResult:
 
     :ivar actions: ``float32 [H, robot_action_dim]`` in robot units (the engine's
         ``ActionChunk.actions``: openpi's output transforms applied).
-    :ivar policy_timing: ``infer_ms`` (the engine cycle), ``action_ms`` (until the chunk
-        was denoised), ``queue_ms`` (waiting behind other connections' frames), k and the
-        decode batch of the cycle.
+    :ivar policy_timing: ``infer_ms`` (the engine's work for the frame: the observation
+        prepared, the cycle run, as ``Engine.step`` of an ``Observation`` does it),
+        ``action_ms`` (from the cycle's start until the chunk was denoised), ``queue_ms``
+        (waiting behind other connections' frames), k and the decode batch of the cycle.
     :ivar language_updates: the connection's text news (``ConnectionTexts.take_updates``).
     """
 
@@ -117,8 +118,8 @@ class CycleDriver:
         if out.action is None:
             raise NoAction('the model produced NaN/Inf actions for this frame; nothing to act on')
         stats = out.stats
-        timing = {'infer_ms': 1e3 * stats.total_s, 'action_ms': 1e3 * stats.action_latency_s,
-                  'queue_ms': 1e3 * (start - queued_at),
+        timing = {'infer_ms': 1e3 * (time.monotonic() - start),
+                  'action_ms': 1e3 * stats.action_latency_s, 'queue_ms': 1e3 * (start - queued_at),
                   'tokens_per_cycle': stats.tokens_per_cycle, 'decode_batch': stats.decode_batch}
         return FrameResult(out.action.actions, timing, session.texts.take_updates())
 

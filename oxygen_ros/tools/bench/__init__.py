@@ -15,6 +15,8 @@ COMMANDS = {
                          "the node's action-chunk timing while texts decode (over DDS)"),
     'image_decode': Subcommand('oxygen_ros.tools.bench.image_decode',
                                'what a compressed (JPEG/PNG) camera costs per frame'),
+    'serve': Subcommand('oxygen_ros.tools.bench.serve',
+                        "openpi's wire: a client round trip beside the engine's own step"),
     'gpu': Subcommand('oxygen_ros.tools.bench.gpu_session',
                       'the GPU session: --session 1|2|3 --out DIR, each < 8 min on an H100'),
 }
