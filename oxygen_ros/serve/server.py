@@ -10,7 +10,10 @@ text frame ``'{class}: {message}'``, never a traceback (openpi's sends one:
 Physical-Intelligence/openpi#1039), then the connection closes; the same line is logged with
 the peer's address, as is every refused handshake (a wrong or missing API key: HTTP 401, too
 many connections: HTTP 503, a TLS or HTTP handshake that fails or times out).
-Compression is off (as openpi's client asks), so a message's size is its bytes on the wire.
+Compression is off (as openpi's client asks), so a message's size is its bytes on the wire. A
+handshake with an ``Origin`` header is refused (HTTP 403): robot clients send none, browsers
+always do, so a web page open on the server's machine cannot reach a loopback-bound server
+(cross-site websocket hijacking).
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class PolicyServer:
     async def start(self, host: str, port: int) -> Server:
         """Return the listening websockets server (``port`` 0: any free port)."""
         return await serve(
-            self._handler, host, port, ssl=self.ssl_context, compression=None,
+            self._handler, host, port, ssl=self.ssl_context, compression=None, origins=[None],
             max_size=self.limits.max_message_bytes, max_queue=self.limits.max_queued_frames,
             open_timeout=self.limits.open_timeout_s, process_request=self._process_request,
             server_header='oxygen_serve', create_connection=self._connection_class(),
@@ -95,8 +98,10 @@ class PolicyServer:
                     await super().handshake(*args, **kwargs)
                     cancelled = False
                 finally:
-                    if self.protocol.state is not State.OPEN and not self.health:
-                        server._refused(self, self._refusal(cancelled))
+                    if self.protocol.state is not State.OPEN:
+                        server._admitted.discard(self)      # its slot is free again
+                        if not self.health:
+                            server._refused(self, self._refusal(cancelled))
 
             def _refusal(self, cancelled: bool) -> str:
                 if self.refusal:

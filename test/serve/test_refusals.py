@@ -151,6 +151,15 @@ def test_an_idle_connection_is_closed_with_its_reason(tokenizer):
             assert ws.recv(timeout=30) == 'IdleTimeout: no observation for 1 s (--idle-timeout)'
 
 
+def test_a_browser_page_cannot_connect(server, caplog):
+    """A handshake with an Origin header (every browser sends one) is refused."""
+    caplog.set_level(logging.INFO, logger='oxygen_serve')
+    with pytest.raises(InvalidStatus) as refused:
+        connect(server.uri, origin='http://localhost:8080')
+    assert refused.value.response.status_code == 403
+    logged(caplog, 'refused 127.0.0.1:', 'HandshakeFailed: HTTP 403: invalid Origin header')
+
+
 def test_plain_http_is_refused_and_logged(server, caplog):
     caplog.set_level(logging.INFO, logger='oxygen_serve')
     with pytest.raises(urllib.error.HTTPError) as refused:
