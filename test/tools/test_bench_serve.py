@@ -7,8 +7,8 @@ import pytest
 
 
 @pytest.mark.parametrize('preset, layout', [('tiny', 'libero'), ('tiny_aloha', None)])
-def test_the_wire_is_timed_beside_the_engine_and_the_actions_agree(tmp_path, capsys, preset,
-                                                                    layout):
+def test_the_wire_is_timed_beside_the_engine_and_the_actions_agree(
+        tmp_path, capsys, preset, layout):
     out = tmp_path / 'serve.json'
     args = ['--preset', preset, '--frames', '3', '--warmup', '1', '--text-every', '2',
             '--json', str(out)] + (['--layout', layout] if layout else [])

@@ -199,8 +199,8 @@ def _print(r: dict) -> None:
     print(f"oxygen_bench serve: preset {r['preset']}, layout {r['layout']}, {r['frames']} "
           f"frames per path, {r['image_size']} px cameras ({m['processor']}, "
           f"{m['threads']} torch threads)")
-    for key, label in (('direct_step_ms', "engine step (direct)"),
-                       ('served_engine_ms', "engine cycle in the server"),
+    for key, label in (('direct_step_ms', 'engine step (direct)'),
+                       ('served_engine_ms', 'engine cycle in the server'),
                        ('round_trip_ms', 'client round trip (openpi wire)'),
                        ('wire_overhead_ms', 'wire overhead (round trip - cycle)')):
         s = r[key]
