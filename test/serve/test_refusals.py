@@ -6,7 +6,10 @@ connection closes; handshakes are refused with HTTP 401 or 503 and the same kind
 every refusal is logged with the peer. The server never sends a traceback.
 """
 
+import base64
 import logging
+import os
+import socket
 import urllib.error
 import urllib.request
 
@@ -15,7 +18,10 @@ import numpy as np
 from openpi_client import msgpack_numpy
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from oxygen_ros.serve.layouts import Layout
+from oxygen_ros.serve.driver import CycleDriver
 from oxygen_ros.serve.limits import ServeLimits
+from oxygen_ros.serve.run import ServerThread
+from oxygen_ros.serve.server import PolicyServer
 import pytest
 from serve_helpers import engine_for, logged, openpi_client, openpi_observation, running
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -166,3 +172,27 @@ def test_plain_http_is_refused_and_logged(server, caplog):
         urllib.request.urlopen(f'http://localhost:{server.port}/', timeout=10)
     assert refused.value.code == 426
     logged(caplog, 'refused 127.0.0.1:', 'HandshakeFailed: HTTP 426')
+
+
+def test_a_client_that_does_not_read_is_closed_as_slow(tokenizer, caplog):
+    """A reply (here a 32 MB metadata map) the client leaves unread past the send timeout."""
+    caplog.set_level(logging.INFO, logger='oxygen_serve')
+    limits = ServeLimits(max_message_bytes=2**20, send_timeout_s=0.5)
+    driver = CycleDriver(engine_for(LAYOUT, tokenizer), max_language_requests=8)
+    srv = ServerThread(PolicyServer(driver, LAYOUT, limits, {'pad': bytes(32 * 2**20)}))
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(('127.0.0.1', srv.port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f'GET / HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nUpgrade: websocket\r\n'
+                     f'Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n'
+                     f'Sec-WebSocket-Version: 13\r\n\r\n'.encode())
+        head = b''
+        while b'\r\n\r\n' not in head:
+            head += sock.recv(1)                   # the 101, then nothing more is read
+        assert head.startswith(b'HTTP/1.1 101')
+        logged(caplog, 'refused 127.0.0.1:', 'SlowClient: the client took no reply for 0.5 s')
+        sock.close()
+    finally:
+        srv.close()
