@@ -17,8 +17,8 @@ import msgpack
 import numpy as np
 from openpi_client import msgpack_numpy
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
-from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.driver import CycleDriver
+from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.limits import ServeLimits
 from oxygen_ros.serve.run import ServerThread
 from oxygen_ros.serve.server import PolicyServer
