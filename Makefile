@@ -27,10 +27,13 @@ export PYTHONUNBUFFERED := 1
 setup: $(STAMP) $(IFACE_STAMP) $(TOKENIZER_STAMP) $(SIM_ASSETS_STAMP)
 
 $(STAMP): requirements/ros.txt requirements/base.txt requirements/runtime.txt requirements/test.txt \
-          requirements/convert.txt requirements/constraints.txt setup.py setup.cfg package.xml
+          requirements/convert.txt requirements/openpi_client.txt requirements/constraints.txt \
+          setup.py setup.cfg package.xml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check \
 	    -r requirements/test.txt -c requirements/constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+	    -r requirements/openpi_client.txt -c requirements/constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 

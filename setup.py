@@ -32,6 +32,7 @@ setup(
             # groups take subcommands (`oxygen_bench engine --help`), see docs/tools.md.
             'oxygen_node = oxygen_ros.ros.node:main',
             'oxygen_sim = oxygen_ros.sim.app:main',
+            'oxygen_serve = oxygen_ros.serve.app:main',
             'oxygen_ask = oxygen_ros.tools.ask:main',
             'oxygen_demo = oxygen_ros.tools.demo:main',
             'oxygen_bag = oxygen_ros.tools.bag:main',

@@ -314,6 +314,12 @@ _register(ModelConfig(
     action_horizon=4, state_dim=8, robot_action_dim=7,
     cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='tiny', max_token_len=64,
     decode_budget=8))
+# Test size of pi05_base's ALOHA layout (three cameras, 14 state and action dims, openpi's
+# AlohaInputs/AlohaOutputs): the tiny model; 96 prompt slots hold 14 state bins.
+_register(_PRESETS['tiny'].with_overrides(
+    name='tiny_aloha', state_dim=14, robot_action_dim=14, cameras=CAMERA_SLOTS,
+    asset_id='tiny_aloha', gripper_dims=(6, 13), robot_adapter=RobotAdapter.ALOHA,
+    max_token_len=96))
 
 
 def preset_names() -> tuple[str, ...]:

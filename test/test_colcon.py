@@ -42,9 +42,9 @@ _NOT_SOURCE = {'.git', '.venv', 'build', 'install', 'log', '__pycache__', '.pyte
                '.hypothesis', 'out'}
 _TIMEOUT_S = 300
 # setup.py's console scripts (docs/tools.md): snake_case, one per group of what a user does.
-SCRIPTS = ('oxygen_node', 'oxygen_sim', 'oxygen_ask', 'oxygen_demo', 'oxygen_bag', 'oxygen_bench',
-           'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model', 'oxygen_convert',
-           'oxygen_keystore', 'oxygen_doctor')
+SCRIPTS = ('oxygen_node', 'oxygen_sim', 'oxygen_serve', 'oxygen_ask', 'oxygen_demo', 'oxygen_bag',
+           'oxygen_bench', 'oxygen_stress', 'oxygen_fetch', 'oxygen_export', 'oxygen_run_model',
+           'oxygen_convert', 'oxygen_keystore', 'oxygen_doctor')
 
 
 def _source_files():
@@ -162,7 +162,7 @@ def test_colcon_build_test_install(tmp_path):
         '. install/setup.bash && "$PROBE_PY" -c "$PROBE" && '
         f'{lib}/oxygen_bag --help && {lib}/oxygen_bag make_demo --help && '
         f'{lib}/oxygen_bag replay --help && {lib}/oxygen_bag record --help && '
-        f'{lib}/oxygen_doctor --help')
+        f'{lib}/oxygen_doctor --help && {lib}/oxygen_serve --help')
     rc, out = _run(['bash', '-c', script], ws,
                    {**env, 'PROBE_PY': sys.executable, 'PROBE': probe})
     assert rc == 0, out

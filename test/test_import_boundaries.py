@@ -25,8 +25,9 @@ LAYERS = {
     'ros': {'engine', 'transforms', 'kv', 'sched', 'control', 'config', 'observation',
             'resources', 'signals', 'units'},
     'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
-    'tools': {'sim', 'ros', 'engine', 'backends', 'checkpoint', 'model', 'transforms', 'kv',
-              'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units'},
+    'serve': {'engine', 'transforms', 'config', 'observation'},
+    'tools': {'sim', 'ros', 'serve', 'engine', 'backends', 'checkpoint', 'model', 'transforms',
+              'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units'},
     'control': {'config', 'units'},
     'config': set(),
     'observation': set(),
@@ -97,6 +98,14 @@ def test_ros_layer_does_not_reach_into_tools():
     loaded = loaded_after_import(of('oxygen_ros.ros'))
     assert not [m for m in loaded if m.startswith('oxygen_ros.tools')]
     assert 'rosbags' not in loaded
+
+
+def test_the_policy_server_runs_without_ros_and_its_command_line_without_torch():
+    loaded = loaded_after_import([m for m in of('oxygen_ros.serve') if '__main__' not in m])
+    assert 'rclpy' not in loaded
+    assert not [m for m in loaded if m.startswith(('oxygen_ros.ros', 'oxygen_ros.tools',
+                                                   'oxygen_ros.sim'))]
+    assert not {'torch', 'rclpy'} & loaded_after_import(['oxygen_ros.serve.app'])
 
 
 def test_package_and_configs_import_nothing_heavy():

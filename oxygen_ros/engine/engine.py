@@ -36,6 +36,7 @@ from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
+from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.sched.scheduler import Scheduler
 from oxygen_ros.transforms.conventions import resolve_conventions
 from oxygen_ros.transforms.inputs import (
@@ -151,7 +152,8 @@ class Engine:
 
         :returns: the request id.
         :raises EngineClosedError: after ``shutdown``.
-        :raises QueueFullError: ``max_waiting_requests`` requests wait already (the refusal).
+        :raises QueueFullError: ``max_waiting_requests`` requests wait already (the refusal;
+            importable from this module, part of the engine's API).
         :raises ValueError: ANSWER without a question (or one empty after cleaning), a
             question for another task, a budget < 1, a duplicate id, or a budget the KV pool
             could never hold (``Scheduler.max_blocks_needed``).
@@ -444,3 +446,6 @@ class Engine:
     def _check_open(self) -> None:
         if self._closed:
             raise EngineClosedError('the engine was shut down')
+
+
+__all__ = ['Engine', 'EngineClosedError', 'QueueFullError', 'WARMUP_ACTION_DT_NS']

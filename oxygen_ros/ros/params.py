@@ -91,7 +91,7 @@ _LIMITS_DOC = {'position_limits_lower': '`-.inf` per action joint',
 
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('preset', DEFAULT_PRESET, 'model preset (sizes, cameras, action horizon): '
-              'pi05_droid, pi05_libero, pi05_base, small, demo, tiny'),
+              'pi05_droid, pi05_libero, pi05_base, small, demo, tiny, tiny_aloha'),
     ParamSpec('checkpoint', '', 'directory with model.safetensors (openpi-PyTorch or LeRobot '
               'layout) and its norm stats (assets/<asset_id>/norm_stats.json or LeRobot '
               "processor files, docs/checkpoints.md); '' = seeded random weights (logged, "

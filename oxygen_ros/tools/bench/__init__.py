@@ -17,6 +17,8 @@ COMMANDS = {
                                'what a compressed (JPEG/PNG) camera costs per frame'),
     'kernels': Subcommand('oxygen_ros.tools.bench.kernels',
                           'the Triton kernels built as Inductor builds them, per GPU target'),
+    'serve': Subcommand('oxygen_ros.tools.bench.serve',
+                        "openpi's wire: a client round trip beside the engine's own step"),
     'gpu': Subcommand('oxygen_ros.tools.bench.gpu_session',
                       'the GPU session: --session 1|2|3 --out DIR, each < 8 min on an H100'),
 }
