@@ -238,11 +238,9 @@ class Engine:
     @property
     def dropped_features(self) -> dict[str, str]:
         """
-        Return the fast path's optional features left out: feature -> the first reason.
+        Return the fast path's features left out (``backends/features.py``): name -> reason.
 
-        The steps stay compiled without them (``backends/features.py``: the paged attention
-        kernel, FlexAttention, the FP8 product); the node reports each on ``/diagnostics``
-        (WARN), ``oxygen_bench gpu`` fails on any.
+        The steps stay compiled without them; the node reports each on ``/diagnostics``.
         """
         return dict(self.backend.warmup_report.dropped)
 
