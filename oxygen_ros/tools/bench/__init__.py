@@ -16,7 +16,7 @@ COMMANDS = {
     'image_decode': Subcommand('oxygen_ros.tools.bench.image_decode',
                                'what a compressed (JPEG/PNG) camera costs per frame'),
     'gpu': Subcommand('oxygen_ros.tools.bench.gpu_session',
-                      'the GPU session: --session 1|2|3 --out DIR, each < 8 min on an H100'),
+                      'the GPU session: --session 1, then 2 (one lease), 3-6 optional'),
 }
 
 
