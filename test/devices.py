@@ -16,6 +16,7 @@ TensorRT) is :func:`cuda_only`, with the reason.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Callable, TypeVar
 
 import pytest
@@ -53,9 +54,9 @@ def half(device: str) -> torch.dtype:
     return torch.bfloat16 if device == 'cuda' else torch.float16
 
 
-def triton_kernels(device: str) -> None:
+def triton_kernels(device: str) -> ModuleType:
     """
-    Skip unless the Triton kernels run on ``device`` in this process.
+    Return ``model/kernels/paged_decode``, or skip unless its kernels run on ``device`` here.
 
     On the CPU they run interpreted, which ``test/conftest.py`` sets up only without CUDA; a
     process with a GPU builds them for the GPU and runs their ``cuda`` cases instead.
@@ -67,6 +68,7 @@ def triton_kernels(device: str) -> None:
     if device == 'cpu' and not paged_decode.INTERPRETED:
         pytest.skip('the kernels are built for the GPU in this process (TRITON_INTERPRET unset '
                     'where CUDA is available): their CPU case runs in CI')
+    return paged_decode
 
 
 __all__ = ['CUDA', 'DEVICES', 'compiler', 'cuda_only', 'half', 'triton_kernels']

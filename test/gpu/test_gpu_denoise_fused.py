@@ -37,8 +37,8 @@ CPU_CONTEXT = 130
 
 
 def _kernels(device):
-    triton_kernels(device)
-    from oxygen_ros.model.kernels import adarms, paged_decode
+    paged_decode = triton_kernels(device)
+    from oxygen_ros.model.kernels import adarms
     return paged_decode.paged_attention, adarms
 
 

@@ -14,7 +14,6 @@ the gate: ``test_gpu_backends.py``.
 """
 
 from devices import compiler, DEVICES, half, triton_kernels
-from oxygen_ros.model.kernels import paged_decode
 from paged_cases import gathered_attention, make_inputs
 import pytest
 import torch
@@ -24,10 +23,9 @@ CPU_CONTEXT = 130
 """The longest context of a ``cpu`` case (the interpreter takes ~5 s for 900 slots)."""
 
 
-def _call(x, q_index):
-    return paged_decode.paged_attention(x['q'], q_index, x['k_pool'], x['v_pool'],
-                                        x['ctx_slots'], x['ctx_mask'], x['k_new'], x['v_new'],
-                                        x['new_valid'])
+def _call(kernels, x, q_index):
+    return kernels.paged_attention(x['q'], q_index, x['k_pool'], x['v_pool'], x['ctx_slots'],
+                                   x['ctx_mask'], x['k_new'], x['v_new'], x['new_valid'])
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -36,7 +34,7 @@ def _call(x, q_index):
                          ids=['pi05_decode', 'tiny_decode', 'pi05_suffix', 'two_kv_heads'])
 @pytest.mark.parametrize('precision', ['fp32', 'half'])
 def test_the_compiled_kernel_equals_the_gathered_attention(shape, precision, device):
-    triton_kernels(device)
+    kernels = triton_kernels(device)
     b, t, hq, hkv, d, c = shape
     c = c if device == 'cuda' else min(c, CPU_CONTEXT)
     dtype = torch.float32 if precision == 'fp32' else half(device)
@@ -44,7 +42,7 @@ def test_the_compiled_kernel_equals_the_gathered_attention(shape, precision, dev
     valid = torch.arange(t)[None] < lengths[:, None]
     x = make_inputs(b, t, hq, hkv, d, c, dtype, device=device, slots=2048, valid=valid)
     every = torch.arange(t, device=device).expand(b, t)
-    got = _call(x, every).float().flatten(2)
+    got = _call(kernels, x, every).float().flatten(2)
     want = gathered_attention(x, every)
     if dtype is torch.float32:
         torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
@@ -55,15 +53,15 @@ def test_the_compiled_kernel_equals_the_gathered_attention(shape, precision, dev
 
 @pytest.mark.parametrize('device', DEVICES)
 def test_inductor_compiles_it_once_at_symbolic_shapes_into_one_cuda_graph(device):
-    triton_kernels(device)
+    kernels = triton_kernels(device)
     cuda = device == 'cuda'
     dtype = half(device)
     outs, wants = [], []
 
     def step(q, index, k_pool, v_pool, slots, mask, k_new, v_new, valid):
-        return _call({'q': q * 1.0, 'k_pool': k_pool, 'v_pool': v_pool, 'ctx_slots': slots,
-                      'ctx_mask': mask, 'k_new': k_new, 'v_new': v_new, 'new_valid': valid},
-                     index) + 0.0
+        x = {'q': q * 1.0, 'k_pool': k_pool, 'v_pool': v_pool, 'ctx_slots': slots,
+             'ctx_mask': mask, 'k_new': k_new, 'v_new': v_new, 'new_valid': valid}
+        return _call(kernels, x, index) + 0.0
     counter = CompileCounterWithBackend(compiler(device))
     compiled = torch.compile(step, backend=counter, fullgraph=True)
     for b, c in (((2, 256), (4, 512), (8, 768)) if cuda else ((2, 32), (4, 64), (8, 96))):
