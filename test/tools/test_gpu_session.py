@@ -118,17 +118,22 @@ def test_dry_run_of_the_leases_two_commands_fills_every_key(tmp_path):
                      *(f'{name}_ms' for name in TARGETS_MS)}, later
 
 
-@pytest.mark.slow
-def test_dry_run_of_the_optional_components_session_fills_every_key(tmp_path):
-    """Session 3 on the CPU: the compiled components, RTC's guided denoise, parity."""
+def _dry_run(tmp_path: Path, session: int) -> dict:
+    """Run one optional session on the CPU (tiny preset) as a GPU machine would; return it."""
     out = tmp_path / 'out'
     proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', '--session',
-                           '3', '--out', str(out), '--device', 'cpu', '--preset', 'tiny',
-                           '--compile-cache', str(tmp_path / 'compile')],
+                           str(session), '--out', str(out), '--device', 'cpu', '--preset',
+                           'tiny', '--compile-cache', str(tmp_path / 'compile')],
                           cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    session = json.loads((out / 'session3.json').read_text())
+    return json.loads((out / f'session{session}.json').read_text())
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_optional_components_session_fills_every_key(tmp_path):
+    """Session 3 on the CPU: the compiled components, RTC's guided denoise, parity."""
+    session = _dry_run(tmp_path, 3)
     assert session['missing_keys'] == [] and session['verdict']['passed']
     r3 = session['results']['compiled_components']
     warm = r3['warmup']
@@ -319,14 +324,7 @@ def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
 @pytest.mark.slow
 def test_dry_run_of_the_optional_fp8_session_fills_every_key(tmp_path):
     """Session 4 on the CPU: the reference path's FP8 weights, checked, compiled and timed."""
-    out = tmp_path / 'out'
-    proc = subprocess.run([sys.executable, '-m', 'oxygen_ros.tools.bench', 'gpu', '--session',
-                           '4', '--out', str(out), '--device', 'cpu', '--preset', 'tiny',
-                           '--compile-cache', str(tmp_path / 'compile')],
-                          cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    session = json.loads((out / 'session4.json').read_text())
+    session = _dry_run(tmp_path, 4)
     assert list(session['phases']) == ['environment', 'fp8_components']
     assert session['missing_keys'] == []
     assert session['estimate_s']['total'] <= session['budget_s'] == gpu_session.BUDGET_S[4]

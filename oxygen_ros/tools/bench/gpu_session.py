@@ -25,7 +25,8 @@ the later phases need at least, and is killed at its deadline. Every phase runs 
 process (a CUDA error or a hang ends that phase only) and saves each figure into
 ``<out>/session<N>_<phase>.json`` as soon as it is measured; the session merges them into
 ``<out>/session<N>.json`` after each phase (status, seconds, the estimate, the error, the keys
-still missing, ``show``) and logs everything into ``<out>/session<N>.log``. A failing or
+still missing, ``show``, the ``verdict``: passed only with every phase ok, every key filled, no
+fallback and no dropped feature) and logs everything into ``<out>/session<N>.log``. A failing or
 falling-back phase is recorded and the next still runs. Exit code: bit ``2**i`` set when phase
 ``i`` (in the order above, environment = 0) failed (a fallback or a dropped feature fails it),
 crashed or ran out of time; 8 when the session could not start (no tokenizer: it says how to
@@ -136,7 +137,8 @@ FILLED_KEYS = {
                             'autotune.default.ms.prefill', 'autotune.max_autotune.warmup_s',
                             'autotune.max_autotune.ms.vision',
                             'autotune.max_autotune.ms.prefill',
-                            'autotune.max_autotune.fallbacks'),
+                            'autotune.max_autotune.fallbacks',
+                            'autotune.max_autotune.dropped'),
     'eager_components': (*_MS, 'attention_backends.auto', 'attention_backends.math',
                          'attention_backends.efficient', 'attention_backends.flash',
                          'attention_backends.cudnn', 'attention_backends.matmul',
