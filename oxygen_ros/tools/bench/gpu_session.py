@@ -85,9 +85,9 @@ RESERVE_S = {'environment': 15, 'bench': 120, 'second_start': 45, 'gpu_tests': 9
 SETUP_FAILED = 8
 _MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
        *(f'ms.decode_step_b{b}' for b in DECODE_BATCHES))
-_WARMUP = tuple(f'warmup.{k}' for k in ('warmup_s', 'phases', 'compiles', 'loaded',
-                                         'graphs', 'fallbacks', 'dropped', 'gate',
-                                         'compile_cache'))
+_WARMUP = tuple(f'warmup.{k}' for k in (
+    'warmup_s', 'phases', 'compiles', 'loaded', 'graphs', 'fallbacks', 'dropped', 'gate',
+    'compile_cache'))
 FILLED_KEYS = {
     'environment': tuple(f'environment.{k}' for k in (
         'device_name', 'driver', 'torch', 'cuda', 'cudnn', 'triton', 'python',
@@ -174,9 +174,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "machine's /tmp, kept between calls while a lent machine stays warm, "
                         'where a carried --cache is replaced); default: <cache>/torch_compile')
     p.add_argument('--budget-s', type=float, default=None,
-                   help='wall-clock budget of the session; phases are cut to fit it '
-                        '(default: the session\'s, ' + ', '.join(
-                            f'{n}: {b} s' for n, b in BUDGET_S.items()) + ')')
+                   help='wall-clock budget of the session in s, phases cut to fit it; '
+                        "None: the session's own (" + ', '.join(
+                            f'{n}: {b}' for n, b in BUDGET_S.items()) + ')')
     p.add_argument('--device', default='cuda')
     p.add_argument('--preset', default='pi05_droid', choices=preset_names())
     p.add_argument('--dtype', default='bfloat16', choices=('float32', 'bfloat16'))
