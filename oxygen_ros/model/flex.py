@@ -14,7 +14,7 @@ Why here (the H100's timings: ``docs/gpu.md#prefill-and-vision``): cuDNN's SDPA 
 took as long for the prefill's attention of a whole prefix as for a 15-query denoise call, a cost
 per call, about ten times what the call's FLOPs need at the GPU's rate; the memory-efficient kernel
 refuses GQA and flash any mask. A flex kernel's cost follows its work. Not yet timed on a GPU:
-``oxygen_bench gpu`` session 2 times it against the current path kernel by kernel
+``oxygen_bench gpu`` session 3 times it against the current path kernel by kernel
 (``tools/bench/gpu_components.py`` ``time_prefix_attention``).
 
 :func:`flex_kernels` chooses, while tracing (Dynamo guards on the setting, as on

@@ -1,12 +1,16 @@
 """
-RTC's guided denoise on CUDA (``pytest -m gpu``; skipped without CUDA).
+RTC's guided denoise as the GPU runs it, its body checked on the CPU too.
 
-What CPU CI cannot see: Inductor's Triton kernels for the guided step (the velocity and its
-vector-Jacobian product, ``model.rtc.GuidedDenoiseCall``) inside a captured CUDA graph, equal
-to the eager reference (``rtc.guided_denoise``, autograd) within the parity gate, in float32
-and bfloat16, replayed on a prefix and a guidance it never saw at the warm-up.
+``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what CPU CI cannot see: Inductor's
+Triton kernels for the guided step (the velocity and its vector-Jacobian product,
+``model.rtc.GuidedDenoiseCall``) inside a captured CUDA graph, equal to the eager reference
+(``rtc.guided_denoise``, autograd) within the parity gate, in float32 and bfloat16, replayed
+on a prefix and a guidance it never saw at the warm-up. ``cpu`` cases (``make test``,
+``test/devices.py``): the same step traced with ``aot_eager``, called (not captured) on the
+same new prefix and guidance, held to the same gate.
 """
 
+from devices import compiler, DEVICES
 from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
@@ -21,11 +25,6 @@ from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import pytest
 import torch
 
-CUDA = torch.cuda.is_available()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not CUDA, reason='needs a CUDA GPU (torch.cuda.is_available() is False)'),
-]
 SLOTS = 1024
 
 
@@ -76,10 +75,11 @@ def guided_graph_against_eager(dtype, device='cuda', compile_mode=CompileMode.RE
     return graphs, check_parity('guided_denoise', [got], [want], ref)
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_the_guided_denoise_graph_captures_and_equals_eager_within_the_gate(dtype):
-    graphs, result = guided_graph_against_eager(dtype)
-    assert graphs and all(g.captured for g in graphs.values())
+def test_the_guided_denoise_graph_captures_and_equals_eager_within_the_gate(dtype, device):
+    graphs, result = guided_graph_against_eager(dtype, device, backend=compiler(device))
+    assert graphs and all(g.captured == (device == 'cuda') for g in graphs.values())
     assert result.passed, result.describe()
     if dtype == 'bfloat16':
         assert result.reference_error > 0              # the gate took bf16's own rounding

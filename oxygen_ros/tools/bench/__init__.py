@@ -20,7 +20,7 @@ COMMANDS = {
     'serve': Subcommand('oxygen_ros.tools.bench.serve',
                         "openpi's wire: a client round trip beside the engine's own step"),
     'gpu': Subcommand('oxygen_ros.tools.bench.gpu_session',
-                      'the GPU session: --session 1|2|3 --out DIR, each < 8 min on an H100'),
+                      'the GPU session: --session 1, then 2 (one lease), 3-6 optional'),
 }
 
 

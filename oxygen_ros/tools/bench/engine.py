@@ -240,6 +240,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     from oxygen_ros.transforms.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
     from oxygen_ros.sched.scheduler import Policy
     from oxygen_ros.tools.bench.probe import ComponentProbe
+    from oxygen_ros.tools.bench.warmup_summary import dropped_features, warmup_summary
     from oxygen_ros.tools.common.workload import make_observation
 
     oxygen = engines[Policy.OXYGEN]
@@ -254,9 +255,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     for eng in engines.values():
         eng.warmup(obs[0])
     if on_warm is not None:
-        on_warm({'compile_seconds': compile_s, 'fallbacks': oxygen.fallbacks,
-                 'dropped': oxygen.dropped_features,
-                 'without': dict(oxygen.backend.warmup_report.without),
+        on_warm({**warmup_summary(oxygen.backend), 'compile_seconds': compile_s,
+                 'fallbacks': oxygen.fallbacks,
                  'compile_counts': dict(oxygen.backend.warmup_report.compiles)})
 
     arrivals = args.arrivals.counts(total_frames)
@@ -359,8 +359,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'compile_counts': dict(oxygen.backend.warmup_report.compiles),
         'shared_backend': True, 'attention_backend': oxygen.backend.attention.value,
         'fallbacks': {pol.value: eng.fallbacks for pol, eng in engines.items() if eng.fallbacks},
-        'dropped': oxygen.dropped_features,
-        'without': dict(oxygen.backend.warmup_report.without),
+        'dropped': dropped_features(oxygen.backend),
         'stop_on_eos': args.stop_on_eos,
         'isolated': summary['isolated'], 'oxygen': summary['oxygen'],
         'speedup': summary['isolated']['frame_ms_p50'] / summary['oxygen']['frame_ms_p50'],
@@ -489,8 +488,8 @@ def _print(r: dict) -> None:
               f"(exact {j['frozen_gap_exact']:.3f})")
     for policy, steps in r['fallbacks'].items():
         print(f'{policy}: compiled steps FELL BACK to eager: {steps}')
-    for feature, why in r.get('dropped', {}).items():
-        print(f'fast path WITHOUT {feature}: {why}')
+    for feature, reason in r['dropped'].items():
+        print(f'the fast path DROPPED {feature} to stay compiled: {reason}')
 
 
 if __name__ == '__main__':

@@ -21,14 +21,15 @@ def autotune_components(ctx: Any) -> bool:
 
     Each run builds its own fast path (vision and prefill only, the workload's cameras) with
     ``$OXYGEN_ROS_MAX_AUTOTUNE`` unset, then ``vision,prefill``, and saves under ``autotune``
-    its warm-up seconds (what autotuning costs at start), fallbacks, gate and the median ms
-    of each call. Returns True where a run fell back.
+    its warm-up seconds (what autotuning costs at start), fallbacks, features dropped, gate
+    and the median ms of each call. Returns True where a run fell back or dropped a feature.
     """
     import torch
 
     from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
     a, work = ctx.args, ctx.workload()
     model = work.build_model()
@@ -44,11 +45,12 @@ def autotune_components(ctx: Any) -> bool:
             reference=reference)
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),
+                      'dropped': dropped_features(backend),
                       'gate': {s: r.describe() for s, r in backend.compiled.parity.items()},
                       'ms': _time_vision_prefill(backend, work)}
         ctx.save('autotune', runs)
         del backend
-    return any(run['fallbacks'] for run in runs.values())
+    return any(run['fallbacks'] or run['dropped'] for run in runs.values())
 
 
 def _time_vision_prefill(backend, work) -> dict:

@@ -10,22 +10,25 @@ what it had. It returns True when something failed or fell back (the figures are
 phase                what it measures
 ==================== =====================================================================
 environment          GPU, driver, torch, CUDA, cuDNN, Triton, Python, CPU, the tokenizer
-gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess), per test
-eager_components     each model call, eager, with every attention kernel; rooflines
-compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
-                     gate, fallbacks, compile cache, the decode attention used; RTC's
-                     guided denoise included), each call (the guided denoise too), the
-                     action path's parity, the decode attention alone (paged vs gather),
-                     the prefill's and SigLIP's attention alone, kernel by kernel
-bench                ``oxygen_bench engine``: OxyGen vs isolated on the fast path (one
-                     shared warm-up), the paper workload
+bench                the fast path warmed up cold (saved the moment it is warm: seconds per
+                     step, graphs, fallbacks, the features dropped, the gate), then
+                     ``oxygen_bench engine``: OxyGen vs isolated on it (one shared warm-up),
+                     the paper workload
 second_start         a fresh process starting the same engine: the compile caches at work
+gpu_tests            ``pytest -m gpu test/gpu`` on the tiny model (a subprocess; on several
+                     worker processes with pytest-xdist), per test, as they finish
+compiled_components  the fast path's cold warm-up (compiles and recompiles per step, the
+                     gate, fallbacks, features dropped, compile cache, the decode attention
+                     used; RTC's guided denoise included), each call (the guided denoise
+                     too), the action path's parity, the decode attention alone (paged vs
+                     gather), the prefill's and SigLIP's attention alone, kernel by kernel
 fp8_components       FP8 weights (``model/fp8.py``): the action check against bf16 and
                      float32, then as ``compiled_components`` on the FP8 model (the gate
                      against the unquantized float32 copy), rooflines with FP8 bytes and
                      FLOPs, Thor's projection
 autotune_components  vision and prefill compiled with Inductor's defaults, then with
                      ``max_autotune``: compile time, gate, each call
+eager_components     each model call, eager, with every attention kernel; rooflines
 ==================== =====================================================================
 """
 
@@ -128,18 +131,65 @@ def environment(ctx: PhaseContext) -> bool:
     return dev.startswith('cuda') and not torch.cuda.is_available()
 
 
-_OUTCOME = re.compile(r'^(test/\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)')
+_OUTCOMES = 'PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS'
+_OUTCOME = re.compile(rf'^(test/\S+::\S+) ({_OUTCOMES})')
+"""A test's line of ``pytest -v``."""
+_OUTCOME_XDIST = re.compile(rf'^\[gw\d+\] \[ *\d+%\] ({_OUTCOMES}) (test/\S+::\S+)')
+"""A finished test's line of ``pytest -v -n N`` (pytest-xdist)."""
+_STARTED = re.compile(r'^(test/\S+::\S+) ?$')
+"""A test started (``-v -n N``), or cut off before its outcome (``-v``)."""
+MAX_TEST_WORKERS = 8
+
+
+def gpu_test_workers() -> int:
+    """Return the pytest-xdist worker processes for ``gpu_tests`` (0: xdist is missing)."""
+    from importlib.util import find_spec
+
+    if find_spec('xdist') is None:
+        return 0
+    return min(MAX_TEST_WORKERS, max(1, (os.cpu_count() or 2) // 2))
+
+
+def parse_test_outcomes(lines: list[str]) -> tuple[dict[str, str], list[str]]:
+    """
+    Return each test's outcome and the tests started without one, from ``pytest -v`` output.
+
+    :param lines: the output, with or without pytest-xdist (``-n N``); a run killed at its
+        deadline leaves the tests it was running without an outcome.
+    """
+    tests, started = {}, []
+    for line in lines:
+        if m := _OUTCOME_XDIST.match(line):
+            tests[m.group(2)] = m.group(1)
+        elif m := _OUTCOME.match(line):
+            tests[m.group(1)] = m.group(2)
+        elif m := _STARTED.match(line):
+            started.append(m.group(1))
+    return tests, [t for t in dict.fromkeys(started) if t not in tests]
 
 
 def gpu_tests(ctx: PhaseContext) -> bool:
-    """Run ``pytest -m gpu test/gpu`` (a subprocess, killed at the deadline); per-test results."""
+    """
+    Run ``pytest -m gpu test/gpu`` (a subprocess, killed at the deadline); per-test results.
+
+    On ``gpu_test_workers()`` processes where pytest-xdist is installed (the GPU machine's
+    image has it; each test's Inductor compiles are CPU work, the GPU is shared), each with
+    its share of Inductor's compile threads; else in one. Tests that finished before the
+    deadline keep their outcome; those it cut off are listed (``unfinished``).
+    """
+    workers = gpu_test_workers()
     cmd = [sys.executable, '-m', 'pytest', '-m', 'gpu', 'test/gpu', '-v', '-rfE',
            '-p', 'no:cacheprovider', '--durations=10']
+    env = dict(os.environ)
+    if workers:
+        cmd += ['-n', str(workers), '--dist', 'load']
+        env.setdefault('TORCHINDUCTOR_COMPILE_THREADS',
+                       str(max(1, (os.cpu_count() or 2) // workers)))
     timeout = max(10.0, ctx.seconds_left() - 5)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    lines, timed_out = [], False
+                            text=True, start_new_session=True, env=env)
+    timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -148,13 +198,14 @@ def gpu_tests(ctx: PhaseContext) -> bool:
         timed_out = True
     sys.stdout.write(out)
     lines = out.splitlines()
-    tests = {m.group(1): m.group(2) for m in map(_OUTCOME.match, lines) if m}
+    tests, unfinished = parse_test_outcomes(lines)
     counts = {k.lower(): sum(v == k for v in tests.values())
               for k in ('PASSED', 'FAILED', 'SKIPPED', 'ERROR')}
-    result = {'command': ' '.join(cmd[1:]), 'returncode': None if timed_out else proc.returncode,
+    result = {'command': ' '.join(cmd[1:]), 'workers': workers,
+              'returncode': None if timed_out else proc.returncode,
               'timed_out': timed_out, 'seconds': time.perf_counter() - t0, **counts,
-              'tests': tests, 'failures': [ln for ln in lines
-                                           if ln.startswith(('FAILED ', 'ERROR '))],
+              'tests': tests, 'unfinished': unfinished,
+              'failures': [ln for ln in lines if ln.startswith(('FAILED ', 'ERROR '))],
               'summary': lines[-1] if lines else ''}
     ctx.save('gpu_tests', result)
     return timed_out or proc.returncode not in (0, 5)      # 5: no test collected
@@ -301,6 +352,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
+    from oxygen_ros.tools.bench.warmup_summary import warmup_summary
 
     a = ctx.args
     attention = AttentionBackend.resolve(a.attention)
@@ -319,19 +371,12 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
                                   and 'denoise' not in report.fallbacks, model.cfg.action_horizon)
         prefix = prefill_attention(fast.device, fast.kernels is Kernels.INDUCTOR
                                    and 'prefill' not in report.fallbacks)
+    warm = warmup_summary(backend)
     ctx.save('warmup', {
-        'warmup_s': report.seconds, 'compile_mode': fast.mode.value,
-        'compile_backend': a.compile_backend, 'camera_counts': list(fast.shapes.camera_counts),
-        'attention_backend': attention.value, 'decode_attention': paged,
-        'denoise_attention': fused, 'prefill_attention': prefix,
-        'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
-        'phases': {k: round(v, 3) for k, v in report.phases.items()},
-        'graphs': dict(report.graphs), 'fallbacks': dict(report.fallbacks),
-        'gate': {s: r.describe() for s, r in fast.parity.items()},
-        'recompiles': recompiles.messages,
-        'compile_cache': None if report.compile_cache is None else {
-            'hits': report.compile_cache.hits, 'misses': report.compile_cache.misses,
-            'loaded': report.compile_cache.loaded}})
+        **warm, 'compile_mode': fast.mode.value, 'compile_backend': a.compile_backend,
+        'camera_counts': list(fast.shapes.camera_counts), 'attention_backend': attention.value,
+        'decode_attention': paged, 'denoise_attention': fused, 'prefill_attention': prefix,
+        'recompiles': recompiles.messages})
     with sdpa_context(attention):
         run = run_components(fast, backend.cache, work, guided=True)
         ctx.save('ms', run['ms'])
@@ -349,7 +394,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
                                  guided=True)['outputs']
     parity = pipeline_parity(run['outputs'], eager, ref, work)
     ctx.save('pipeline_parity', parity)
-    return bool(report.fallbacks) or not parity['passed'], paged
+    return bool(report.fallbacks or warm['dropped']) or not parity['passed'], paged
 
 
 def _engine_args(ctx: PhaseContext) -> list[str]:
@@ -363,7 +408,15 @@ def _engine_args(ctx: PhaseContext) -> list[str]:
 
 
 def bench(ctx: PhaseContext) -> bool:
-    """``oxygen_bench engine`` on the fast path: OxyGen vs isolated, one shared warm-up."""
+    """
+    Warm the fast path up cold, then run ``oxygen_bench engine``: OxyGen vs isolated on it.
+
+    One process, one warm-up (a second would cost what the second start measures): its
+    figures are saved under ``warmup`` the moment both engines are warm
+    (``warmup_summary``: seconds per step, graphs, fallbacks, dropped features, the gate),
+    the bench's under ``result`` when it ends. Failed on a fallback, a dropped feature or
+    texts that differ.
+    """
     from oxygen_ros.tools.bench.engine import main as bench_main
 
     out = ctx.path.with_name(ctx.path.stem + '_run.json.tmp')
@@ -378,7 +431,8 @@ def bench(ctx: PhaseContext) -> bool:
     result = json.loads(out.read_text())
     out.unlink()
     ctx.save('result', result)
-    return bool(result.get('fallbacks')) or not result.get('text_equal')
+    return bool(result.get('fallbacks') or result.get('dropped')) or \
+        not result.get('text_equal')
 
 
 def second_start(ctx: PhaseContext) -> bool:
@@ -386,20 +440,30 @@ def second_start(ctx: PhaseContext) -> bool:
     cmd = [sys.executable, '-m', 'oxygen_ros.tools.bench.start', *_engine_args(ctx),
            '--compile-mode', ctx.args.compile_mode]
     ctx.save('command', ' '.join(cmd[1:]))
+    timeout = max(10.0, ctx.seconds_left() - 5)
     spawned = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
-                          timeout=max(10.0, ctx.seconds_left() - 5))
-    sys.stdout.write(proc.stderr[-20000:])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)               # with its compile workers
+        out, err = proc.communicate()
+        sys.stdout.write(err[-20000:])
+        ctx.save('error', f'no first action chunk within {timeout:.0f} s: killed (its log '
+                          f'is in the session log)')
+        return True
+    sys.stdout.write(err[-20000:])
     if proc.returncode != 0:
         ctx.save('error', f'oxygen_ros.tools.bench.start exit code {proc.returncode}')
         return True
-    run = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = json.loads(out.strip().splitlines()[-1])
     run['first_chunk_s'] = run['first_chunk_unix_s'] - spawned
     ctx.save('second_start', run)
     print(f"second start: first action chunk {run['first_chunk_s']:.1f} s after spawn "
           f"(fast-path warm-up {run['fast_path_warmup_s']:.1f} s, compile cache "
           f"{run['compile_cache_hits']} hits / {run['compile_cache_misses']} misses)")
-    return bool(run['fallbacks'])
+    return bool(run['fallbacks'] or run.get('dropped'))
 
 
 PHASES: dict[str, Callable[[PhaseContext], bool]] = {
@@ -407,4 +471,5 @@ PHASES: dict[str, Callable[[PhaseContext], bool]] = {
     'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start,
     'fp8_components': fp8_components, 'autotune_components': autotune_components}
 
-__all__ = ['PHASES', 'PhaseContext', 'REPO', 'write_json']
+__all__ = ['PHASES', 'PhaseContext', 'REPO', 'gpu_test_workers', 'parse_test_outcomes',
+           'write_json']

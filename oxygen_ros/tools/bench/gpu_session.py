@@ -1,35 +1,38 @@
 """
-``oxygen_bench gpu``: the GPU session, three commands that each fit a short GPU lease.
+``oxygen_bench gpu``: the GPU session, two commands that fit one GPU lease, then optional ones.
 
-A GPU is lent rarely and briefly (here: 30 device-minutes, 10 a command, a bare machine). The
-session splits the GPU figures into three commands (FP8's and max_autotune's into optional
-fourth and fifth ones), each estimated at most ~8 minutes cold on an H100 (``--budget-s``,
-default 480 s, is enforced: a phase gets the time left minus what the later phases need at
-least, and is killed at its deadline):
+A GPU is lent rarely and briefly (here: 15 device-minutes in all, the machine's start of 1-2
+minutes included, at most 10 minutes a command, a bare machine without network). So the
+figures that matter most come first, in two commands on one machine, the second while the
+first one's compile caches are still on it (docs/gpu.md#the-gpu-session):
 
-- ``--session 1``: environment; ``pytest -m gpu test/gpu`` (tiny model); eager components
-  with every attention kernel;
-- ``--session 2``: environment; the fast path warmed up cold (compile time, compiles and
-  recompiles per step, gate, fallbacks; RTC's guided denoise included), its components (the
-  guided denoise beside the plain one), the action path's parity, and the attention of a
-  decode step, of the prefill's prefix and of SigLIP alone, kernel by kernel;
-- ``--session 3``: environment; OxyGen vs isolated on the fast path (one warm-up shared by
-  both engines); a second start in a fresh process (the compile caches).
-- ``--session 4`` (optional, FP8 weights): environment; the FP8 action check on the random
-  weights (recorded), the fast path warmed up cold with FP8 weights, its components beside
-  their FP8 bounds and Thor's projection, the action path's parity.
-- ``--session 5`` (optional, ``max_autotune``): environment; vision and prefill compiled,
-  captured, gated and timed with Inductor's defaults, then with ``max_autotune``.
+- ``--session 1`` (a fresh machine, budget 540 s): environment; the fast path warmed up cold
+  (seconds per step, graphs, fallbacks, the features dropped), then OxyGen vs isolated on it
+  (frames/s, tokens/s, action latency from the observation's arrival, each job's time);
+- ``--session 2`` (the same machine, at once, budget 240 s): environment; a second start in
+  a fresh process (the compile caches the first command left); ``pytest -m gpu test/gpu``.
 
-Every phase runs in its own process (a CUDA error or a hang ends that phase only) and saves
-each figure into ``<out>/session<N>_<phase>.json`` as soon as it is measured; the session
-merges them into ``<out>/session<N>.json`` after each phase (status, seconds, the estimate,
-the error) and logs everything into ``<out>/session<N>.log``. A failing or falling-back phase
-is recorded and the next still runs. Exit code: bit ``2**i`` set when phase ``i`` (in the
-order above, environment = 0) failed, fell back, crashed or ran out of time; 8 when the
-session could not start (no tokenizer: it says how to bring one, in its first second).
+Where a lease has time left (each on its own, budget 540 s): ``--session 3`` the compiled
+components (the fast path warmed up cold with RTC's guided denoise, each call beside its
+bound, the action path's parity, the attention of a decode step, of the prefill's prefix and
+of SigLIP alone, kernel by kernel); ``--session 4`` FP8 weights (the action check on the
+random weights, the fast path with them, components, parity, Thor's projection);
+``--session 5`` vision and prefill with Inductor's ``max_autotune`` against its defaults;
+``--session 6`` the eager components with every attention kernel.
 
-``--merge DIR`` joins the three sessions' files (fetched into one folder) into
+``--budget-s`` (default: the session's) is enforced: a phase gets the time left minus what
+the later phases need at least, and is killed at its deadline. Every phase runs in its own
+process (a CUDA error or a hang ends that phase only) and saves each figure into
+``<out>/session<N>_<phase>.json`` as soon as it is measured; the session merges them into
+``<out>/session<N>.json`` after each phase (status, seconds, the estimate, the error, the keys
+still missing, ``show``, the ``verdict``: passed only with every phase ok, every key filled, no
+fallback and no dropped feature) and logs everything into ``<out>/session<N>.log``. A failing or
+falling-back phase is recorded and the next still runs. Exit code: bit ``2**i`` set when phase
+``i`` (in the order above, environment = 0) failed (a fallback or a dropped feature fails it),
+crashed or ran out of time; 8 when the session could not start (no tokenizer: it says how to
+bring one, in its first second).
+
+``--merge DIR`` joins the sessions' files (fetched into one folder) into
 ``DIR/<date>-<gpu>.json`` with ``show``: the targets beside the figures (``docs/gpu.md#targets``).
 On the CPU (``--device cpu --preset tiny``) the same commands are CI's dry run with the same keys.
 """
@@ -51,72 +54,82 @@ from oxygen_ros.config import preset_names
 from oxygen_ros.tools.bench.gpu_components import DECODE_BATCHES
 
 SESSIONS = {
-    1: ('environment, GPU tests, eager components',
-        ('environment', 'gpu_tests', 'eager_components')),
-    2: ('compiled components: cold warm-up, recompiles, gate, parity',
+    1: ('the fast path cold: its warm-up, then OxyGen vs isolated on it',
+        ('environment', 'bench')),
+    2: ('the machine still warm: a second start, the GPU tests',
+        ('environment', 'second_start', 'gpu_tests')),
+    3: ('compiled components: cold warm-up, recompiles, gate, parity, attention kernels',
         ('environment', 'compiled_components')),
-    3: ('OxyGen vs isolated on the fast path, a warm second start',
-        ('environment', 'bench', 'second_start')),
     4: ('FP8 weights: the action check, the fast path with them, components, parity',
         ('environment', 'fp8_components')),
     5: ("vision and prefill with Inductor's max_autotune: compile time and each call",
         ('environment', 'autotune_components')),
+    6: ('eager components with every attention kernel, rooflines',
+        ('environment', 'eager_components')),
 }
-"""The sessions; 4 (FP8 weights) and 5 (``max_autotune``) are optional: ``make gpu-session``
-runs 1 to 3 unless ``SESSION`` names them."""
-ESTIMATE_S = {'environment': 20, 'gpu_tests': 360, 'eager_components': 90,
-              'compiled_components': 450, 'bench': 330, 'second_start': 90,
-              'fp8_components': 420, 'autotune_components': 420}
+"""The sessions; 1 and 2 are one lease (``make gpu-session`` runs them), 3 to 6 optional."""
+LEASE = (1, 2)
+"""The sessions every lease runs, in this order, on one machine."""
+BUDGET_S = {1: 540, 2: 240, 3: 540, 4: 540, 5: 540, 6: 540}
+"""Default ``--budget-s`` per session: a 15-minute lease holds the machine's start (1-2 min),
+session 1 (9 min) and session 2 (4 min); every command stays under the 10 a command may run."""
+ESTIMATE_S = {'environment': 20, 'bench': 360, 'second_start': 90, 'gpu_tests': 120,
+              'compiled_components': 450, 'fp8_components': 420, 'autotune_components': 420,
+              'eager_components': 90}
 """Cold seconds per phase on an H100 (``pi05_droid`` bf16), estimated from the GPU runs; how:
 ``docs/gpu.md#the-gpu-session``."""
-RESERVE_S = {'environment': 15, 'gpu_tests': 30, 'eager_components': 60,
-             'compiled_components': 120, 'bench': 120, 'second_start': 45,
-             'fp8_components': 120, 'autotune_components': 150}
+RESERVE_S = {'environment': 15, 'bench': 120, 'second_start': 45, 'gpu_tests': 90,
+             'compiled_components': 120, 'fp8_components': 120, 'autotune_components': 150,
+             'eager_components': 60}
 """The least time a phase needs to yield anything: kept free for the later phases."""
 SETUP_FAILED = 8
 _MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
        *(f'ms.decode_step_b{b}' for b in DECODE_BATCHES))
+_WARMUP = tuple(f'warmup.{k}' for k in (
+    'warmup_s', 'phases', 'compiles', 'loaded', 'graphs', 'fallbacks', 'dropped', 'gate',
+    'compile_cache'))
 FILLED_KEYS = {
     'environment': tuple(f'environment.{k}' for k in (
         'device_name', 'driver', 'torch', 'cuda', 'cudnn', 'triton', 'python',
         'gpu_memory_gib', 'compute_capability', 'tokenizer.bytes')),
-    'gpu_tests': ('gpu_tests.returncode', 'gpu_tests.passed', 'gpu_tests.failed',
-                  'gpu_tests.skipped', 'gpu_tests.tests', 'gpu_tests.seconds'),
-    'eager_components': (*_MS, 'attention_backends.auto', 'attention_backends.math',
-                         'attention_backends.efficient', 'attention_backends.flash',
-                         'attention_backends.cudnn', 'attention_backends.matmul',
-                         'roofline.prefill.bound_ms',
-                         'paper_cycle', 'workload.model_build_s'),
-    'compiled_components': ('warmup.warmup_s', 'warmup.compiles.decode', 'warmup.graphs',
-                            'warmup.decode_attention', 'decode_attention.used',
-                            'warmup.denoise_attention', 'denoise.us_per_layer_step',
-                            'warmup.prefill_attention', 'prefix_attention.prefill.sdpa_us',
-                            'prefix_attention.prefill.flex_us',
-                            'prefix_attention.prefill.max_abs_diff',
-                            'prefix_attention.vision.sdpa_us', 'prefix_attention.vision.flex_us',
-                            'warmup.fallbacks', 'warmup.gate.prefill', 'warmup.recompiles',
-                            'warmup.compile_cache', 'warmup.gate.guided_denoise', *_MS,
-                            'ms.guided_denoise_10_steps', 'ms.decode_k_steps_b8',
-                            'roofline.decode_step_b1.pct_of_bound',
-                            'roofline.guided_denoise_10_steps.pct_of_bound', 'paper_cycle',
-                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions',
-                            'pipeline_parity.outputs.guided_actions'),
-    'bench': ('warmup.compile_seconds', 'result.speedup', 'result.ideal_speedup',
+    'bench': (*_WARMUP, 'warmup.compile_seconds', 'warmup.phases.decode',
+              'warmup.graphs.denoise', 'result.speedup', 'result.ideal_speedup',
               'result.oxygen.action_latency_ms_p50', 'result.oxygen.action_hz',
-              'result.oxygen.tokens_per_s', 'result.isolated.frame_ms_p50',
-              'result.text_equal', 'result.fallbacks', 'result.compile_counts',
+              'result.oxygen.tokens_per_s', 'result.oxygen.seconds_by_job_mean_ms.denoise',
+              'result.oxygen.seconds_by_job_mean_ms.decode', 'result.isolated.frame_ms_p50',
+              'result.isolated.seconds_by_job_mean_ms.prefill', 'result.text_equal',
+              'result.fallbacks', 'result.dropped', 'result.compile_counts',
               'result.attention_backend', 'result.text_context',
               'result.oxygen.full_prefills_per_frame',
               'result.isolated.full_prefills_per_frame'),
     'second_start': ('second_start.first_chunk_s', 'second_start.fast_path_warmup_s',
                      'second_start.compile_cache_hits', 'second_start.compile_cache_misses',
                      'second_start.compiles', 'second_start.loaded', 'second_start.gate',
-                     'second_start.phases', 'second_start.fallbacks'),
+                     'second_start.phases', 'second_start.graphs', 'second_start.fallbacks',
+                     'second_start.dropped'),
+    'gpu_tests': ('gpu_tests.returncode', 'gpu_tests.passed', 'gpu_tests.failed',
+                  'gpu_tests.skipped', 'gpu_tests.tests', 'gpu_tests.unfinished',
+                  'gpu_tests.workers', 'gpu_tests.seconds'),
+    'compiled_components': (*_WARMUP, 'warmup.compiles.decode', 'warmup.decode_attention',
+                            'decode_attention.used', 'warmup.denoise_attention',
+                            'denoise.us_per_layer_step', 'warmup.prefill_attention',
+                            'prefix_attention.prefill.sdpa_us',
+                            'prefix_attention.prefill.flex_us',
+                            'prefix_attention.prefill.max_abs_diff',
+                            'prefix_attention.vision.sdpa_us', 'prefix_attention.vision.flex_us',
+                            'warmup.gate.prefill', 'warmup.recompiles',
+                            'warmup.gate.guided_denoise', *_MS,
+                            'ms.guided_denoise_10_steps', 'ms.decode_k_steps_b8',
+                            'roofline.decode_step_b1.pct_of_bound',
+                            'roofline.guided_denoise_10_steps.pct_of_bound', 'paper_cycle',
+                            'pipeline_parity.passed', 'pipeline_parity.outputs.actions',
+                            'pipeline_parity.outputs.guided_actions'),
     'fp8_components': ('quantization.kernel', 'quantization.linears',
                        'quantization.acceptance.passed', 'quantization.acceptance.ratio',
                        'quantization.acceptance.fp8_error', 'quantization.acceptance.bf16_error',
-                       'warmup.warmup_s', 'warmup.fallbacks', 'warmup.gate.denoise',
-                       'warmup.compiles.decode', *_MS, 'roofline.decode_step_b8.pct_of_bound',
+                       'warmup.warmup_s', 'warmup.fallbacks', 'warmup.dropped',
+                       'warmup.gate.denoise', 'warmup.compiles.decode', *_MS,
+                       'roofline.decode_step_b8.pct_of_bound',
                        'roofline.denoise_10_steps.thor', 'paper_cycle.thor_bound_ms',
                        'pipeline_parity.passed',
                        'pipeline_parity.outputs.actions'),
@@ -124,7 +137,13 @@ FILLED_KEYS = {
                             'autotune.default.ms.prefill', 'autotune.max_autotune.warmup_s',
                             'autotune.max_autotune.ms.vision',
                             'autotune.max_autotune.ms.prefill',
-                            'autotune.max_autotune.fallbacks'),
+                            'autotune.max_autotune.fallbacks',
+                            'autotune.max_autotune.dropped'),
+    'eager_components': (*_MS, 'attention_backends.auto', 'attention_backends.math',
+                         'attention_backends.efficient', 'attention_backends.flash',
+                         'attention_backends.cudnn', 'attention_backends.matmul',
+                         'roofline.prefill.bound_ms',
+                         'paper_cycle', 'workload.model_build_s'),
 }
 """Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
 TOKENIZER_FIX = (
@@ -154,8 +173,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help='where the compile caches go (sets OXYGEN_ROS_COMPILE_CACHE; e.g. the '
                         "machine's /tmp, kept between calls while a lent machine stays warm, "
                         'where a carried --cache is replaced); default: <cache>/torch_compile')
-    p.add_argument('--budget-s', type=float, default=480.0,
-                   help='wall-clock budget of the session; phases are cut to fit it')
+    p.add_argument('--budget-s', type=float, default=None,
+                   help='wall-clock budget of the session in s, phases cut to fit it; '
+                        "None: the session's own (" + ', '.join(
+                            f'{n}: {b}' for n, b in BUDGET_S.items()) + ')')
     p.add_argument('--device', default='cuda')
     p.add_argument('--preset', default='pi05_droid', choices=preset_names())
     p.add_argument('--dtype', default='bfloat16', choices=('float32', 'bfloat16'))
@@ -191,6 +212,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     cpu = not args.device.startswith('cuda')
     cfg = get_preset(args.preset)
     args.out = args.out.resolve()
+    args.budget_s = args.budget_s or float(BUDGET_S[args.session])
     args.cameras = args.cameras or 3
     args.prompt_tokens = args.prompt_tokens or min(50, cfg.max_token_len - 8)
     prefix = args.cameras * cfg.image_tokens_per_camera + args.prompt_tokens
@@ -318,10 +340,35 @@ def run_session(args: argparse.Namespace, argv: list[str]) -> int:
             data['exit_code'], data['seconds'] = code, time.time() - t0
             data['missing_keys'] = missing_keys(data)
             data['show'] = show_of([data])
+            data['verdict'] = verdict_of(data)
             write_json(path, data)
-        say(f'session {n} done in {time.time() - t0:.0f} s, exit code {code}'
-            + (f'; missing keys: {data["missing_keys"]}' if data['missing_keys'] else ''))
+        verdict = data['verdict']
+        say(f'session {n} done in {time.time() - t0:.0f} s, exit code {code}: '
+            + ('PASSED' if verdict['passed'] else 'FAILED: ' + '; '.join(verdict['problems'])))
     return code
+
+
+def verdict_of(session: dict) -> dict:
+    """
+    Return whether a session passed, and what failed it.
+
+    It passes when every phase ran to its end without failing, every key of its phases is
+    filled, and its warm-ups (the cold one, the second start, the components') had no
+    fallback and dropped no feature (docs/gpu.md#targets).
+
+    :returns: ``passed``, ``problems`` (one line each), ``fallbacks`` and ``dropped`` (the
+        warm-ups' own, joined: step or feature -> reason).
+    """
+    report = report_of([session])
+    runs = [*report['backends'].values(), report['second_start']]
+    found = {key: {k: v for r in runs for k, v in (r.get(key) or {}).items()}
+             for key in ('fallbacks', 'dropped')}
+    problems = [f'{phase} {p["status"]}' + (f' ({p["error"][:200]})' if p.get('error') else '')
+                for phase, p in session['phases'].items() if p['status'] != 'ok']
+    problems += [f'{key}: {", ".join(sorted(found[key]))}' for key in found if found[key]]
+    if session.get('missing_keys'):
+        problems.append(f'missing keys: {", ".join(session["missing_keys"])}')
+    return {'passed': not problems, 'problems': problems, **found}
 
 
 def report_of(sessions: list[dict]) -> dict:
@@ -331,20 +378,24 @@ def report_of(sessions: list[dict]) -> dict:
         results.update(s['results'])
     env = results.get('environment', {}).get('environment', {})
     compiled = dict(results.get('compiled_components', {}))
-    if 'warmup' in compiled:
-        compiled['fallbacks'] = compiled['warmup'].get('fallbacks', {})
     bench = results.get('bench', {})
+    warmups = [w for w in (compiled.get('warmup'), bench.get('warmup')) if w]
+    for key in ('fallbacks', 'dropped'):             # either cold warm-up's, joined
+        if warmups:
+            compiled[key] = {k: v for w in warmups for k, v in (w.get(key) or {}).items()}
     if bench.get('result'):
         compiled['bench'] = bench['result']
     eager = dict(results.get('eager_components', {}))
     fp8 = dict(results.get('fp8_components', {}))
     if 'warmup' in fp8:
         fp8['fallbacks'] = fp8['warmup'].get('fallbacks', {})
+        fp8['dropped'] = fp8['warmup'].get('dropped', {})
     return {**env, 'backends': {k: v for k, v in (('eager', eager), ('compiled', compiled),
                                                   ('fp8', fp8)) if v},
             'pipeline_parity': compiled.pop('pipeline_parity', {}),
             'gpu_tests': results.get('gpu_tests', {}).get('gpu_tests'),
-            'first_start': {'fast_path_warmup_s': bench.get('warmup', {}).get('compile_seconds')},
+            'first_start': {'fast_path_warmup_s': bench.get('warmup', {}).get('compile_seconds'),
+                            'phases': bench.get('warmup', {}).get('phases')},
             'second_start': results.get('second_start', {}).get('second_start', {}),
             'max_autotune': results.get('autotune_components', {}).get('autotune'),
             'sessions': {s['session']: {'phases': s['phases'], 'exit_code': s['exit_code'],
@@ -399,5 +450,5 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     return out
 
 
-__all__ = ['ESTIMATE_S', 'FILLED_KEYS', 'SESSIONS', 'main', 'merge', 'missing_keys',
-           'report_of']
+__all__ = ['BUDGET_S', 'ESTIMATE_S', 'FILLED_KEYS', 'LEASE', 'SESSIONS', 'main', 'merge',
+           'missing_keys', 'report_of']

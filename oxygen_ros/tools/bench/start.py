@@ -1,16 +1,17 @@
 """
 Start-up time to the first action chunk, as a node starts (``python -m ...tools.bench_start``).
 
-Run it in a fresh process (``oxygen_bench gpu --phases start`` runs it twice: a first start
-and a second one that finds the compile caches on disk). It does what the node's configure
-and first cycle do: build the engine (weights, KV pool, the fast path's warm-up: compile,
-capture, parity gate), the engine warm-up cycle, then one control cycle on a real
+Run it in a fresh process (``oxygen_bench gpu``'s second command runs it after the first
+command's bench, whose warm-up filled the compile caches on disk). It does what the node's
+configure and first cycle do: build the engine (weights, KV pool, the fast path's warm-up:
+compile, capture, parity gate), the engine warm-up cycle, then one control cycle on a real
 observation, and prints one JSON line: seconds per phase, ``first_chunk_unix_s`` (the wall
 clock when the chunk was ready, for the parent to subtract its spawn time), the compile
 cache hits / misses, per step the Dynamo graphs traced (``compiles``) and the functions
 compiled ahead of time loaded instead (``loaded``), what the parity gate held the graphs to
 (``gate``: eager in float32, or the tolerances recorded for these weights), the warm-up's
-seconds per step (``phases``) and any fallback. Random weights (no checkpoint loading time).
+seconds per step (``phases``), graphs per step, any fallback and any feature the fast path
+dropped (``dropped``). Random weights (no checkpoint loading time).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.engine.config import AttentionBackend, CompileMode, EngineConfig
     from oxygen_ros.engine.engine import Engine
     from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.tools.bench.warmup_summary import dropped_features
     from oxygen_ros.tools.common.workload import make_observation
     import torch
     t_import = time.perf_counter()
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         'compile_cache_loaded': cache.loaded if cache else None,
         'compiles': dict(report.compiles), 'loaded': dict(report.loaded),
         'gate': report.gate, 'phases': {k: round(v, 3) for k, v in report.phases.items()},
-        'fallbacks': engine.fallbacks, 'dropped': engine.dropped_features,
+        'graphs': dict(report.graphs), 'fallbacks': engine.fallbacks,
+        'dropped': dropped_features(engine.backend),
         'quantization': engine.describe_quantization(),
         'compile_mode': args.compile_mode,
         'compile_backend': args.compile_backend, 'compile_cameras': args.compile_cameras,

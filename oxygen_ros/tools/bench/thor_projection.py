@@ -12,8 +12,10 @@ here; nothing has run on a Thor). The paper cycle is one OxyGen frame of the pap
 vision, the action prefix's prefill, the suffix call of the new text request, the 10-step
 denoise, the LM head seed and k = 5 decode steps at batch 8.
 
-``python -m oxygen_ros.tools.bench.thor_projection DIR/session2.json`` prints the table of
-docs/gpu.md ("Thor projection"), which a test holds to this code and the committed JSON.
+``python -m oxygen_ros.tools.bench.thor_projection DIR/session3.json`` (the compiled
+components; ``session2.json`` of the sessions before 2026-11-27, as the committed 2026-11-25
+one) prints the table of docs/gpu.md ("Thor projection"), which a test holds to this code and
+the committed JSON.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def project(ms: dict[str, float], work: Workload, gpu: GpuSpec, *,
 
 def from_session(path: Path) -> dict:
     """
-    Return :func:`project` of a GPU session's compiled components (``session2.json``).
+    Return :func:`project` of a GPU session's compiled components (``session3.json``).
 
     :raises ValueError: the file holds no compiled component times or names an unknown GPU.
     """
@@ -91,7 +93,8 @@ def from_session(path: Path) -> dict:
     gpu = lookup_gpu(name)
     if not ms or gpu is None:
         raise ValueError(f'{path}: no compiled component times of a known GPU (device '
-                         f'{name!r}); pass a session 2 file of oxygen_bench gpu')
+                         f'{name!r}); pass the session 3 file of oxygen_bench gpu '
+                         f'(session 2 before 2026-11-27)')
     c = data['config']
     work = Workload(preset=c['preset'], dtype=c['dtype'], cameras=c['cameras'],
                     prompt_tokens=c['prompt_tokens'], decode_ctx=c['decode_ctx'])
@@ -118,9 +121,10 @@ def markdown(projection: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the markdown table of a session 2 file; return the exit code."""
+    """Print the markdown table of a compiled components session file; return the exit code."""
     p = argparse.ArgumentParser(prog='thor_projection', description=__doc__.split('\n\n')[0])
-    p.add_argument('session', type=Path, help='session2.json of oxygen_bench gpu')
+    p.add_argument('session', type=Path, help='session3.json of oxygen_bench gpu '
+                                              '(session2.json before 2026-11-27)')
     args = p.parse_args(argv)
     try:
         print(markdown(from_session(args.session)))
