@@ -12,7 +12,6 @@ import time
 from typing import Callable
 
 import numpy as np
-from oxygen_ros.transforms.images import ImageResize, resize_on_device
 import torch
 
 
@@ -48,20 +47,26 @@ def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
 
 class CameraUpload:
     """
-    Camera images to the device through persistent pinned buffers, resized there if uint8.
+    Camera images to the device through persistent pinned buffers.
 
     One pinned host buffer and one device buffer per camera, kept while the camera's image
     size stays the same: a frame costs one host copy into pinned memory and one asynchronous
-    upload per camera, no allocation of either (``TorchBackend``'s vision job). Before a host
-    buffer is written again, the upload that read it last is waited for (its event), so a
-    slow upload is never overwritten. On the CPU the arrays are used as they are.
+    upload per camera, no allocation of either (the engine's frame inputs,
+    ``engine/frame_inputs.py``). Before a host buffer is written again, the upload that read
+    it last is waited for (its event), so a slow upload is never overwritten. On the CPU the
+    arrays are used as they are.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._buffers: dict[int, tuple[torch.Tensor, torch.Tensor, object]] = {}
 
-    def _to_device(self, i: int, array: np.ndarray) -> torch.Tensor:
+    def upload(self, i: int, array: np.ndarray) -> torch.Tensor:
+        """
+        Return camera ``i``'s image on the device (its device buffer; on the CPU the array).
+
+        :param array: any dtype and shape; the camera's buffers follow a change of either.
+        """
         src = torch.from_numpy(array)
         if self.device.type != 'cuda':
             return src
@@ -78,20 +83,6 @@ class CameraUpload:
         event.record()
         self._buffers[i] = (host, dev, event)
         return dev
-
-    def upload(self, images: tuple[np.ndarray, ...], resize: ImageResize,
-               size: int) -> torch.Tensor:
-        """
-        Return the cameras as the vision tower's input on the device.
-
-        :param images: per camera ``float32 [3, S, S]`` in [-1, 1] or ``uint8 [H, W, 3]``
-            (resized on the device: ``transforms.images.resize_on_device``).
-        :returns: ``float32 [1, N, 3, S, S]``.
-        """
-        out = [self._to_device(i, img) if img.dtype != np.uint8 else
-               resize_on_device(self._to_device(i, img), size, resize)
-               for i, img in enumerate(images)]
-        return torch.stack(out)[None]
 
 
 class JobClock:

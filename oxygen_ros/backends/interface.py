@@ -26,12 +26,9 @@ they too run one at a time, interleaved on one thread (the benchmark's two engin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, runtime_checkable, TYPE_CHECKING
-
-from oxygen_ros.transforms.images import ImageResize
+from typing import Generator, Mapping, Protocol, runtime_checkable, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import numpy as np
     from oxygen_ros.backends.config import AttentionBackend
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.lora import SuffixLoRA
@@ -44,23 +41,21 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class FrameInputs:
     """
-    Model inputs of one frame (the engine builds them from an ``Observation``).
+    Model inputs of one frame (the engine makes them from an observation, ``FrameMaker``).
 
     :ivar frame_id: the frame the plan's vision and denoise jobs name.
-    :ivar images: the valid cameras in ``CAMERA_SLOTS`` order, each ``float32 [3, S, S]`` in
-        [-1, 1] (resized on the host) or ``uint8 [H, W, 3]`` RGB as it came (the backend
-        uploads it and resizes it on its device with ``image_resize``).
+    :ivar images: ``float32 [1, N, 3, S, S]`` in [-1, 1] on the backend's device: the valid
+        cameras in ``CAMERA_SLOTS`` order as the vision tower takes them (prepared, uploaded
+        and resized already).
     :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk
         (host or device).
     :ivar guidance: real-time chunking toward the previous chunk, or None.
-    :ivar image_resize: the checkpoint family's resize filter, for uint8 images.
     """
 
     frame_id: int
-    images: tuple[np.ndarray, ...]
+    images: torch.Tensor
     noise: torch.Tensor
     guidance: RtcGuidance | None = None
-    image_resize: ImageResize = ImageResize.OPENPI
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +191,17 @@ class Backend(Protocol):
     def warmup_report(self) -> WarmupReport:
         """Return what the warm-up did (read afresh: compile cache counts move on)."""
 
-    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
-                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
+    def execute(self, plan: SchedulerOutput,
+                frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
         """
-        Run every job of ``plan`` in order, then return the sampled ids and the chunk.
+        Run every job of ``plan`` in order: a generator that yields the chunk, then returns.
 
-        Called once per control cycle with the plan the scheduler just made. The state of
-        ``plan.finished_req_ids`` and ``plan.freed_seg_ids`` is dropped first. On CUDA the
+        Called once per control cycle with the plan the scheduler just made, and run to its
+        end by the caller. The state of ``plan.finished_req_ids`` and ``plan.freed_seg_ids``
+        is dropped first. It yields the action chunk (as in ``BackendOutput``) as soon as it
+        is on the host, before the text jobs that follow it in the plan, so that the caller
+        can publish it at once and then resume the plan (nothing calls back up: the chunk
+        comes back as a value); a plan without a denoise job yields nothing. On CUDA the
         torch backends make the host wait for the device twice at most: for the action chunk
         and, at the end, for the token ids.
 
@@ -210,10 +209,8 @@ class Backend(Protocol):
             offset`` of the pool.
         :param frame: inputs of ``plan.frame_id``; required when the plan has a vision or
             denoise job, else None.
-        :param on_actions: called in this thread with the chunk (as in ``BackendOutput``) as
-            soon as it is on the host, before the text jobs that follow it in the plan, so
-            that it can be published at once.
-        :returns: the sampled ids, job times and chunk (see :class:`BackendOutput`).
+        :returns: (the generator's return value) the sampled ids, job times and chunk (see
+            :class:`BackendOutput`).
         :raises ValueError: a plan this backend cannot run: another ``block_size``, a vision
             job without its frame's inputs, or (TensorRT) a shape outside the engines'
             optimization profiles. The jobs before the failing one have run (their K/V is

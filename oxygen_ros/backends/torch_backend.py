@@ -15,8 +15,10 @@ kernel (``model/paged_attention.py``).
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
 host waits only twice: for the action chunk and for the sampled token ids at the end, each
-copied into pinned memory behind an event it waits for. Camera images go up through
-persistent pinned buffers and are resized there (``async_io.CameraUpload``). Models that
+copied into pinned memory behind an event it waits for. The camera images come on the device
+already (the engine's frame inputs, ``engine/frame_inputs.py``). ``execute`` is a generator:
+it yields the action chunk the moment it is on the host and goes on with the text jobs when
+the caller resumes it, so the chunk goes up as a value, never through a callback. Models that
 decode greedily on the device (``decode_greedy`` / ``lm_greedy``, the compiled fast path)
 return token ids instead of logits.
 """
@@ -26,10 +28,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 import time
-from typing import Callable
+from typing import Callable, Generator
 
-from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to_device
-from oxygen_ros.backends.attention import sdpa_context
+from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
+from oxygen_ros.backends.attention import in_each_step
 from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
@@ -98,7 +100,6 @@ class TorchBackend:
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
-        self._images = CameraUpload(self.device)
         self._token_host = torch.empty(0, dtype=torch.int64)
         """Pinned host buffer the sampled token ids come back through (CUDA)."""
 
@@ -146,26 +147,26 @@ class TorchBackend:
         other = copy.copy(self)
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
-        other._images = CameraUpload(self.device)
         other._token_host = torch.empty(0, dtype=torch.int64)
         return other
 
-    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
-                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
+    def execute(self, plan: SchedulerOutput,
+                frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
         """
         Run every job of ``plan`` in order, with the backend's attention kernel.
 
+        A generator (``interface.Backend.execute``): it yields the action chunk as soon as it
+        is on the host, before the text jobs that follow it in the plan, and returns the
+        ``BackendOutput`` when the caller has run it to its end.
+
         :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
-        :param on_actions: called with the action chunk as soon as it is denoised, before
-            the text jobs that follow it in the plan (so it can be published at once).
         :raises ValueError: the plan needs a frame it was not given.
         """
-        with sdpa_context(self.attention):
-            return self._execute(plan, frame, on_actions)
+        return in_each_step(self.attention, self._execute(plan, frame))
 
     @torch.inference_mode()
-    def _execute(self, plan: SchedulerOutput, frame: FrameInputs | None,
-                 on_actions: Callable[[torch.Tensor], None] | None) -> BackendOutput:
+    def _execute(self, plan: SchedulerOutput,
+                 frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
         for req_id in plan.finished_req_ids:
             self._rows.pop(req_id, None)
         for seg_id in plan.freed_seg_ids:
@@ -186,10 +187,9 @@ class TorchBackend:
                 if frame is None or frame.frame_id != job.frame_id:
                     raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
                                      f'got inputs of {frame.frame_id if frame else None}')
-                images = self._images.upload(frame.images, frame.image_resize,
-                                             self.model.cfg.vision.image_size)
-                self._embeds[job.emb_id] = self.model.encode_images(images.to(self.cache.dtype))
-                info = {'batch_size': len(frame.images)}
+                self._embeds[job.emb_id] = self.model.encode_images(
+                    frame.images.to(self.cache.dtype))
+                info = {'batch_size': frame.images.shape[1]}
             elif isinstance(job, PrefillJob):
                 self._prefill(job)
                 info = {'num_tokens': job.num_tokens}
@@ -215,16 +215,16 @@ class TorchBackend:
                 raise TypeError(f'unknown job {job!r}')
             marks.append((job.kind, t0, self._clock.mark(), info))
             if pending is not None:
-                self._deliver(pending, on_actions)
+                yield self._on_host(pending)
                 pending = None
             if isinstance(job, DenoiseJob):
                 pending = self._to_host(actions)
                 actions = pending[0]
                 if not defer:
-                    self._deliver(pending, on_actions)
+                    yield self._on_host(pending)
                     pending = None
         if pending is not None:
-            self._deliver(pending, on_actions)
+            yield self._on_host(pending)
         self._embeds.clear()
         tokens = self._token_ids(sampled)
         timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
@@ -258,13 +258,12 @@ class TorchBackend:
         return host, event
 
     @staticmethod
-    def _deliver(pending: tuple[torch.Tensor, object],
-                 on_actions: Callable[[torch.Tensor], None] | None) -> None:
+    def _on_host(pending: tuple[torch.Tensor, object]) -> torch.Tensor:
+        """Return the chunk :meth:`_to_host` copies once the copy is done (waits for it)."""
         host, event = pending
         if event is not None:
             event.synchronize()  # type: ignore[attr-defined]
-        if on_actions is not None:
-            on_actions(host)
+        return host
 
     def _token_ids(self, sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
         """

@@ -11,7 +11,9 @@ the engine makes every call under its lock (engine/engine.py).
 does not fit now (KV pool, decode batch, or the time before the action deadline), as vLLM's
 ``schedule`` stops where ``allocate_slots`` fails: first come first served, nobody overtakes.
 ``add_request`` refuses a request the KV pool could never hold. Only a request on the action
-prefix of a frame without one is passed over (it keeps its place).
+prefix of a frame without one is passed over (it keeps its place). A request with a prompt of
+its own reads the one the frame that admits it brings (``FrameSpec.own_prompts``, built on
+the frame's instruction); the scheduler sets it on the request as it admits it.
 
 ``OXYGEN`` (arXiv 2603.14371; ``docs/design.md#scheduler-oxygen_rossched``), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
@@ -178,6 +180,18 @@ class Scheduler:
         A request aborted between ``schedule`` and ``update_from_output`` runs in that plan;
         its tokens are ignored and the next plan lists it in ``finished_req_ids``.
         """
+        return self.finish_request(req_id, RequestStatus.FINISHED_ABORTED)
+
+    def finish_request(self, req_id: str, status: RequestStatus,
+                       error: str = '') -> Request | None:
+        """
+        End a waiting or running request with ``status``, free its blocks; return it.
+
+        As vLLM's ``finish_requests``; None for an unknown request.
+
+        :param status: ``FINISHED_ABORTED`` (its owner cancelled it) or ``FINISHED_DROPPED``
+            (``error`` says why).
+        """
         req = self.requests.pop(req_id, None)
         if req is None:
             return None
@@ -186,12 +200,13 @@ class Scheduler:
             self.running.remove(req)
             self._free(req.req_id)
             self._finished_since.add(req_id)
-        req.status = RequestStatus.FINISHED_ABORTED
+        req.status, req.error = status, error
         return req
 
-    def abort_all(self) -> list[Request]:
-        """Cancel every waiting and running request (engine shutdown)."""
-        return [r for r in (self.abort_request(i) for i in list(self.requests)) if r]
+    def drop_all(self, error: str) -> list[Request]:
+        """End every waiting and running request (``FINISHED_DROPPED``: engine shutdown)."""
+        return [r for r in (self.finish_request(i, RequestStatus.FINISHED_DROPPED, error)
+                            for i in list(self.requests)) if r]
 
     @property
     def num_running(self) -> int:
@@ -294,6 +309,7 @@ class Scheduler:
                                  keep_free=self.action_reserve_blocks)
         if alloc is None:
             return None
+        req.prompt_token_ids = frame.prompt_of(req)   # what its chain was built on
         req.frame_id = frame.frame_id
         req.status = RequestStatus.RUNNING
         req.first_cycle = cycle_id

@@ -196,9 +196,9 @@ def test_an_engine_decoding_k_steps_per_replay_equals_the_eager_engine(
         for f, budget in enumerate((7, 9, 2)):
             engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
             out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
-            texts.update({t.req_id: t.token_ids for t in out.texts})
+            texts.update({t.req_id: t.token_ids for t in out.finished})
         while engine.num_running:
-            texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+            texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
         return texts
 
     want = run(Engine(cfg, model=model, tokenizer=tokenizer))

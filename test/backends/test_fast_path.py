@@ -308,9 +308,9 @@ def _engine_run(cfg, model, tokenizer, engine=None):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
         out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, engine
 
 

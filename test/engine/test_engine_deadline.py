@@ -40,9 +40,9 @@ def decode(tiny_models, tokenizer, deadline_s):
     for frame in range(12):
         out = engine.step(observation(frame), deadline=time.monotonic() + deadline_s)
         chunks += out.action is not None
-        per_cycle += [d.token_ids for d in out.text_deltas]
-        if out.texts:
-            [text] = out.texts
+        per_cycle += [d.new_token_ids for d in out.outputs]
+        if out.finished:
+            [text] = out.finished
             break
     return per_cycle, chunks, text
 

@@ -37,9 +37,10 @@ def run_policy(policy, mode, cameras, model, tokenizer, frames=6, k=2, stop_on_e
         out = engine.step(random_observation(rng, cameras, cfg.model_config().state_dim, f))
         assert out.action is not None and out.action.frame_id == f
         actions.append(out.action.actions)
-        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in out.texts})
+        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in engine.step(None).texts})
+        texts.update({t.req_id: (t.token_ids, t.finish_reason)
+                      for t in engine.step(None).finished})
     return actions, texts, engine
 
 

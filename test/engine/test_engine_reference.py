@@ -70,9 +70,9 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
                                question=QUESTION if task is TextTask.ANSWER else None)
         out = engine.step(obs)
         frames[f] = (obs, out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
 
     with torch.inference_mode():
         for f, (obs, actions) in frames.items():
@@ -150,9 +150,9 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
         obs = make_observation(f, cameras, engine.model_cfg.state_dim)
         observations[f'r{f}'] = (obs, budget)
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-        texts.update({t.req_id: t.token_ids for t in engine.step(obs).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(obs).finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     monkeypatch.undo()
 
     assert len(records) == sum(budgets)

@@ -35,8 +35,8 @@ def record_cycles(engine):
     """Return the list each cycle appends (its frame's guidance, its normalized actions) to."""
     seen, execute = [], engine.backend.execute
 
-    def recording(plan, frame, **kwargs):
-        out = execute(plan, frame, **kwargs)
+    def recording(plan, frame):          # a plan runs as a generator: its chunk, then this
+        out = yield from execute(plan, frame)
         if frame is not None:
             seen.append((frame.guidance, out.actions[0].clone()))
         return out

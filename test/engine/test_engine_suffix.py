@@ -33,9 +33,9 @@ def run(engine, frames=4, texts=True):
                                            engine.model_cfg.state_dim))
         actions.append(out.action.actions)
         stats.append(out.stats)
-        out_texts.update({t.req_id: t.token_ids for t in out.texts})
+        out_texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        out_texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        out_texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, out_texts, stats
 
 

@@ -46,9 +46,9 @@ def _run(cfg, model, tokenizer, frames=4):
         engine.submit_text(TextTask.SUBTASK, max_tokens=3 + 2 * f, req_id=f'r{f}')
         out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, engine
 
 

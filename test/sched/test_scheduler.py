@@ -140,7 +140,7 @@ def test_cancellation_frees_everything():
     assert out.new_requests == ()
     assert out.jobs_of(JobKind.DECODE)[0].req_ids == ('w',)
     run(sched, out)
-    sched.abort_all()
+    sched.drop_all('engine shut down')
     assert sched.kv.num_used_blocks == 0 and sched.kv.num_segments == 0
     assert not sched.requests and not sched.running
     sched.kv.check_consistency()

@@ -132,9 +132,9 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
                                req_id='ask1')
         out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, recorder.calls, backends[0]
 
 
