@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from oxygen_ros.control.rtc import InferenceDelay, RtcRequest
 from oxygen_ros.control.smoothing import ChunkSmoothing, TemporalEnsemble
-from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.engine import ActionChunk
 from oxygen_ros.units import NS_PER_S
 
 

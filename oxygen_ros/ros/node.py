@@ -32,7 +32,7 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
-from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine import Engine, ObservationError
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
@@ -51,7 +51,6 @@ from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
-from oxygen_ros.transforms.inputs import ObservationError
 from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup

@@ -15,7 +15,7 @@ from typing import Mapping
 from oxygen_ros.config import ActionSpace, CAMERA_SLOTS, get_preset
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine import EngineConfig
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.param_spec import Into, ParameterError
 from oxygen_ros.ros.params import DEFAULT_PRESET, model_defaults, PARAMETERS, SPECS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine import EngineConfig
 from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
 from oxygen_ros.ros.param_spec import OnChange
 from oxygen_ros.ros.params import declare_parameters, parameter_values, SPECS

@@ -25,15 +25,12 @@ from typing import Callable
 from oxygen_ros.config import (
     ActionSpace, CAMERA_SLOTS, get_preset, ModelConfig, PrefixAttention, PromptFormat)
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import (
-    ALL_STEPS, BackendKind, CompileMode, MAX_STATE_PROMPT_PAD, parse_compile_steps, Quantization,
-    Step)
+from oxygen_ros.engine import (
+    ALL_STEPS, BackendKind, CompileMode, ImageResize, MAX_STATE_PROMPT_PAD, parse_compile_steps,
+    Policy, Quantization, Step, TextContext)
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.input_limits import instruction_refusal, MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.param_spec import Into, OnChange, ParamSpec, ParamType, quoted
-from oxygen_ros.sched.request import TextContext
-from oxygen_ros.sched.scheduler import Policy
-from oxygen_ros.transforms.images import ImageResize
 from rclpy.node import Node
 
 DEFAULT_PRESET = 'demo'

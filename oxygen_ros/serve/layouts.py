@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, RobotAdapter
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Observation
 from oxygen_ros.serve.errors import BadValue, MissingKey, UnknownKey
 from oxygen_ros.serve.limits import TEXT_ALLOWANCE
 

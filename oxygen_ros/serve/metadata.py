@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine import EngineConfig, TextTask
 from oxygen_ros.serve.language import MAX_PER_MESSAGE
 from oxygen_ros.serve.layouts import Layout, observation_keys
 from oxygen_ros.serve.limits import ServeLimits
-from oxygen_ros.transforms.prompt import TextTask
 
 PROTOCOL = 'openpi websocket policy (msgpack-numpy), OxyGen language_updates'
 

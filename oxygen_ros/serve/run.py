@@ -16,9 +16,7 @@ import threading
 
 import numpy as np
 
-from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.engine import Engine
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Engine, EngineConfig, Observation
 from oxygen_ros.serve.driver import CycleDriver
 from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.limits import ServeLimits

@@ -26,8 +26,7 @@ import ssl
 import time
 from typing import Any
 
-from oxygen_ros.engine.engine import EngineClosedError
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import EngineClosedError, Observation, ObservationError
 from oxygen_ros.serve.auth import authorized, SCHEME
 from oxygen_ros.serve.driver import CycleDriver, NoAction, Session
 from oxygen_ros.serve.errors import (
@@ -36,7 +35,6 @@ from oxygen_ros.serve.language import LanguageRequest, parse_language_requests
 from oxygen_ros.serve.layouts import LANGUAGE_KEY, Layout, to_observation
 from oxygen_ros.serve.limits import ServeLimits
 from oxygen_ros.serve.wire import pack, unpack_message
-from oxygen_ros.transforms.inputs import ObservationError
 from websockets.asyncio.server import Request, Response, serve, Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode

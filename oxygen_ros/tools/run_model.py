@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one observation; return the process exit code."""
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
-    from oxygen_ros.engine.config import EngineConfig
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.transforms.prompt import TextTask
-    from oxygen_ros.observation import Observation
+    from oxygen_ros.engine import Engine, EngineConfig, Observation, TextTask
 
     cfg = EngineConfig(preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
                        dtype=args.dtype, quantization=args.quantization, device=args.device,
@@ -101,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         engine.submit_text(TextTask.ANSWER, question=args.ask, max_tokens=args.max_tokens)
     t0 = time.perf_counter()
     out = engine.step(obs)
-    texts = list(out.texts)
+    texts = list(out.finished)
     while engine.num_running:
-        texts += engine.step(None).texts
+        texts += engine.step(None).finished
     total = time.perf_counter() - t0
     np.set_printoptions(precision=4, suppress=True, linewidth=120)
     print(f'\naction chunk ({model_cfg.action_horizon} x {model_cfg.robot_action_dim}, robot '

@@ -49,7 +49,7 @@ def test_openpi_client_gets_the_engines_actions_and_answer(layout, tokenizer):
             assert set(reply['policy_timing']) >= {'infer_ms', 'action_ms', 'queue_ms'}
             assert ('prev_total_ms' in reply['server_timing']) == (frame > 0)
             updates += reply['language_updates']
-            ref_texts += [t for t in want.texts if t.req_id == ref_id]
+            ref_texts += [t for t in want.finished if t.req_id == ref_id]
             stamps.append(want.action.stamp_ns)
 
         answer = ref_texts[0]

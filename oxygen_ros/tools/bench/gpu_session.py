@@ -49,8 +49,8 @@ import subprocess
 import sys
 import time
 
-from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import preset_names
+from oxygen_ros.engine import AttentionBackend
 from oxygen_ros.tools.bench.gpu_components import DECODE_BATCHES
 
 SESSIONS = {

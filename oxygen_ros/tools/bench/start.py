@@ -50,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     from oxygen_ros.backends.factory import make_backend
-    from oxygen_ros.engine.config import AttentionBackend, CompileMode, EngineConfig
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine import AttentionBackend, CompileMode, Engine, EngineConfig, load_model
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
     from oxygen_ros.tools.common.workload import make_observation
     import torch
