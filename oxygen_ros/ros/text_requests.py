@@ -3,8 +3,9 @@ The node's text requests: ROS origins mapped to the engine's request ids, and th
 
 The origins are the ``~/ask`` topic and action and the node's own periodic requests. The
 engine's scheduler holds every request's state (its one request table); here the node keeps
-only what ROS alone holds per request id: its origin (where the reply goes), the action's goal
-handle, the arrival on the node's clock, and the one reply it is owed.
+only what ROS alone holds per request id (``TextJob``): where the reply goes (its origin and
+task), the action's goal handle, what was asked and when (the node's clock), and the one reply
+it is owed.
 
 **One queue, one bound, one refusal.** The engine's scheduler holds the only queue of waiting
 requests (``max_waiting_requests``, vLLM's ``Scheduler.waiting``): a question goes to

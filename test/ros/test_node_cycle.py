@@ -101,13 +101,13 @@ def test_the_cycle_deadline_is_the_next_tick_less_the_slack(tiny_node):
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     node._cache.set_instruction('pick up the cup')
     deadlines = []
-    step = node._engine.step
+    begin = node._engine.begin
 
     def capture(obs, **kwargs):
         deadlines.append(kwargs['deadline'])
-        return step(obs, **kwargs)
+        return begin(obs, **kwargs)
 
-    node._engine.step = capture
+    node._engine.begin = capture
     timer, period = node._timer, 0.1  # config/test.yaml: 10 Hz
     slack = CYCLE_SLACK * period
     try:
@@ -163,18 +163,19 @@ def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided
         assert node._engine.config.rtc and node._engine.config.rtc_jacobian_steps == 4
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         node._cache.set_instruction('pick up the cup')
-        requests, guided, step = [], [], node._engine.step
+        requests, cycles, begin = [], [], node._engine.begin
 
         def capture(obs, **kwargs):
             requests.append(kwargs['rtc'])
-            out = step(obs, **kwargs)
-            guided.append(out.action.guided)
-            return out
-        node._engine.step = capture
+            cycles.append(begin(obs, **kwargs))
+            return cycles[-1]
+        node._engine.begin = capture
         for cycle in range(6):
             if cycle != 3:                    # cycle 3 sees the same camera frame again
                 feed(node, node._now_ns())
             node._control_tick()
+        # the node finished each cycle: finish() hands its output back again
+        guided = [c.finish().action.guided for c in cycles]
         assert guided == [False, True, True, True, True, True]
         # not measured until the third guided chunk (two cold-start samples skipped): until
         # then every point the previous chunk covers is frozen
@@ -223,7 +224,7 @@ def test_engine_failure_deactivates(tiny_node):
     def boom(obs, **kwargs):
         raise RuntimeError('boom')
 
-    node._engine.step = boom
+    node._engine.begin = boom
     node._control_tick()
     status = node._diag.status(0.0, 10.0, 0.5)
     assert (status.level, status.message) == (Level.ERROR.octet,
