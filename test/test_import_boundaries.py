@@ -261,7 +261,7 @@ def test_the_experimental_backends_are_imported_only_where_selected():
 
 
 def test_module_level_imports_skip_function_bodies():
-    assert 'oxygen_ros.backends.fast_backend' not in module_level_imports(
+    assert 'oxygen_ros.backends.fast_path.backend' not in module_level_imports(
         'oxygen_ros.backends.factory')
     assert 'oxygen_ros.backends.torch_backend' in module_level_imports(
         'oxygen_ros.backends.factory')

@@ -42,7 +42,7 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size,
                                 attention=config.attention, adapter=adapter)
-        from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+        from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
         return CompiledTorchBackend.create(config, model, num_blocks, adapter=adapter,
                                            **fast_path)
     if adapter is not None:

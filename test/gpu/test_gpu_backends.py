@@ -8,8 +8,8 @@ and see new inputs. ``cpu`` cases (``make test``, ``test/devices.py``): the same
 calls with ``aot_eager`` for Inductor and nothing captured (the engine of each compile mode
 runs there as ``cuda-graphs``: eager kernels in the static calls; ``default`` with
 ``aot_eager``, which ``reduce-overhead`` is on the CPU, is the engine test of
-``test/backends/test_fast_path.py``); the steps gated, the graphs' buffers and the fallbacks
-are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never wait for
+``test/backends/fast_path/test_fast_path.py``); the steps gated, the graphs' buffers and the
+fallbacks are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never wait for
 the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using CUDA,
 TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals the
 torch backend and comes from the disk cache the second time (its graphs run in onnxruntime
@@ -23,8 +23,8 @@ import time
 
 from devices import compiler, cuda_only, DEVICES
 import numpy as np
-from oxygen_ros.backends import fast_backend
-from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.fast_path import backend as fast_backend
+from oxygen_ros.backends.fast_path.graph_builder import Step
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
@@ -79,7 +79,7 @@ ENGINE_CASES = [
     *(pytest.param('cuda', c, m, id=f'cuda-{c.value}-{m.value}', marks=CUDA_CASE)
       for c in FAST for m in PrefixAttention),
     # the CPU: cuda-graphs (eager kernels in the static calls); default with aot_eager (and
-    # reduce-overhead, which is default there) is test/backends/test_fast_path.py's
+    # reduce-overhead, which is default there) is test/backends/fast_path/test_fast_path.py's
     *(pytest.param('cpu', CompileMode.CUDA_GRAPHS, m, id=f'cpu-cuda-graphs-{m.value}')
       for m in PrefixAttention),
 ]

@@ -18,11 +18,11 @@ from dataclasses import replace
 
 from devices import compiler, DEVICES, half, triton_kernels
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.parity_probe import float32_copy
 from oxygen_ros.backends.parity import check_parity
-from oxygen_ros.backends.parity_probe import float32_copy
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual

@@ -16,9 +16,9 @@ path's symbolic lengths, docs/gpu.md#prefill-and-vision), the fast path's prefil
 
 from devices import compiler, DEVICES
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.config import GemmaConfig, get_preset, PrefixAttention
 from oxygen_ros.model.flex import prefill_attention, prefix_attention, prefix_block_mask
 from oxygen_ros.model.kv_cache import KVCache

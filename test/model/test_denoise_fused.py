@@ -17,7 +17,7 @@ import sys
 import textwrap
 
 from oxygen_ros.backends.config import Step
-from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels
+from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual, matmul_short_queries

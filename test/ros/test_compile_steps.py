@@ -11,8 +11,8 @@ import logging
 import time
 
 import numpy as np
-from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.engine.config import CompileMode
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.node import OxygenNode
@@ -86,7 +86,7 @@ def test_a_node_with_only_decode_eager_equals_the_eager_node(rclpy_context, monk
                                                              caplog):
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
     eager = _node(rclpy_context)
-    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.fast_path.model'):
         stable = _node(rclpy_context, f'compile_mode:={CompileMode.DEFAULT.value}',
                        f'compile_steps:=[{",".join(STABLE)}]')
     try:

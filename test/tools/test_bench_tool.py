@@ -121,7 +121,7 @@ def test_run_model_rejects_unknown_images(capsys):
 
 def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypatch):
     """Both policies share one compiled model: one warm-up, one KV pool, two halves."""
-    from oxygen_ros.backends.compiled import CompiledModel
+    from oxygen_ros.backends.fast_path.model import CompiledModel
 
     warmups = []
     real = CompiledModel.warmup

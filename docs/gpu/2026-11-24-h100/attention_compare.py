@@ -11,8 +11,8 @@ import time
 
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-from oxygen_ros.backends.parity_probe import float32_copy
+from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.parity_probe import float32_copy
 from oxygen_ros.tools.bench.gpu_components import run_components, Workload
 import torch
 from torch.profiler import profile, ProfilerActivity

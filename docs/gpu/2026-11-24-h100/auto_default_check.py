@@ -8,7 +8,7 @@ repository root: ``PYTHONPATH=$PWD python3 <this file>`` (output: ``auto_default
 import time
 
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
 from oxygen_ros.tools.bench.gpu_components import Workload
 import torch
 from torch.profiler import profile, ProfilerActivity

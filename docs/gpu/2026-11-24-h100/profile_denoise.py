@@ -8,7 +8,7 @@ import os
 import time
 
 from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.bench.gpu_components import Workload
 import torch

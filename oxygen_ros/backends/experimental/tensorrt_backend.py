@@ -29,7 +29,6 @@ import time
 from typing import Any, Callable
 import weakref
 
-from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.config import BackendConfig
 from oxygen_ros.backends.errors import BackendUnavailableError
 from oxygen_ros.backends.experimental.graph_runner import GraphRunner
@@ -37,6 +36,7 @@ from oxygen_ros.backends.experimental.onnx_export import export_graphs
 from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
 from oxygen_ros.backends.experimental.trt_profiles import (
     denoise_ctx_len, engine_profiles, TrtPrecision)
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model

@@ -27,8 +27,8 @@ def autotune_components(ctx: Any) -> bool:
     import torch
 
     from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
-    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+    from oxygen_ros.backends.fast_path.parity_probe import float32_copy
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
     a, work = ctx.args, ctx.workload()

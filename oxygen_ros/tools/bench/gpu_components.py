@@ -279,7 +279,7 @@ def time_prefix_attention(work: Workload, compiler: str = 'inductor') -> dict:
     import torch
     from torch.nn.attention import sdpa_kernel, SDPBackend
 
-    from oxygen_ros.backends.buckets import bucket_for, prompt_buckets
+    from oxygen_ros.backends.fast_path.buckets import bucket_for, prompt_buckets
     from oxygen_ros.model.flex import prefix_attention, prefix_block_mask
     from oxygen_ros.model.layers import attention, AttentionMask
     from oxygen_ros.model.masks import make_attn_mask, text_ar

@@ -14,7 +14,6 @@ import sys
 import types
 
 import numpy as np
-from oxygen_ros.backends.buckets import EngineLimits
 from oxygen_ros.backends.errors import BackendUnavailableError
 from oxygen_ros.backends.experimental import tensorrt_backend, trt_runtime
 from oxygen_ros.backends.experimental.graph_runner import GraphRunner
@@ -26,6 +25,7 @@ from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
 from oxygen_ros.backends.experimental.trt_profiles import (
     denoise_ctx_len, DimRange, engine_cache_key, engine_profiles, input_shapes, profile_index,
     TrtPrecision)
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention

@@ -9,12 +9,12 @@ that is genuinely wrong must fail loudly, in bf16 and in fp32.
 
 import logging
 
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
-from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.graph_builder import Step
+from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.parity_probe import float32_copy
 from oxygen_ros.backends.parity import check_parity, FACTOR, FLOOR
-from oxygen_ros.backends.parity_probe import float32_copy
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
@@ -142,7 +142,7 @@ def _wrong(gm, example_inputs):
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float32'])
 def test_a_wrong_compiled_function_is_rejected_loudly(dtype, caplog):
     model = _model(dtype)
-    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         comp = _compiled(model, _wrong, max_batch=2)
     assert comp._graphs == {} and comp.parity == {}
     assert set(comp.fallbacks) == {'denoise', 'decode'}

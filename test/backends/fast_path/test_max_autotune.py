@@ -1,7 +1,7 @@
 """``$OXYGEN_ROS_MAX_AUTOTUNE``: the steps Inductor compiles with ``max_autotune``."""
 
 from oxygen_ros.backends.config import MAX_AUTOTUNE_ENV, max_autotune_steps, Step
-from oxygen_ros.backends.graph_builder import GraphBuilder
+from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder
 from oxygen_ros.config import get_preset
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.model.kv_cache import KVCache

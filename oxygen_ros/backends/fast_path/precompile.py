@@ -52,7 +52,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 AOT_BACKENDS = ('inductor', 'aot_eager')
 """``torch.compile`` backends whose compiled code ``save_compiled_function`` can write."""
@@ -69,7 +69,7 @@ def source_digest() -> str:
 
     The traced bytecode of an artifact is that of these files at compile time.
     """
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for part in _SOURCES:
         path = package / part

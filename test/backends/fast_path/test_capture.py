@@ -12,12 +12,12 @@ import contextlib
 import logging
 import os
 
-from oxygen_ros.backends import warmup as fast_warmup
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
-from oxygen_ros.backends.graph_builder import Step
-from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
+from oxygen_ros.backends.fast_path import warmup as fast_warmup
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.graph_builder import Step
+from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.static_graph import GraphCapture, StaticCall
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 import pytest
@@ -161,7 +161,7 @@ def test_compile_cache_errors_are_logged_not_raised(tiny_models, monkeypatch, tm
                                     max_decode_tokens=model.cfg.decode_budget)
     comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.SEED])
-    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         comp.warmup(KVCache(model.cfg.vlm, SLOTS), progress=False)
     assert comp.fallbacks == {} and comp.compile_seconds > 0
     assert Step.SEED in comp._graphs

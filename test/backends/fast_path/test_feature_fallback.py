@@ -16,10 +16,10 @@ import sys
 import textwrap
 
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
-from oxygen_ros.backends.features import blame, Feature
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.features import blame, Feature
+from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kernels import paged_decode
 from oxygen_ros.model.kv_cache import KVCache
@@ -28,7 +28,7 @@ from paged_cases import interpreted_kernel
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 H200 = ('CompilationError: at 37:8: Loop-carried variable m has initial type fp32 but is '
         're-assigned to fp64 in loop (in _context_partials)')
 """What Inductor's build of the paged kernel said on the H200 (2026-11-27), in short."""
@@ -108,8 +108,8 @@ def test_a_dropped_feature_is_a_warning_on_diagnostics():
 INDUCTOR_ON_THE_CPU = """
     import json, torch
     from oxygen_ros.backends.attention import sdpa_context
-    from oxygen_ros.backends.buckets import EngineLimits
-    from oxygen_ros.backends.compiled import CompiledModel
+    from oxygen_ros.backends.fast_path.buckets import EngineLimits
+    from oxygen_ros.backends.fast_path.model import CompiledModel
     from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
     from oxygen_ros.config import CAMERA_SLOTS, get_preset
     from oxygen_ros.model.kv_cache import KVCache

@@ -36,9 +36,9 @@ import enum
 from typing import Callable
 
 from oxygen_ros.backends.config import max_autotune_steps, Step
-from oxygen_ros.backends.features import Feature, features_off
-from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
-from oxygen_ros.backends.static_graph import GraphCapture, StaticCall
+from oxygen_ros.backends.fast_path.features import Feature, features_off
+from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledStep
+from oxygen_ros.backends.fast_path.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.paged_attention import denoise_attention, load_kernel

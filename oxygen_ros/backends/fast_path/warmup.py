@@ -28,16 +28,16 @@ import logging
 import time
 from typing import Any
 
-from oxygen_ros.backends.attempts import Attempt, GateFailure, short, warm_step
-from oxygen_ros.backends.compile_cache import cache_root, CompileCache
 from oxygen_ros.backends.config import max_autotune_steps, Step
-from oxygen_ros.backends.features import blame, describe, Feature, ORDER, STEP_FEATURES
-from oxygen_ros.backends.gate_record import GateRecord, weights_fingerprint
-from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels
-from oxygen_ros.backends.parity_probe import float32_copy, ParityProbe
-from oxygen_ros.backends.precompile import ArtifactStore
-from oxygen_ros.backends.precompile import available as precompile_available
-from oxygen_ros.backends.static_graph import GraphCapture
+from oxygen_ros.backends.fast_path.attempts import Attempt, GateFailure, short, warm_step
+from oxygen_ros.backends.fast_path.compile_cache import cache_root, CompileCache
+from oxygen_ros.backends.fast_path.features import blame, describe, Feature, ORDER, STEP_FEATURES
+from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
+from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
+from oxygen_ros.backends.fast_path.parity_probe import float32_copy, ParityProbe
+from oxygen_ros.backends.fast_path.precompile import ArtifactStore
+from oxygen_ros.backends.fast_path.precompile import available as precompile_available
+from oxygen_ros.backends.fast_path.static_graph import GraphCapture
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache
@@ -45,7 +45,7 @@ from oxygen_ros.model.paged_attention import decode_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 JUST_IN_TIME = {Step.GUIDED_DENOISE: 'torch 2.13 cannot compile the vector-Jacobian product of '
                                      'the guided step ahead of time in inference mode ("Cannot '

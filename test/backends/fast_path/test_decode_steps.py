@@ -12,9 +12,9 @@ import logging
 import time
 
 from oxygen_adapter import oxygen_arrays
-from oxygen_ros.backends import fast_backend, graph_builder
 from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path import backend as fast_backend, graph_builder
+from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
 from oxygen_ros.backends.torch_backend import _RowState, TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
@@ -116,11 +116,11 @@ def test_a_row_with_no_step_left_writes_only_the_null_slot(tiny_models, caplog):
     comp = backend.compiled
     before = (_graph_calls(backend, Step.DECODE_STEPS), _graph_calls(backend, Step.DECODE))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
         _decode(backend, DecodeJob(('r0', 'r1', 'r2'), (K - 1, 1, 1), None))   # k - 1 steps
     assert (_graph_calls(backend, Step.DECODE_STEPS), _graph_calls(backend, Step.DECODE)) == \
         (before[0], before[1] + K - 1)                    # step by step, by design: no warning
-    assert not [r for r in caplog.records if r.name == 'oxygen_ros.backends.compiled']
+    assert not [r for r in caplog.records if r.name == 'oxygen_ros.backends.fast_path.model']
     job = DecodeJob(('r0', 'r1', 'r2'), (K, K, K), None)
     steps = torch.tensor([2, 0, K])
     width = max(LENGTHS) + K
@@ -169,7 +169,7 @@ def test_a_failed_k_step_graph_falls_back_to_the_per_step_graphs_loudly(
         tiny_models, monkeypatch, caplog, loop, reason):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(graph_builder, 'DecodeLoopCall', loop)
-    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         backend = _backend(model)
     fallbacks = backend.compiled.fallbacks
     assert list(fallbacks) == ['decode_steps']

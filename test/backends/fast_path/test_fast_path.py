@@ -13,18 +13,18 @@ import logging
 
 import numpy as np
 from oxygen_adapter import oxygen_arrays
-from oxygen_ros.backends import fast_backend
-from oxygen_ros.backends.buckets import (
-    batch_buckets, bucket_for, ctx_buckets, EngineLimits, prompt_buckets, StaticShapes,
-    suffix_buckets)
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-from oxygen_ros.backends.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.fast_path import backend as fast_backend
+from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.buckets import (
+    batch_buckets, bucket_for, ctx_buckets, EngineLimits, prompt_buckets, StaticShapes,
+    suffix_buckets)
+from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels, Step
+from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.warmup import JUST_IN_TIME
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
-from oxygen_ros.backends.warmup import JUST_IN_TIME
 from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
@@ -274,7 +274,7 @@ def _wrong(gm, example_inputs):
                                             (_wrong, 'parity gate failed')])
 def test_a_broken_compiler_falls_back_to_eager_loudly(tiny_models, caplog, backend, reason):
     model = tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS)
-    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         comp, pool = _warm(model, backend=backend, max_batch=2)
     assert set(comp.fallbacks) == {s.value for s in comp.steps()}
     assert all(reason in why and 'EAGERLY' in why for why in comp.fallbacks.values())
@@ -293,7 +293,7 @@ def test_shapes_beyond_the_graphs_run_eagerly_with_a_warning(tiny_models, caplog
     c = comp.shapes.ctx[-1] + 10
     args = (torch.tensor([5]), torch.tensor([c]), pool, torch.tensor([c + 16]),
             torch.arange(16, 16 + c)[None], torch.ones(1, c, dtype=torch.bool))
-    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'), \
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'), \
             torch.inference_mode():
         got = comp.decode_greedy(*args)
     assert torch.equal(got, model.decode_step(*args).argmax(-1))

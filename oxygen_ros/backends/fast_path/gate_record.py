@@ -27,7 +27,7 @@ import tempfile
 import torch
 from torch import nn
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 FILE = 'gate.json'
 _CHUNK = 1 << 24

@@ -11,13 +11,13 @@ The models are bfloat16, where the gate needs a float32 reference or its record.
 
 import logging
 
-from oxygen_ros.backends.attempts import graphs_compiled
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
-from oxygen_ros.backends.gate_record import GateRecord, weights_fingerprint
-from oxygen_ros.backends.parity_probe import ParityProbe
-from oxygen_ros.backends.precompile import ArtifactStore, PrecompiledStep
+from oxygen_ros.backends.fast_path.attempts import graphs_compiled
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
+from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.parity_probe import ParityProbe
+from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
@@ -84,7 +84,7 @@ def test_a_warm_start_loads_every_step_traces_nothing_and_computes_the_same(capl
     assert all(cold.compiles[s.value] >= 1 and cold.loaded[s.value] == 0 for s in STEPS)
     assert 'float32' in cold.gate and 'no gate recorded' in cold.gate
     want = _calls(cold, model)
-    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.fast_path.model'):
         warm, traced = _start(model)
     assert traced == 0 and set(warm.compiles.values()) == {0}          # no Dynamo trace
     assert warm.loaded == {s.value: cold.compiles[s.value] for s in STEPS}
@@ -155,7 +155,7 @@ def test_a_wrong_artifact_fails_the_warm_gate_and_is_compiled_again(monkeypatch,
         with torch.inference_mode():
             wrong(torch.randn(2, model.cfg.vlm.width).to(model.dtype))
     assert len(list(store.dir.glob('seed-*.bin'))) == 1
-    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
         repaired, traced = _start(model, only=[Step.SEED])
     assert 'recorded for these weights' in repaired.gate           # the cheap gate caught it
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -174,14 +174,14 @@ def test_a_step_that_cannot_be_compiled_ahead_of_time_is_compiled_just_in_time(
     def refuse(self, args, plain):
         raise RuntimeError('cannot serialize this graph')
     with monkeypatch.context() as patch, \
-            caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+            caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
         patch.setattr(PrecompiledStep, '_compile', refuse)
         first, traced = _start(model, only=[Step.SEED])
     assert traced == 1 and first.fallbacks == {}                  # just in time, gated
     assert 'cannot serialize this graph' in first.store.refused('seed')
     assert any('cannot be compiled ahead of time' in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
         second, traced = _start(model, only=[Step.SEED])
     assert traced == 1 and second.loaded == {'seed': 0}           # not tried again
     assert any('compiled just in time (traced at every start)' in r.getMessage() and
@@ -197,7 +197,7 @@ def test_the_guided_denoise_is_compiled_just_in_time_without_trying(caplog):
         torch._dynamo.reset()
         comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                              only=[Step.GUIDED_DENOISE], guided=True, precompile=True)
-        with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.compiled'):
+        with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
             comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
         assert comp.fallbacks == {} and comp.compiles == {'guided_denoise': 1}
         assert comp.loaded == {'guided_denoise': 0}

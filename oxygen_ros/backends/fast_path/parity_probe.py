@@ -23,7 +23,7 @@ import logging
 from typing import Any, Mapping
 import zlib
 
-from oxygen_ros.backends.buckets import StaticShapes
+from oxygen_ros.backends.fast_path.buckets import StaticShapes
 from oxygen_ros.backends.parity import check_parity, ParityResult
 from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV

@@ -12,9 +12,9 @@ import logging
 from typing import Callable, Collection
 
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.backends.interface import CompileCacheUse, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
@@ -22,7 +22,7 @@ from oxygen_ros.model.pi05 import Pi05Model
 
 DEFAULT_COMPILE_BACKEND = 'inductor'
 """``torch.compile`` backend of ``CompiledTorchBackend.create`` (tests swap in aot_eager)."""
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 class CompiledTorchBackend(TorchBackend):

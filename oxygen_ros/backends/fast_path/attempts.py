@@ -13,12 +13,12 @@ import logging
 from typing import Any, Callable
 
 from oxygen_ros.backends.config import Step
-from oxygen_ros.backends.features import Feature
-from oxygen_ros.backends.graph_builder import Kernels
+from oxygen_ros.backends.fast_path.features import Feature
+from oxygen_ros.backends.fast_path.graph_builder import Kernels
+from oxygen_ros.backends.fast_path.static_graph import StaticCall
 from oxygen_ros.backends.parity import ParityResult
-from oxygen_ros.backends.static_graph import StaticCall
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 
-from oxygen_ros.backends.buckets import bucket_for
 from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.fast_path.buckets import bucket_for
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows
 import torch
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 class DecodeSteps:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import logging
 
-from oxygen_ros.backends.buckets import bucket_for
 from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.fast_path.buckets import bucket_for
 from oxygen_ros.model.kv_cache import PrefixKV
 from oxygen_ros.model.rtc import (
     guidance_weights, guided_denoise, jacobian_step_count, RtcGuidance)
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-_LOG = logging.getLogger('oxygen_ros.backends.compiled')
+_LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 class GuidedDenoise:

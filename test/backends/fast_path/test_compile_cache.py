@@ -20,11 +20,11 @@ import pytest
 
 START = """
 import json, logging, sys, torch
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.backends.config import CompileMode
-from oxygen_ros.backends.graph_builder import Step
-from oxygen_ros.backends.attempts import graphs_compiled
+from oxygen_ros.backends.fast_path.graph_builder import Step
+from oxygen_ros.backends.fast_path.attempts import graphs_compiled
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
@@ -90,7 +90,7 @@ def test_second_start_hits_the_compile_cache(tmp_path):
 
 def test_the_compile_cache_can_live_outside_the_project_cache(tmp_path, monkeypatch):
     """``OXYGEN_ROS_COMPILE_CACHE``: the GPU session keeps it off the carried tokenizer folder."""
-    from oxygen_ros.backends.compile_cache import CompileCache
+    from oxygen_ros.backends.fast_path.compile_cache import CompileCache
 
     monkeypatch.delenv('OXYGEN_ROS_COMPILE_CACHE')      # conftest's, for this session
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path / 'project'))

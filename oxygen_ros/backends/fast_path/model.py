@@ -48,16 +48,16 @@ from __future__ import annotations
 import logging
 from typing import Callable, Collection, Iterator
 
-from oxygen_ros.backends.buckets import bucket_for, EngineLimits, StaticShapes
-from oxygen_ros.backends.compile_cache import CompileCache
 from oxygen_ros.backends.config import AttentionBackend, CompileMode
-from oxygen_ros.backends.decode_steps import DecodeSteps
-from oxygen_ros.backends.graph_builder import Kernels, Step
-from oxygen_ros.backends.guided_fast import GuidedDenoise
+from oxygen_ros.backends.fast_path.buckets import bucket_for, EngineLimits, StaticShapes
+from oxygen_ros.backends.fast_path.compile_cache import CompileCache
+from oxygen_ros.backends.fast_path.decode_steps import DecodeSteps
+from oxygen_ros.backends.fast_path.graph_builder import Kernels, Step
+from oxygen_ros.backends.fast_path.guided_denoise import GuidedDenoise
+from oxygen_ros.backends.fast_path.precompile import AOT_BACKENDS, ArtifactStore
+from oxygen_ros.backends.fast_path.static_graph import StaticCall
+from oxygen_ros.backends.fast_path.warmup import FastPathWarmup
 from oxygen_ros.backends.parity import ParityResult
-from oxygen_ros.backends.precompile import AOT_BACKENDS, ArtifactStore
-from oxygen_ros.backends.static_graph import StaticCall
-from oxygen_ros.backends.warmup import FastPathWarmup
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.fp8 import fp8_kernel_of
