@@ -39,9 +39,9 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     """
     if backend is AttentionBackend.AUTO:
         return nullcontext()
+    from oxygen_ros.backends.fast_path.paged_attention import paged_kernel
     from oxygen_ros.model.flex import flex_kernels
     from oxygen_ros.model.layers import matmul_short_queries
-    from oxygen_ros.model.paged_attention import paged_kernel
     if backend is AttentionBackend.FLEX:
         return flex_kernels(True)
     stack = ExitStack()

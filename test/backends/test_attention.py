@@ -7,12 +7,12 @@ from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.paged_attention import use_paged_kernel
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.flex import prefill_attention
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
-from oxygen_ros.model.paged_attention import use_paged_kernel
 from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask

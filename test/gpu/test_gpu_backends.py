@@ -9,11 +9,11 @@ calls with ``aot_eager`` for Inductor and nothing captured (the engine of each c
 runs there as ``cuda-graphs``: eager kernels in the static calls; ``default`` with
 ``aot_eager``, which ``reduce-overhead`` is on the CPU, is the engine test of
 ``test/backends/fast_path/test_fast_path.py``); the steps gated, the graphs' buffers and the
-fallbacks are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never wait for
-the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using CUDA,
-TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals the
-torch backend and comes from the disk cache the second time (its graphs run in onnxruntime
-on the CPU: ``test/backends/experimental``). Timings on full size: ``oxygen_bench gpu
+fallbacks are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never
+wait for the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using
+CUDA, TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals
+the torch backend and comes from the disk cache the second time (its graphs run in
+onnxruntime on the CPU: ``test/backends/experimental``). Timings on full size: ``oxygen_bench gpu
 --session N`` (docs/gpu.md, "The GPU session", whose second command runs this file).
 """
 
@@ -25,11 +25,11 @@ from devices import compiler, cuda_only, DEVICES
 import numpy as np
 from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.backends.fast_path.graph_builder import Step
+from oxygen_ros.backends.fast_path.paged_attention import decode_attention
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import build_model, load_tokenizer
-from oxygen_ros.model.paged_attention import decode_attention
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
 import pytest

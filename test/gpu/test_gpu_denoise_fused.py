@@ -21,12 +21,12 @@ from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.paged_attention import denoise_attention
 from oxygen_ros.backends.fast_path.parity_probe import float32_copy
 from oxygen_ros.backends.parity import check_parity
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual
-from oxygen_ros.model.paged_attention import denoise_attention
 from oxygen_ros.model.pi05 import build_model
 from paged_cases import gathered_attention, make_inputs
 import pytest
@@ -38,7 +38,7 @@ CPU_CONTEXT = 130
 
 def _kernels(device):
     paged_decode = triton_kernels(device)
-    from oxygen_ros.model.kernels import adarms
+    from oxygen_ros.backends.fast_path.kernels import adarms
     return paged_decode.paged_attention, adarms
 
 

@@ -6,9 +6,9 @@ for the configured preset and dtype) and ``model.fp8.probe_scaled_mm`` (what FP8
 load); these tests hold the findings to what those return on this CPU.
 """
 
+from oxygen_ros.backends.fast_path.kernels.device_check import check_device
 from oxygen_ros.engine.config import EngineConfig, Quantization
 from oxygen_ros.model import fp8
-from oxygen_ros.model.kernels.device_check import check_device
 from oxygen_ros.tools.doctor import kernel_checks
 from oxygen_ros.tools.doctor.findings import Level
 

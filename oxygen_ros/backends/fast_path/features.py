@@ -94,7 +94,7 @@ def features_off(off: Collection[Feature]) -> Iterator[None]:
     """
     with ExitStack() as stack:
         if Feature.PAGED_ATTENTION in off:
-            from oxygen_ros.model.paged_attention import paged_kernel
+            from oxygen_ros.backends.fast_path.paged_attention import paged_kernel
             stack.enter_context(paged_kernel(False))
         if Feature.FLEX_ATTENTION in off:
             from oxygen_ros.model.flex import flex_kernels

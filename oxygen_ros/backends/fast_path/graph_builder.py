@@ -37,15 +37,15 @@ from typing import Callable
 
 from oxygen_ros.backends.config import max_autotune_steps, Step
 from oxygen_ros.backends.fast_path.features import Feature, features_off
+from oxygen_ros.backends.fast_path.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledStep
+from oxygen_ros.backends.fast_path.static_calls import (
+    DecodeCall, DecodeLoopCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 from oxygen_ros.backends.fast_path.static_graph import GraphCapture, StaticCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
-from oxygen_ros.model.paged_attention import denoise_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.rtc import GuidedDenoiseCall
-from oxygen_ros.model.static_calls import (
-    DecodeCall, DecodeLoopCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 import torch
 from torch import nn
 

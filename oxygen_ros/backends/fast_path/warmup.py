@@ -34,6 +34,7 @@ from oxygen_ros.backends.fast_path.compile_cache import cache_root, CompileCache
 from oxygen_ros.backends.fast_path.features import blame, describe, Feature, ORDER, STEP_FEATURES
 from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
+from oxygen_ros.backends.fast_path.paged_attention import decode_attention, load_kernel
 from oxygen_ros.backends.fast_path.parity_probe import float32_copy, ParityProbe
 from oxygen_ros.backends.fast_path.precompile import ArtifactStore
 from oxygen_ros.backends.fast_path.precompile import available as precompile_available
@@ -41,7 +42,6 @@ from oxygen_ros.backends.fast_path.static_graph import GraphCapture
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.paged_attention import decode_attention, load_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
 
@@ -163,7 +163,7 @@ class FastPathWarmup:
         if fp8_kernel_of(self.model) is Fp8Kernel.SCALED_MM:
             used.add(Feature.FP8_MATMUL)
         if Feature.PAGED_ATTENTION in used and self.device.type == 'cuda':
-            from oxygen_ros.model.kernels.device_check import check_device
+            from oxygen_ros.backends.fast_path.kernels.device_check import check_device
             t0 = time.perf_counter()
             check = check_device(self.device, self.cfg, self.dtype)
             self.seconds['kernel_check'] = time.perf_counter() - t0

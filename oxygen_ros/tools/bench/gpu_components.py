@@ -212,8 +212,8 @@ def time_decode_attention(work: Workload) -> dict:
     """
     import torch
 
+    from oxygen_ros.backends.fast_path.paged_attention import load_kernel, paged_attention
     from oxygen_ros.model.layers import attention, AttentionMask, matmul_short_queries
-    from oxygen_ros.model.paged_attention import load_kernel, paged_attention
 
     if not work.device.startswith('cuda'):
         return {'skipped': 'timed on CUDA only (on the CPU the kernel runs interpreted)'}

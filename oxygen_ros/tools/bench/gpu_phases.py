@@ -347,9 +347,9 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
     from oxygen_ros.backends.fast_path.graph_builder import Kernels
+    from oxygen_ros.backends.fast_path.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
-    from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
     from oxygen_ros.tools.bench.warmup_summary import warmup_summary

@@ -51,7 +51,7 @@ def run(targets: Sequence[int], presets: Sequence[str], dtypes: Sequence[str], *
     """Build one launch of each kind for every target; return each build as a dict."""
     import torch
 
-    from oxygen_ros.model.kernels.builds import build, launch_kinds, model_launches
+    from oxygen_ros.backends.fast_path.kernels.builds import build, launch_kinds, model_launches
 
     launches = launch_kinds(launch for p in presets for d in dtypes
                             for launch in model_launches(get_preset(p), getattr(torch, d)))

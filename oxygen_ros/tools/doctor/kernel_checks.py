@@ -59,8 +59,8 @@ def check_triton_pin(environ: Mapping[str, str] = os.environ) -> Finding:
 
 def check_triton_build(config: EngineConfig) -> Finding:
     """Return whether the project's Triton kernels build for the configured device and model."""
+    from oxygen_ros.backends.fast_path.kernels.device_check import check_device
     from oxygen_ros.engine.loading import torch_dtype
-    from oxygen_ros.model.kernels.device_check import check_device
     result = check_device(config.device, config.model_config(), torch_dtype(config.dtype))
     if result.ok:
         return Finding('triton build', Level.OK, f'{result.target}: {len(result.lines)} '

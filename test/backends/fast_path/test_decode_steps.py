@@ -15,12 +15,12 @@ from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
 from oxygen_ros.backends.fast_path import backend as fast_backend, graph_builder
 from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.static_calls import DecodeLoopCall
 from oxygen_ros.backends.torch_backend import _RowState, TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.lora import from_oxygen_arrays
-from oxygen_ros.model.static_calls import DecodeLoopCall
 from oxygen_ros.sched.output import DecodeJob
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask

@@ -22,6 +22,7 @@ from oxygen_ros.backends.fast_path.buckets import (
     suffix_buckets)
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels, Step
 from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.static_calls import DenoiseCall
 from oxygen_ros.backends.fast_path.warmup import JUST_IN_TIME
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
@@ -33,7 +34,6 @@ from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
 from oxygen_ros.model.rtc import (
     guidance_weights, guided_denoise, GuidedDenoiseCall, RtcGuidance)
-from oxygen_ros.model.static_calls import DenoiseCall
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
 import pytest

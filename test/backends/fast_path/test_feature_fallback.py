@@ -19,9 +19,9 @@ from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.features import blame, Feature
+from oxygen_ros.backends.fast_path.kernels import paged_decode
 from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.model.kernels import paged_decode
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
 from paged_cases import interpreted_kernel

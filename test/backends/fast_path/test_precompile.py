@@ -12,6 +12,7 @@ The models are bfloat16, where the gate needs a float32 reference or its record.
 import logging
 
 from oxygen_ros.backends.config import CompileMode, Step
+from oxygen_ros.backends.fast_path import static_calls
 from oxygen_ros.backends.fast_path.attempts import graphs_compiled
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
@@ -21,7 +22,6 @@ from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledS
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
-from oxygen_ros.model import static_calls
 from oxygen_ros.model.kv_cache import KVCache
 import pytest
 import torch

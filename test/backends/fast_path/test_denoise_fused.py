@@ -18,13 +18,13 @@ import textwrap
 
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
+from oxygen_ros.backends.fast_path.paged_attention import (
+    denoise_attention, load_kernel, paged_kernel, PAGED_MAX_QUERIES)
+from oxygen_ros.backends.fast_path.static_calls import DenoiseCall
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual, matmul_short_queries
-from oxygen_ros.model.paged_attention import (
-    denoise_attention, load_kernel, paged_kernel, PAGED_MAX_QUERIES)
 from oxygen_ros.model.pi05 import build_model
-from oxygen_ros.model.static_calls import DenoiseCall
 from paged_cases import interpreted_kernel
 import pytest
 import torch
@@ -32,8 +32,8 @@ import torch.nn.functional as F  # noqa: N812
 
 interpreted_kernel()
 load_kernel()
-norms = pytest.importorskip('oxygen_ros.model.kernels.adarms')
-ROOT = Path(__file__).resolve().parents[2]
+norms = pytest.importorskip('oxygen_ros.backends.fast_path.kernels.adarms')
+ROOT = Path(__file__).resolve().parents[3]
 TOL = {'atol': 1e-5, 'rtol': 0}
 PI05_HEADS = GemmaConfig(width=64, depth=2, num_heads=8, num_kv_heads=1, head_dim=256,
                          mlp_dim=128)
@@ -239,11 +239,11 @@ TRACE_FOR_HOPPER = """
     import torch
     from torch._dynamo.backends.common import aot_autograd
     from oxygen_ros.config import GemmaConfig, get_preset
-    from oxygen_ros.model.kernels.builds import active_target, HOPPER
+    from oxygen_ros.backends.fast_path.kernels.builds import active_target, HOPPER
     from oxygen_ros.model.kv_cache import KVCache
-    from oxygen_ros.model.paged_attention import load_kernel
+    from oxygen_ros.backends.fast_path.paged_attention import load_kernel
     from oxygen_ros.model.pi05 import build_model
-    from oxygen_ros.model.static_calls import DenoiseCall
+    from oxygen_ros.backends.fast_path.static_calls import DenoiseCall
 
     hopper = active_target(HOPPER)     # torch's analysis of the kernels asks for a target
     hopper.__enter__()

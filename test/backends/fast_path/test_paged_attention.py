@@ -21,7 +21,7 @@ import pytest
 import torch
 
 kernel = interpreted_kernel()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _args(x, q_index):
@@ -163,7 +163,7 @@ def _python(code):
 def test_on_the_cpu_without_the_interpreter_the_kernel_refuses():
     out = _python("""
         import torch
-        from oxygen_ros.model.kernels.paged_decode import paged_attention
+        from oxygen_ros.backends.fast_path.kernels.paged_decode import paged_attention
         z = torch.zeros
         try:
             paged_attention(z(1, 1, 2, 16), z(1, 1, dtype=torch.int64), z(8, 1, 16),
@@ -178,8 +178,8 @@ def test_on_the_cpu_without_the_interpreter_the_kernel_refuses():
 TRACE_FOR_HOPPER = """
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    from oxygen_ros.model.kernels import paged_decode as pd
-    from oxygen_ros.model.kernels.builds import active_target, HOPPER
+    from oxygen_ros.backends.fast_path.kernels import paged_decode as pd
+    from oxygen_ros.backends.fast_path.kernels.builds import active_target, HOPPER
 
     hopper = active_target(HOPPER)     # torch's analysis of the kernels asks for a target
     hopper.__enter__()

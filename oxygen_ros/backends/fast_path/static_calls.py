@@ -42,15 +42,15 @@ from __future__ import annotations
 
 from typing import Callable
 
+from oxygen_ros.backends.fast_path.denoise_fused import action_tokens, fused_velocity
+from oxygen_ros.backends.fast_path.paged_attention import paged_attention, use_paged_kernel
 from oxygen_ros.model.denoise import (
     denoise_context, DenoiseContext, euler_step_modulations, expert_velocity)
-from oxygen_ros.model.denoise_fused import action_tokens, fused_velocity
 from oxygen_ros.model.flex import (
     prefix_attention, prefix_block_mask, prefix_row_mask, use_flex_prefill)
 from oxygen_ros.model.layers import attention, AttentionMask, rope_cos_sin
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.masks import make_attn_mask, text_ar
-from oxygen_ros.model.paged_attention import paged_attention, use_paged_kernel
 from oxygen_ros.model.pi05 import Pi05Model
 
 import torch

@@ -31,8 +31,8 @@ from pathlib import Path
 import time
 from typing import Any, Iterable, Iterator
 
+from oxygen_ros.backends.fast_path.kernels.registration import Launch, recorded_launches
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.model.kernels.registration import Launch, recorded_launches
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -143,9 +143,9 @@ def model_launches(cfg: ModelConfig, dtype: torch.dtype) -> list[Launch]:
 
     :raises RuntimeError: the kernels are Triton's interpreter's (``TRITON_INTERPRET=1``).
     """
-    from oxygen_ros.model.kernels import paged_decode
-    from oxygen_ros.model.paged_attention import paged_kernel
-    from oxygen_ros.model.static_calls import DecodeCall, DenoiseCall, ExtendCall
+    from oxygen_ros.backends.fast_path.kernels import paged_decode
+    from oxygen_ros.backends.fast_path.paged_attention import paged_kernel
+    from oxygen_ros.backends.fast_path.static_calls import DecodeCall, DenoiseCall, ExtendCall
 
     if paged_decode.INTERPRETED:
         raise RuntimeError("the kernels are Triton's interpreter's (TRITON_INTERPRET=1 at "

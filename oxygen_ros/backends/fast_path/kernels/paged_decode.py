@@ -48,7 +48,8 @@ the compiler, with a shape function.
 
 from __future__ import annotations
 
-from oxygen_ros.model.kernels.registration import is_interpreted, kernel_operator, launch
+from oxygen_ros.backends.fast_path.kernels.registration import (
+    is_interpreted, kernel_operator, launch)
 import torch
 import triton
 import triton.language as tl

@@ -30,9 +30,10 @@ eager operations round; tests ``test/model/test_denoise_fused.py``).
 
 from __future__ import annotations
 
+from oxygen_ros.backends.fast_path.paged_attention import (
+    ada_rms_norm, gated_ada_rms_norm, paged_attention)
 from oxygen_ros.model.denoise import ActionExpertModel
 from oxygen_ros.model.layers import rope_cos_sin
-from oxygen_ros.model.paged_attention import ada_rms_norm, gated_ada_rms_norm, paged_attention
 
 import torch
 

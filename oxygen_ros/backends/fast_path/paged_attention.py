@@ -28,8 +28,8 @@ PAGED_MAX_QUERIES = 64
 tokens of a denoise); longer calls (a text prefill of up to 200 tokens) keep the gather and
 a fused SDPA kernel."""
 
-_KERNEL_MODULE = 'oxygen_ros.model.kernels.paged_decode'
-_NORM_MODULE = 'oxygen_ros.model.kernels.adarms'
+_KERNEL_MODULE = 'oxygen_ros.backends.fast_path.kernels.paged_decode'
+_NORM_MODULE = 'oxygen_ros.backends.fast_path.kernels.adarms'
 _LOG = logging.getLogger(__name__)
 _enabled: bool | None = None
 """Set by :func:`paged_kernel`; None: the kernel where compiled for CUDA and it loaded."""

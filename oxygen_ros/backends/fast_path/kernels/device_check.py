@@ -9,8 +9,8 @@ itself, its LLVM can abort the whole process (Triton 3.3 and 3.4 for Jetson Thor
 seen on the CPU), and the node must outlive that. The GPU is never touched by the child: a
 target is all a build needs.
 
-Run as ``python -m oxygen_ros.model.kernels.device_check '<json>'`` it is that child: it
-prints the check as one JSON line.
+Run as ``python -m oxygen_ros.backends.fast_path.kernels.device_check '<json>'`` it is that
+child: it prints the check as one JSON line.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import subprocess
 import sys
 from typing import Any
 
+from oxygen_ros.backends.fast_path.kernels.builds import DeviceBuildCheck
 from oxygen_ros.config import GemmaConfig, get_preset, ModelConfig
-from oxygen_ros.model.kernels.builds import DeviceBuildCheck
 import torch
 
 TIMEOUT_S = 600.0
@@ -83,7 +83,7 @@ def check_target_apart(target: tuple[str, int, int], cfg: ModelConfig,
     spec = json.dumps({'target': list(target), 'dtype': str(dtype).removeprefix('torch.'),
                        **_model_spec(cfg)})
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    root = str(Path(__file__).resolve().parents[3])        # the package's parent folder
+    root = str(Path(__file__).resolve().parents[4])        # the package's parent folder
     env['PYTHONPATH'] = os.pathsep.join([root, env.get('PYTHONPATH', '')])
     try:
         proc = subprocess.run([sys.executable, '-m', __name__, spec], capture_output=True,
@@ -114,7 +114,7 @@ def _model_spec(cfg: ModelConfig) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Build for the target the JSON argument names; print the check as JSON (the child)."""
-    from oxygen_ros.model.kernels.builds import check_target
+    from oxygen_ros.backends.fast_path.kernels.builds import check_target
     spec = json.loads((argv if argv is not None else sys.argv[1:])[0])
     cfg = get_preset(spec['preset']).with_overrides(
         vlm=GemmaConfig(**spec['vlm']), expert=GemmaConfig(**spec['expert']),

@@ -21,7 +21,7 @@ from oxygen_ros.config import get_preset
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WRITES = {'_context_partials': ['acc_ptr', 'l_ptr', 'm_ptr'],
           '_new_tokens_and_merge': ['out_ptr']}
 """What each kernel writes (its outputs, never its inputs or the KV pool)."""
@@ -98,7 +98,7 @@ def test_torch_types_a_float_argument_of_a_user_kernel_as_the_kernels_expect():
         import json, torch
         from torch._inductor import config
         from oxygen_ros.config import get_preset
-        from oxygen_ros.model.kernels.builds import inductor_signature, model_launches
+        from oxygen_ros.backends.fast_path.kernels.builds import inductor_signature, model_launches
         launch = next(la for la in model_launches(get_preset('tiny'), torch.bfloat16)
                       if la.name == '_context_partials')
         types, constants = inductor_signature(launch)
@@ -116,7 +116,7 @@ def test_the_launches_are_the_callers_own():
     out = _python("""
         import json, torch
         from oxygen_ros.config import get_preset
-        from oxygen_ros.model.kernels.builds import model_launches, variant
+        from oxygen_ros.backends.fast_path.kernels.builds import model_launches, variant
         launches = model_launches(get_preset('pi05_droid'), torch.bfloat16)
         print(json.dumps({
             'kinds': sorted([la.name, variant(la)] for la in launches),
@@ -135,13 +135,13 @@ def test_the_launches_are_the_callers_own():
 
 
 def test_under_the_interpreter_there_is_nothing_to_build():
-    from oxygen_ros.model.kernels.builds import model_launches
+    from oxygen_ros.backends.fast_path.kernels.builds import model_launches
     with pytest.raises(RuntimeError, match='TRITON_INTERPRET'):
         model_launches(get_preset('tiny'), torch.float32)
 
 
 def test_the_device_check_answers_on_the_cpu_without_building():
-    from oxygen_ros.model.kernels.device_check import check_device
+    from oxygen_ros.backends.fast_path.kernels.device_check import check_device
     out = check_device('cpu')
     assert not out.ok and out.target == 'cpu'
     assert out.reason == ("cpu: no CUDA device; the kernels run there only in Triton's "
@@ -151,7 +151,7 @@ def test_the_device_check_answers_on_the_cpu_without_building():
 @pytest.mark.timeout(600)
 def test_a_target_the_compiler_cannot_build_for_is_refused_and_the_caller_lives_on():
     """Triton's LLVM aborts its process for a GPU newer than it knows: the child's, not ours."""
-    from oxygen_ros.model.kernels.device_check import check_target_apart, PTXAS_HINT
+    from oxygen_ros.backends.fast_path.kernels.device_check import check_target_apart, PTXAS_HINT
     out = check_target_apart(('cuda', 200, 32), get_preset('tiny'), torch.bfloat16)
     assert not out.ok and out.target == 'cuda sm_200'
     assert out.reason.startswith('the Triton compiler crashed building the kernels for cuda '
