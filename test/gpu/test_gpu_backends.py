@@ -278,7 +278,7 @@ def test_tensorrt_bfloat16_engine_is_close_to_torch_bfloat16(tokenizer, tmp_path
 @cuda_only("TensorRT's engines in a CUDA graph")
 @needs_trt
 def test_denoise_cuda_graph_equals_plain_loop(tokenizer, tmp_path, monkeypatch):
-    from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
+    from oxygen_ros.tools.tensorrt.tensorrt_backend import TensorRTBackend
 
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path))
     mode = PrefixAttention.CAUSAL_TEXT

@@ -15,16 +15,6 @@ import types
 
 import numpy as np
 from oxygen_ros.backends.errors import BackendUnavailableError
-from oxygen_ros.backends.experimental import tensorrt_backend, trt_runtime
-from oxygen_ros.backends.experimental.graph_runner import GraphRunner
-from oxygen_ros.backends.experimental.onnx_export import export_graphs
-from oxygen_ros.backends.experimental.onnx_graphs import GraphName
-from oxygen_ros.backends.experimental.onnx_manifest import load_manifest
-from oxygen_ros.backends.experimental.ort_runtime import OrtExecutor
-from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
-from oxygen_ros.backends.experimental.trt_profiles import (
-    denoise_ctx_len, DimRange, engine_cache_key, engine_profiles, input_shapes, profile_index,
-    TrtPrecision)
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
@@ -34,6 +24,16 @@ from oxygen_ros.engine.config import BackendKind, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.common.workload import make_observation
+from oxygen_ros.tools.tensorrt import tensorrt_backend, trt_runtime
+from oxygen_ros.tools.tensorrt.graph_runner import GraphRunner
+from oxygen_ros.tools.tensorrt.onnx_export import export_graphs
+from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
+from oxygen_ros.tools.tensorrt.onnx_manifest import load_manifest
+from oxygen_ros.tools.tensorrt.ort_runtime import OrtExecutor
+from oxygen_ros.tools.tensorrt.tensorrt_backend import TensorRTBackend
+from oxygen_ros.tools.tensorrt.trt_profiles import (
+    denoise_ctx_len, DimRange, engine_cache_key, engine_profiles, input_shapes, profile_index,
+    TrtPrecision)
 from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import torch
@@ -306,8 +306,8 @@ def test_profiles_and_limits():
 
 
 def load_spec(name):
-    from oxygen_ros.backends.experimental.onnx_graphs import graph_specs
     from oxygen_ros.model.pi05 import Pi05Model
+    from oxygen_ros.tools.tensorrt.onnx_graphs import graph_specs
     with torch.device('meta'):
         model = Pi05Model(get_preset('tiny'))
     return graph_specs(model)[name]

@@ -29,12 +29,12 @@ from pathlib import Path
 import warnings
 
 import onnx
-from oxygen_ros.backends.experimental.onnx_graphs import (
+from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.tools.tensorrt.onnx_graphs import (
     dtype_name, GRAPH_MODULES, graph_specs, GraphName, GraphSpec)
-from oxygen_ros.backends.experimental.onnx_manifest import (
+from oxygen_ros.tools.tensorrt.onnx_manifest import (
     config_dict, ExportManifest, GraphEntry, MANIFEST_FILE, MANIFEST_FORMAT, ONNX_DTYPES,
     weights_sha256)
-from oxygen_ros.model.pi05 import Pi05Model
 import torch
 from torch import nn
 

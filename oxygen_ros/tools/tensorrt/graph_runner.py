@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping, Protocol
 
-from oxygen_ros.backends.experimental.onnx_graphs import GraphName
 from oxygen_ros.config import ModelConfig, PrefixAttention
 from oxygen_ros.model.flow import euler_times
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.pi05 import check_image_batch
+from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
 import torch
 
 

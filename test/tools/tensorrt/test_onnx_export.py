@@ -15,16 +15,16 @@ import shutil
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from oxygen_ros.backends.experimental.graph_runner import GraphRunner
-from oxygen_ros.backends.experimental.onnx_export import export_graphs, WEIGHTS_FILE, WeightStorage
-from oxygen_ros.backends.experimental.onnx_graphs import GraphName
-from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
-from oxygen_ros.backends.experimental.ort_runtime import OrtExecutor
 from oxygen_ros.checkpoint.weights import save_checkpoint
 from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
 from oxygen_ros.tools.export import main as export_main
+from oxygen_ros.tools.tensorrt.graph_runner import GraphRunner
+from oxygen_ros.tools.tensorrt.onnx_export import export_graphs, WEIGHTS_FILE, WeightStorage
+from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
+from oxygen_ros.tools.tensorrt.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.tools.tensorrt.ort_runtime import OrtExecutor
 import pytest
 import torch
 

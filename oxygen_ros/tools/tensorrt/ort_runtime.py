@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-from oxygen_ros.backends.experimental.onnx_graphs import dtype_name, GraphName
-from oxygen_ros.backends.experimental.onnx_manifest import ExportManifest, load_manifest
+from oxygen_ros.tools.tensorrt.onnx_graphs import dtype_name, GraphName
+from oxygen_ros.tools.tensorrt.onnx_manifest import ExportManifest, load_manifest
 import torch
 
 _NUMPY = {'float32': np.float32, 'float16': np.float16, 'int64': np.int64, 'bool': np.bool_}

@@ -30,10 +30,10 @@ import enum
 import hashlib
 import json
 
-from oxygen_ros.backends.experimental.onnx_graphs import GraphName, GraphSpec
-from oxygen_ros.backends.experimental.onnx_manifest import ExportManifest
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
+from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName, GraphSpec
+from oxygen_ros.tools.tensorrt.onnx_manifest import ExportManifest
 
 
 class TrtPrecision(enum.Enum):

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 import onnx
-from oxygen_ros.backends.experimental.onnx_graphs import (
-    dtype_name, GraphName, GraphSpec, TensorSpec)
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.tools.tensorrt.onnx_graphs import (
+    dtype_name, GraphName, GraphSpec, TensorSpec)
 import torch
 
 MANIFEST_FILE = 'manifest.json'

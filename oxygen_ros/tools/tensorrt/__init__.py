@@ -10,9 +10,10 @@ program as the torch backend, checked against the torch model, and the optimizat
 profiles and engine cache keys (``trt_profiles``). The TensorRT calls themselves
 (``trt_runtime``, ``tensorrt_backend``) are unverified.
 
-Imported only when asked for: ``backend: tensorrt`` and the ``oxygen_export`` console script.
-This package builds on the core backends (``TorchBackend``, ``buckets.EngineLimits``,
-``errors``, ``config``), never the reverse: of the core, only ``factory.make_backend`` names
-it, inside the branch that selects TensorRT (``test/test_import_boundaries.py`` holds both).
-Nothing is imported here.
+It lives beside ``oxygen_export`` (``tools/export.py``), outside the runtime package, and
+builds on the core backends (``TorchBackend``, ``fast_path.buckets.EngineLimits``,
+``errors``, ``config``), never the reverse: ``backend: tensorrt`` reaches it as a plugin, the
+entry point ``tensorrt`` of group ``oxygen_ros.backends`` (``setup.py``) that
+``backends.factory.make_backend`` loads; no runtime module imports it
+(``test/test_import_boundaries.py`` holds both). Nothing is imported here.
 """

@@ -25,9 +25,9 @@ import threading
 import time
 from typing import Any, Mapping
 
-from oxygen_ros.backends.experimental.onnx_graphs import GraphName
-from oxygen_ros.backends.experimental.onnx_manifest import ExportManifest
-from oxygen_ros.backends.experimental.trt_profiles import (
+from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
+from oxygen_ros.tools.tensorrt.onnx_manifest import ExportManifest
+from oxygen_ros.tools.tensorrt.trt_profiles import (
     engine_cache_key, input_shapes, Profile, profile_index, TrtPrecision)
 import torch
 

@@ -31,15 +31,15 @@ import weakref
 
 from oxygen_ros.backends.config import BackendConfig
 from oxygen_ros.backends.errors import BackendUnavailableError
-from oxygen_ros.backends.experimental.graph_runner import GraphRunner
-from oxygen_ros.backends.experimental.onnx_export import export_graphs
-from oxygen_ros.backends.experimental.onnx_manifest import load_manifest, weights_sha256
-from oxygen_ros.backends.experimental.trt_profiles import (
-    denoise_ctx_len, engine_profiles, TrtPrecision)
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.tools.tensorrt.graph_runner import GraphRunner
+from oxygen_ros.tools.tensorrt.onnx_export import export_graphs
+from oxygen_ros.tools.tensorrt.onnx_manifest import load_manifest, weights_sha256
+from oxygen_ros.tools.tensorrt.trt_profiles import (
+    denoise_ctx_len, engine_profiles, TrtPrecision)
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class TensorRTBackend(TorchBackend):
         """
         trt = import_tensorrt()
         device = require_cuda(config.device)
-        from oxygen_ros.backends.experimental.trt_runtime import load_engines, TrtExecutor
+        from oxygen_ros.tools.tensorrt.trt_runtime import load_engines, TrtExecutor
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         t0 = time.perf_counter()
@@ -210,5 +210,19 @@ class TensorRTBackend(TorchBackend):
                    warmup_seconds=seconds)
 
 
-__all__ = ['CACHE_ENV', 'TENSORRT_MISSING', 'TensorRTBackend', 'default_cache_dir',
-           'ensure_export', 'import_tensorrt', 'require_cuda']
+def create_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> TensorRTBackend:
+    """
+    Return the TensorRT backend of ``config``: the ``tensorrt`` entry point of the backends.
+
+    ``backend: tensorrt`` reaches it through ``backends.factory.make_backend`` (group
+    ``oxygen_ros.backends``, ``setup.py``), with ``trt_precision`` and ``engine_cache_dir``.
+
+    :raises BackendUnavailableError: as :meth:`TensorRTBackend.create`.
+    """
+    return TensorRTBackend.create(config, model, num_blocks,
+                                  precision=TrtPrecision(config.trt_precision),
+                                  cache_dir=config.engine_cache_dir)
+
+
+__all__ = ['CACHE_ENV', 'TENSORRT_MISSING', 'TensorRTBackend', 'create_backend',
+           'default_cache_dir', 'ensure_export', 'import_tensorrt', 'require_cuda']
