@@ -448,10 +448,10 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
     """
     Return each component beside its bound on ``gpu_name`` and the paper-workload cycle.
 
-    :param fp8_weights: the bounds of FP8 weights (``model/roofline.py``).
+    :param fp8_weights: the bounds of FP8 weights (``call_costs.py``).
     """
-    from oxygen_ros.backends.gpu_specs import lookup_gpu
     from oxygen_ros.engine.config import DTYPE_BYTES
+    from oxygen_ros.tools.bench.gpu_specs import lookup_gpu
     from oxygen_ros.tools.bench.roofline import component_costs, paper_cycle, roofline
 
     costs = component_costs(work.model_config(), cameras=work.cameras,

@@ -1,10 +1,10 @@
 """FLOPs and bytes per call from the config, checked against ``docs/model.md#sizes-and-costs``."""
 
-from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.config import get_preset
-from oxygen_ros.model.roofline import (
+from oxygen_ros.tools.bench.call_costs import (
     decode_cost, denoise_cost, denoise_layer_step_costs, gemma_layer_linear_params,
     prefill_cost, seed_cost, vision_cost)
+from oxygen_ros.tools.bench.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 import pytest
 
 PI05 = get_preset('pi05_droid')
