@@ -224,7 +224,7 @@ def test_every_import_follows_the_layers():
 
 
 def test_checkpoint_conversion_imports_neither_jax_nor_tensorstore_nor_ros():
-    loaded = loaded_after_import(of('oxygen_ros.checkpoint'))
+    loaded = loaded_after_import(of('oxygen_ros.checkpoint') + of('oxygen_ros.tools.convert'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 

@@ -1,9 +1,12 @@
 """
 ``oxygen_convert``: an openpi JAX π0.5 checkpoint folder → an oxygen_ros checkpoint folder.
 
-The command line of ``oxygen_ros.checkpoint`` (checkpoint conversion). Needs the ``convert``
-extra (``pip install .[convert]``: tensorstore); not openpi, JAX, flax or transformers. What
-is written: ``oxygen_ros/checkpoint/jax_to_pytorch.py``; use: docs/checkpoints.md.
+The conversion lives here, beside its command line, outside the runtime package (which only
+reads the converted folder: ``checkpoint/weights.py``): ``orbax_reader`` (the JAX arrays),
+``jax_layout`` (openpi's parameter tree), ``jax_to_pytorch`` (the conversion and what is
+written), ``safetensors_stream`` (one tensor at a time). Needs the ``convert`` extra (``pip
+install .[convert]``: tensorstore); not openpi, JAX, flax or transformers. Use:
+docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import argparse
 import logging
 import sys
 
-from oxygen_ros.checkpoint.jax_to_pytorch import convert_checkpoint, MANIFEST_FILE, PRECISIONS
-from oxygen_ros.checkpoint.orbax_reader import ConvertError
 from oxygen_ros.config import preset_names
+from oxygen_ros.tools.convert.jax_to_pytorch import convert_checkpoint, MANIFEST_FILE, PRECISIONS
+from oxygen_ros.tools.convert.orbax_reader import ConvertError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

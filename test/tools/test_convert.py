@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 from openpi_jax_tree import jax_tree, with_value_leaves, write_orbax
-from oxygen_ros.checkpoint.jax_to_pytorch import convert_checkpoint
-from oxygen_ros.checkpoint.orbax_reader import ConvertError
 from oxygen_ros.checkpoint.weights import load_checkpoint, save_checkpoint
 from oxygen_ros.config import GemmaConfig, get_preset, VisionConfig
 from oxygen_ros.model.pi05 import build_model
 from oxygen_ros.tools.convert import main
+from oxygen_ros.tools.convert.jax_to_pytorch import convert_checkpoint
+from oxygen_ros.tools.convert.orbax_reader import ConvertError
 from oxygen_ros.transforms.norm_stats import identity_norm_stats, save_norm_stats
 import pytest
 from safetensors import safe_open

@@ -22,13 +22,13 @@ import logging
 from pathlib import Path
 import shutil
 
-from oxygen_ros.checkpoint.jax_layout import jax_dims, PI0_MARKERS, sources
 from oxygen_ros.checkpoint.keys import config_dims, key_map
-from oxygen_ros.checkpoint.orbax_reader import ConvertError, OrbaxParams, params_dir
-from oxygen_ros.checkpoint.safetensors_stream import SafetensorsStreamWriter
 from oxygen_ros.checkpoint.weights import CONFIG_FILE, openpi_config, WEIGHTS_FILE
 from oxygen_ros.config import get_preset, ModelConfig, preset_names
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.tools.convert.jax_layout import jax_dims, PI0_MARKERS, sources
+from oxygen_ros.tools.convert.orbax_reader import ConvertError, OrbaxParams, params_dir
+from oxygen_ros.tools.convert.safetensors_stream import SafetensorsStreamWriter
 from oxygen_ros.transforms.norm_stats import known_asset_ids
 import torch
 from tqdm import tqdm
