@@ -1,7 +1,7 @@
 """Jump and jerk at chunk boundaries on crafted command streams."""
 
 import numpy as np
-from oxygen_ros.control.boundary_metrics import boundary_jerk, third_differences
+from oxygen_ros.tools.demo.boundary_metrics import boundary_jerk, third_differences
 import pytest
 
 H_NS = 10_000_000  # 100 Hz
