@@ -33,10 +33,10 @@ from oxygen_ros.transforms.images import ImageResize
 if TYPE_CHECKING:
     import numpy as np
     from oxygen_ros.backends.config import AttentionBackend
+    from oxygen_ros.model.guidance import RtcGuidance
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.lora import SuffixLoRA
     from oxygen_ros.model.pi05 import Pi05Model
-    from oxygen_ros.model.rtc import RtcGuidance
     from oxygen_ros.sched.output import RunnerOutput, SchedulerOutput
     import torch
 

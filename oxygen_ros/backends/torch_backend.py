@@ -34,10 +34,10 @@ from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, SuffixJob, VisionJob)

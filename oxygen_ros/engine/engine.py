@@ -31,9 +31,9 @@ from oxygen_ros.engine.loading import (
     LoadedModel)
 from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
+from oxygen_ros.model.guidance import RtcGuidance
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
 from oxygen_ros.sched.request_queue import QueueFullError

@@ -20,8 +20,8 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import pytest
 import torch
 

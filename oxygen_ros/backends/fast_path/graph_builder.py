@@ -42,10 +42,10 @@ from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledS
 from oxygen_ros.backends.fast_path.static_calls import (
     DecodeCall, DecodeLoopCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 from oxygen_ros.backends.fast_path.static_graph import GraphCapture, StaticCall
+from oxygen_ros.model.guidance import GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import GuidedDenoiseCall
 import torch
 from torch import nn
 

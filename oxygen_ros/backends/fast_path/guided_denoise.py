@@ -16,9 +16,9 @@ import logging
 
 from oxygen_ros.backends.config import Step
 from oxygen_ros.backends.fast_path.buckets import bucket_for
-from oxygen_ros.model.kv_cache import PrefixKV
-from oxygen_ros.model.rtc import (
+from oxygen_ros.model.guidance import (
     guidance_weights, guided_denoise, jacobian_step_count, RtcGuidance)
+from oxygen_ros.model.kv_cache import PrefixKV
 import torch
 import torch.nn.functional as F  # noqa: N812
 

@@ -61,10 +61,10 @@ from oxygen_ros.backends.parity import ParityResult
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
 from oxygen_ros.model.fp8 import fp8_kernel_of
+from oxygen_ros.model.guidance import jacobian_step_count
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import jacobian_step_count
 import torch
 
 _LOG = logging.getLogger(__name__)

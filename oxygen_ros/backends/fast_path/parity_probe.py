@@ -26,10 +26,10 @@ import zlib
 from oxygen_ros.backends.fast_path.buckets import StaticShapes
 from oxygen_ros.backends.parity import check_parity, ParityResult
 from oxygen_ros.model.fp8 import fp8_kernel_of
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 _LOG = logging.getLogger(__name__)

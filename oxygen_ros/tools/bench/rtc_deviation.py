@@ -14,9 +14,9 @@ first third frozen (the inference delay) and the rest of what it covers soft-mas
 from __future__ import annotations
 
 from oxygen_ros.control.rtc import soft_mask
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 

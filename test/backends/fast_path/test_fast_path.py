@@ -30,10 +30,10 @@ from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.model.guidance import (
+    guidance_weights, guided_denoise, GuidedDenoiseCall, RtcGuidance)
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays
-from oxygen_ros.model.rtc import (
-    guidance_weights, guided_denoise, GuidedDenoiseCall, RtcGuidance)
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
 import pytest

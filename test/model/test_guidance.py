@@ -3,7 +3,7 @@
 import numpy as np
 from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.model.flow import euler_times
-from oxygen_ros.model.rtc import guidance_weight, guided_sample, RtcGuidance
+from oxygen_ros.model.guidance import guidance_weight, guided_sample, RtcGuidance
 import pytest
 import torch
 
