@@ -43,6 +43,12 @@ EXPERIMENTAL = 'oxygen_ros.tools.tensorrt'
 backends, never imported by the runtime (``backend: tensorrt`` loads it as a plugin)."""
 DOORS_TO_EXPERIMENTAL = ['oxygen_ros.tools.export']
 """The only module outside it that imports it, inside the function that runs the export."""
+FAST_PATH = 'oxygen_ros.backends.fast_path'
+"""The torch backend's fast path (static shapes, CUDA graphs, the parity gate, its kernels)."""
+DOORS_TO_FAST_PATH = ['oxygen_ros.backends.attention', 'oxygen_ros.backends.factory']
+"""The only runtime modules outside it that import it, each inside a function: ``make_backend``
+when ``compile_mode`` asks for it, and the attention switch, which turns the paged kernel on or
+off for the attention backend (``sdpa_context``)."""
 BACKEND_PLUGINS = {'tensorrt': f'{EXPERIMENTAL}.tensorrt_backend:create_backend'}
 """The entry points of group ``oxygen_ros.backends`` (``setup.py``) by which the factory finds a
 backend beyond torch: the runtime names none of them in an import."""
@@ -260,6 +266,22 @@ def test_the_experimental_backends_are_imported_only_where_selected():
         assert not [t for t in module_level_imports(module) if _experimental(t)], module
     core = of('oxygen_ros.backends') + of('oxygen_ros.engine')
     assert not [m for m in loaded_after_import(core) if _experimental(m)]
+
+
+def _fast_path(module: str) -> bool:
+    return module == FAST_PATH or module.startswith(FAST_PATH + '.')
+
+
+def test_the_fast_path_is_entered_through_two_doors_only():
+    graph = import_graph()
+    importers = sorted(src for src, targets in graph.items() if not _fast_path(src)
+                       and not src.startswith('oxygen_ros.tools')
+                       and any(_fast_path(t) for t in targets))
+    assert importers == DOORS_TO_FAST_PATH
+    for module in importers:                  # lazily: inside the function that selects it
+        assert not [t for t in module_level_imports(module) if _fast_path(t)], module
+    eager = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine') if not _fast_path(m)]
+    assert not [m for m in loaded_after_import(eager) if _fast_path(m)]
 
 
 def test_backends_beyond_torch_are_plugins_named_in_the_package_metadata():

@@ -16,8 +16,8 @@ from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.model import CompiledModel
-from oxygen_ros.backends.fast_path.parity_probe import float32_copy, model_copy
 from oxygen_ros.backends.fp8_gate import action_chunks, check_fp8_actions, probe_inputs
+from oxygen_ros.backends.parity import float32_copy, model_copy
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.engine.engine import Engine

@@ -22,8 +22,7 @@ from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.model import CompiledModel
 from oxygen_ros.backends.fast_path.paged_attention import denoise_attention
-from oxygen_ros.backends.fast_path.parity_probe import float32_copy
-from oxygen_ros.backends.parity import check_parity
+from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual

@@ -14,8 +14,7 @@ from devices import compiler, DEVICES
 from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.model import CompiledModel
-from oxygen_ros.backends.fast_path.parity_probe import float32_copy
-from oxygen_ros.backends.parity import check_parity
+from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.engine.config import EngineConfig

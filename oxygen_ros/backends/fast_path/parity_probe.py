@@ -4,9 +4,9 @@ Probe inputs for the parity gate: every compiled graph against eager, and eager 
 Each probe runs one step at one static shape three ways on the same inputs: through the fast
 path (which must pick that very graph: the probe's sizes fall inside the bucket, below its top
 when there is room, so padding is exercised), through the eager model in its dtype, and
-through the eager float32 copy (``float32_copy``; None for a float32 model). Outputs that a
-step writes into the KV pool are compared too. The pool is filled with random K/V first (an
-all-zero pool would hide a wrong attention), probes write only the probe region
+through the eager float32 copy (``parity.float32_copy``; None for a float32 model). Outputs
+that a step writes into the KV pool are compared too. The pool is filled with random K/V
+first (an all-zero pool would hide a wrong attention), probes write only the probe region
 ``[block_size, block_size + probe_slots)`` and the caller zeroes the pool afterwards.
 
 :meth:`ParityProbe.run` seeds the inputs of each probe by its step and shape (eager writes
@@ -19,60 +19,16 @@ a reference, the probes run compiled and eager only and hold the error to those.
 from __future__ import annotations
 
 from dataclasses import replace
-import logging
 from typing import Any, Mapping
 import zlib
 
 from oxygen_ros.backends.fast_path.buckets import StaticShapes
 from oxygen_ros.backends.parity import check_parity, ParityResult
-from oxygen_ros.model.fp8 import fp8_kernel_of
 from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 import torch
-
-_LOG = logging.getLogger(__name__)
-
-
-def float32_copy(model: Pi05Model) -> Pi05Model | None:
-    """
-    Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
-
-    The parity gate's reference (``model_copy`` in float32).
-
-    :raises ValueError: an FP8-quantized model (its reference is made from its unquantized
-        weights before quantizing: ``engine/loading.py``).
-    """
-    if fp8_kernel_of(model) is None and model.dtype == torch.float32:
-        return None
-    return model_copy(model, torch.float32)
-
-
-def model_copy(model: Pi05Model, dtype: torch.dtype) -> Pi05Model:
-    """
-    Return a copy of ``model`` in ``dtype`` (``Pi05Model.parameter_dtypes``), eval mode.
-
-    Built on the model's device; where that runs out of memory, on the CPU (slower, same
-    numbers).
-
-    :raises ValueError: an FP8-quantized model (its E4M3 weights are no model dtype).
-    :raises RuntimeError: no memory anywhere.
-    """
-    if fp8_kernel_of(model) is not None:
-        raise ValueError('the model has FP8 weights: its float32 reference is a copy of the '
-                         'unquantized weights, made before quantizing (engine/loading.py '
-                         'load_model hands it to the fast path as reference=)')
-    for device in dict.fromkeys((model.device, torch.device('cpu'))):
-        try:
-            with torch.device('meta'):
-                out = Pi05Model(model.cfg, untied_lm_head=model.lm_head is not None)
-            out = out.set_precision(dtype).to_empty(device=device)
-            out.load_state_dict(model.state_dict())
-            return out.eval()
-        except torch.OutOfMemoryError:
-            _LOG.warning('no memory for a %s copy of the model on %s', dtype, device)
-    raise RuntimeError(f'no memory for a {dtype} copy of the model')
 
 
 def _inside(size: int, buckets: tuple[int, ...], room: int) -> int:
@@ -426,4 +382,4 @@ class ParityProbe:
         return self._gate(f'seed batch {b} (bucket {bucket})', fast, eager, ref)
 
 
-__all__ = ['ParityProbe', 'float32_copy', 'model_copy']
+__all__ = ['ParityProbe']

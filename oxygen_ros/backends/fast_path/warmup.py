@@ -35,10 +35,11 @@ from oxygen_ros.backends.fast_path.features import blame, describe, Feature, ORD
 from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
 from oxygen_ros.backends.fast_path.paged_attention import decode_attention, load_kernel
-from oxygen_ros.backends.fast_path.parity_probe import float32_copy, ParityProbe
+from oxygen_ros.backends.fast_path.parity_probe import ParityProbe
 from oxygen_ros.backends.fast_path.precompile import ArtifactStore
 from oxygen_ros.backends.fast_path.precompile import available as precompile_available
 from oxygen_ros.backends.fast_path.static_graph import GraphCapture
+from oxygen_ros.backends.parity import float32_copy
 from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache

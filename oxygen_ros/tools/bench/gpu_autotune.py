@@ -28,7 +28,7 @@ def autotune_components(ctx: Any) -> bool:
 
     from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
     from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
-    from oxygen_ros.backends.fast_path.parity_probe import float32_copy
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
     a, work = ctx.args, ctx.workload()

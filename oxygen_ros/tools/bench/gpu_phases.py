@@ -281,7 +281,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
     With real-time chunking on (``rtc``): the guided denoise is compiled, captured and gated
     with the rest, timed beside the plain one and held against eager's guided denoise.
     """
-    from oxygen_ros.backends.fast_path.parity_probe import float32_copy
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.tools.bench.gpu_components import (
         time_decode_attention, time_prefix_attention)
 
@@ -311,8 +311,8 @@ def fp8_components(ctx: PhaseContext) -> bool:
     """
     import torch
 
-    from oxygen_ros.backends.fast_path.parity_probe import float32_copy
     from oxygen_ros.backends.fp8_gate import check_fp8_actions
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel, quantized_copy
 
     work = ctx.workload()

@@ -13,8 +13,7 @@ from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.graph_builder import Step
 from oxygen_ros.backends.fast_path.model import CompiledModel
-from oxygen_ros.backends.fast_path.parity_probe import float32_copy
-from oxygen_ros.backends.parity import check_parity, FACTOR, FLOOR
+from oxygen_ros.backends.parity import check_parity, FACTOR, float32_copy, FLOOR
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
