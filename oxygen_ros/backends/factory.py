@@ -42,7 +42,7 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
 
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
-    :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
+    :param fast_path: options of ``FastPathBackend.create`` (``only``,
         ``camera_counts``, ``backend``, ``progress``, ``reference``, ``precompile``,
         ``extra_jacobian_steps``), used
         when the fast path is on (the benchmarks narrow it to their workload).
@@ -54,9 +54,9 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size,
                                 attention=config.attention, adapter=adapter)
-        from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
-        return CompiledTorchBackend.create(config, model, num_blocks, adapter=adapter,
-                                           **fast_path)
+        from oxygen_ros.backends.fast_path.backend import FastPathBackend
+        return FastPathBackend.create(config, model, num_blocks, adapter=adapter,
+                                      **fast_path)
     if adapter is not None:
         raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
                          f'backend {config.backend.value!r} has no LoRA in its graphs: use '

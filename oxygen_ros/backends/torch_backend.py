@@ -237,7 +237,7 @@ class TorchBackend:
         """
         Denoise with real-time chunking: one vector-Jacobian product through the expert per step.
 
-        On the fast path (``CompiledModel.guided_denoise``) where it has a graph, else eagerly
+        On the fast path (``FastPathModel.guided_denoise``) where it has a graph, else eagerly
         with autograd (``model/rtc.py``).
         """
         on_device = replace(guidance, target=to_device(guidance.target, self.device),

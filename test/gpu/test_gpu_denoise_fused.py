@@ -20,7 +20,7 @@ from devices import compiler, DEVICES, half, triton_kernels
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fast_path.paged_attention import denoise_attention
 from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import GemmaConfig, get_preset
@@ -109,7 +109,7 @@ def test_the_fused_denoise_is_one_cuda_graph_that_passes_the_gate(device):
     limits = EngineLimits.for_model(cfg, num_slots=2048, max_batch=2,
                                     max_decode_tokens=cfg.decode_budget)
     attention = AttentionBackend.AUTO if cuda else AttentionBackend.TRITON
-    fast = CompiledModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=compiler(device),
+    fast = FastPathModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=compiler(device),
                          only=[Step.DENOISE], camera_counts=(1,), attention=attention)
     if not cuda:                                  # one prefix bucket: the interpreter's time
         fast.shapes = replace(fast.shapes, denoise=fast.shapes.denoise[:1])

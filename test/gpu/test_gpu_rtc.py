@@ -13,7 +13,7 @@ same new prefix and guidance, held to the same gate.
 from devices import compiler, DEVICES
 from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.rtc import soft_mask
@@ -47,7 +47,7 @@ def guided_graph_against_eager(dtype, device='cuda', compile_mode=CompileMode.RE
     model = build_model(cfg, cfg.model_config())
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=1,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, compile_mode, limits, backend=backend,
+    comp = FastPathModel(model, compile_mode, limits, backend=backend,
                          only=[Step.GUIDED_DENOISE], guided=True)
     pool = KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype, device=model.device)
     comp.warmup(pool, progress=False)

@@ -1,5 +1,5 @@
 """
-``CompiledTorchBackend``: the torch backend on the fast path (``compiled.CompiledModel``).
+``FastPathBackend``: the torch backend on the fast path (``model.FastPathModel``).
 
 The job program is ``TorchBackend``'s; every model call it makes goes through the compiled
 model, which replays a CUDA graph where one fits. ``create`` warms up (compiles, captures and
@@ -14,26 +14,26 @@ from typing import Callable, Collection
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.interface import CompileCacheUse, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
 DEFAULT_COMPILE_BACKEND = 'inductor'
-"""``torch.compile`` backend of ``CompiledTorchBackend.create`` (tests swap in aot_eager)."""
+"""``torch.compile`` backend of ``FastPathBackend.create`` (tests swap in aot_eager)."""
 _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
-class CompiledTorchBackend(TorchBackend):
+class FastPathBackend(TorchBackend):
     """
-    ``TorchBackend`` on a :class:`CompiledModel` (``create`` builds and warms one up).
+    ``TorchBackend`` on a :class:`FastPathModel` (``create`` builds and warms one up).
 
     :param compiled: the fast path's model calls (warmed up on this backend's pool).
     :param warmup_seconds: what its warm-up took (reported apart from the cycles).
     """
 
-    def __init__(self, compiled: CompiledModel, num_blocks: int, block_size: int, *,
+    def __init__(self, compiled: FastPathModel, num_blocks: int, block_size: int, *,
                  attention: AttentionBackend = AttentionBackend.AUTO,
                  adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0) -> None:
         super().__init__(compiled, num_blocks, block_size,  # type: ignore[arg-type]
@@ -66,7 +66,7 @@ class CompiledTorchBackend(TorchBackend):
                reference: Pi05Model | None = None,
                adapter: SuffixLoRA | None = None,
                precompile: bool | None = None,
-               extra_jacobian_steps: tuple[int | None, ...] = ()) -> CompiledTorchBackend:
+               extra_jacobian_steps: tuple[int | None, ...] = ()) -> FastPathBackend:
         """
         Build the backend and warm it up (compile, capture and gate every static shape).
 
@@ -74,13 +74,13 @@ class CompiledTorchBackend(TorchBackend):
         ``config.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
 
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
-        :param only: steps to put on the fast path (default all; ``CompiledModel``), within
+        :param only: steps to put on the fast path (default all; ``FastPathModel``), within
             ``config.compile_steps``.
         :param camera_counts: valid-camera counts to compile (default 1 to all).
         :param reference: the gate's float32 copy, where the caller holds one.
         :param adapter: the memory adapter (suffix LoRA), compiled into the suffix and decode
             graphs.
-        :param precompile: keep the steps compiled ahead of time on disk (``CompiledModel``;
+        :param precompile: keep the steps compiled ahead of time on disk (``FastPathModel``;
             default: with Inductor).
         :param extra_jacobian_steps: RTC's ``jacobian_steps`` to compile guided denoise graphs
             for beside ``config.rtc_jacobian_steps`` (the bench times exact RTC beside them).
@@ -93,7 +93,7 @@ class CompiledTorchBackend(TorchBackend):
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * config.block_size, max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
-        compiled = CompiledModel(model, config.compile_mode, limits,
+        compiled = FastPathModel(model, config.compile_mode, limits,
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=config.block_size, only=only,
                                  camera_counts=camera_counts, adapter=adapter,
@@ -114,4 +114,4 @@ class CompiledTorchBackend(TorchBackend):
         return out
 
 
-__all__ = ['CompiledTorchBackend', 'DEFAULT_COMPILE_BACKEND']
+__all__ = ['FastPathBackend', 'DEFAULT_COMPILE_BACKEND']

@@ -1,7 +1,7 @@
 """
 A decode job's k greedy steps on the fast path: one graph replay for all k, or none.
 
-``CompiledModel`` takes :meth:`DecodeSteps.decode_greedy_steps` from here. Its graphs
+``FastPathModel`` takes :meth:`DecodeSteps.decode_greedy_steps` from here. Its graphs
 (``Step.DECODE_STEPS``, ``model.static_calls.DecodeLoopCall``) hold k decode steps: the
 per-step index math of ``TorchBackend._decode`` (position, write slot, context mask), the
 K/V writes and the argmax that feeds the next step, keyed by (batch bucket, context bucket,
@@ -25,7 +25,7 @@ _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 class DecodeSteps:
-    """The k-step decode of ``CompiledModel`` (its ``_graphs``, ``_pool``, ``shapes``...)."""
+    """The k-step decode of ``FastPathModel`` (its ``_graphs``, ``_pool``, ``shapes``...)."""
 
     @torch.inference_mode()
     def decode_greedy_steps(self, tokens: torch.Tensor, base: torch.Tensor,

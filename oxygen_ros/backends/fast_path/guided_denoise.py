@@ -1,7 +1,7 @@
 """
 Real-time chunking's guided denoise on the fast path: the graph of its prefix bucket, or eager.
 
-``CompiledModel`` takes :meth:`GuidedDenoise.guided_denoise` from here: the prefix is padded
+``FastPathModel`` takes :meth:`GuidedDenoise.guided_denoise` from here: the prefix is padded
 to its denoise bucket (as the plain denoise is) and the whole guided Euler loop
 (``model.rtc.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step, or
 the error alone past ``RtcGuidance.jacobian_steps``) is one replay. Without a graph (not
@@ -26,7 +26,7 @@ _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 
 
 class GuidedDenoise:
-    """The guided denoise of ``CompiledModel`` (its ``_graph``, ``shapes``, ``guided``...)."""
+    """The guided denoise of ``FastPathModel`` (its ``_graph``, ``shapes``, ``guided``...)."""
 
     @torch.inference_mode()
     def guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,

@@ -70,7 +70,7 @@ import torch
 _LOG = logging.getLogger(__name__)
 
 
-class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
+class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     """
     ``Pi05Model``'s calls for ``TorchBackend``, on the fast path where a graph fits.
 
@@ -78,7 +78,7 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     ``prefill_suffix``, ``denoise``, ``decode_step``, ``lm_logits``) plus ``decode_greedy`` /
     ``lm_greedy`` (token ids from the graph's argmax), ``decode_greedy_steps`` (k decode
     steps in one graph, ``decode_steps.py``) and ``guided_denoise`` (real-time chunking,
-    ``guided_fast.py``). A call takes a graph when it has a compiled shape, batch 1
+    ``guided_denoise.py``). A call takes a graph when it has a compiled shape, batch 1
     where the graph has one, masks None (every token valid) and the KV pool given to
     :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
 
@@ -122,7 +122,7 @@ class CompiledModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
                  decode_steps: tuple[int, ...] = ()) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
-            raise ValueError('CompiledModel needs a compile mode other than NONE')
+            raise ValueError('FastPathModel needs a compile mode other than NONE')
         self.model = model
         self.adapter = adapter
         self.cfg = model.cfg
@@ -417,4 +417,4 @@ def _rows_of(prefix: PrefixKV, rows: slice) -> PrefixKV:
                     prefix.num_tokens[rows], prefix.last_hidden[rows])
 
 
-__all__ = ['CompiledModel']
+__all__ = ['FastPathModel']

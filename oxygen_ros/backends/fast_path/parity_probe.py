@@ -62,7 +62,7 @@ class ParityProbe:
     """
     Gate probes over one KV pool.
 
-    :param fast: the fast model (``CompiledModel``: Pi05Model-like calls that use the graphs).
+    :param fast: the fast model (``FastPathModel``: Pi05Model-like calls that use the graphs).
     :param model: the eager model.
     :param reference: its float32 copy, or None.
     :param pool: the KV pool the graphs were captured on.

@@ -1,7 +1,7 @@
 """
 The fast path's warm-up: build, capture and gate every graph, one feature dropped at a time.
 
-``CompiledModel.warmup`` (:class:`FastPathWarmup`) checks which optional features the steps
+``FastPathModel.warmup`` (:class:`FastPathWarmup`) checks which optional features the steps
 would use (``features.py``; on CUDA the Triton kernels' build for the device first,
 ``model/kernels/device_check.py``), sets up the compile caches, the graph builder and the
 parity probe, then calls ``attempts.warm_step`` per step. The first attempt is the
@@ -69,7 +69,7 @@ def _triton() -> str:
 
 
 class FastPathWarmup:
-    """``CompiledModel``'s warm-up (its ``model``, ``shapes``, ``_graphs``, ``steps``...)."""
+    """``FastPathModel``'s warm-up (its ``model``, ``shapes``, ``_graphs``, ``steps``...)."""
 
     model: Pi05Model
 

@@ -27,7 +27,7 @@ def autotune_components(ctx: Any) -> bool:
     import torch
 
     from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
-    from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
     from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
@@ -39,7 +39,7 @@ def autotune_components(ctx: Any) -> bool:
     for name, steps in (('default', ''), ('max_autotune', 'vision,prefill')):
         os.environ[MAX_AUTOTUNE_ENV] = steps
         torch._dynamo.reset()
-        backend = CompiledTorchBackend.create(
+        backend = FastPathBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             only=(Step.VISION, Step.PREFILL), camera_counts=(work.cameras,),
             reference=reference)

@@ -2,7 +2,7 @@
 The model calls of a control cycle, timed one by one, and the action path's parity (GPU session).
 
 What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
-(``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
+(``FastPathModel``), the median wall time of each call the engine makes (vision, prefill of
 the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
 10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
 head), the outputs of one untimed pass, and the parity of the fast path's outputs against
@@ -95,7 +95,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     """
     Run (and time) the calls the engine makes on ``model`` over ``cache``.
 
-    :param model: ``Pi05Model`` or ``CompiledModel`` (calls with token masks None, as the
+    :param model: ``Pi05Model`` or ``FastPathModel`` (calls with token masks None, as the
         backend makes them; decode through ``greedy_calls``, as the engine decodes).
     :param guided: also RTC's guided denoise (``guided_denoise_10_steps``, output
         ``guided_actions``) on the same prefix and noise, guided as the bench's probe guides

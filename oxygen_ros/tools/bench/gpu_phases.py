@@ -345,7 +345,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     """
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
-    from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
     from oxygen_ros.backends.fast_path.graph_builder import Kernels
     from oxygen_ros.backends.fast_path.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.model.flex import prefill_attention
@@ -360,7 +360,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
                            max_running_requests=max(work.decode_batches), decode_budget=30,
                            attention=attention, rtc=True, tokens_per_cycle=K_STEPS)
     with _Recompiles() as recompiles:
-        backend = CompiledTorchBackend.create(
+        backend = FastPathBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
     fast, report = backend.compiled, backend.warmup_report

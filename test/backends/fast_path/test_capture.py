@@ -16,7 +16,7 @@ from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.fast_path import warmup as fast_warmup
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.graph_builder import Step
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fast_path.static_graph import GraphCapture, StaticCall
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
@@ -123,7 +123,7 @@ def test_every_graph_is_captured_through_one_capture(tiny_models, monkeypatch):
     monkeypatch.setattr(fast_warmup, 'GraphCapture', CpuCapture)
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                          only=[Step.VISION, Step.DENOISE, Step.SEED])
     comp.cuda_graphs = True                      # what a CUDA device sets
     pool = KVCache(model.cfg.vlm, SLOTS)
@@ -159,7 +159,7 @@ def test_compile_cache_errors_are_logged_not_raised(tiny_models, monkeypatch, tm
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.SEED])
     with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         comp.warmup(KVCache(model.cfg.vlm, SLOTS), progress=False)
@@ -220,7 +220,7 @@ def test_a_decode_step_pads_nothing_outside_its_graph(tiny_models):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                          only=[Step.DECODE])
     pool = KVCache(model.cfg.vlm, SLOTS)
     comp.warmup(pool, progress=False)

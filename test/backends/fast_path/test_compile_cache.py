@@ -21,7 +21,7 @@ import pytest
 START = """
 import json, logging, sys, torch
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.fast_path.graph_builder import Step
 from oxygen_ros.backends.fast_path.attempts import graphs_compiled
@@ -32,7 +32,7 @@ logging.basicConfig(level=logging.INFO)
 torch.manual_seed(0)
 model = build_model(get_preset('tiny'), dtype=torch.bfloat16)
 limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2, max_decode_tokens=8)
-comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor', only=[Step.SEED],
+comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor', only=[Step.SEED],
                      precompile=sys.argv[1] == 'aot')
 comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
 counts = comp.cache.counts()

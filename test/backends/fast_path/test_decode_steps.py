@@ -14,7 +14,7 @@ import time
 from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
 from oxygen_ros.backends.fast_path import backend as fast_backend, graph_builder
-from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.fast_path.static_calls import DecodeLoopCall
 from oxygen_ros.backends.torch_backend import _RowState, TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
@@ -44,9 +44,9 @@ def fresh_dynamo():
 def _backend(model, adapter=None):
     config = BackendConfig(compile_mode=CompileMode.DEFAULT, block_size=BLOCK,
                            max_running_requests=4, tokens_per_cycle=K)
-    return CompiledTorchBackend.create(config, model, BLOCKS, backend='aot_eager',
-                                       progress=False, only=[Step.DECODE, Step.DECODE_STEPS],
-                                       adapter=adapter)
+    return FastPathBackend.create(config, model, BLOCKS, backend='aot_eager',
+                                  progress=False, only=[Step.DECODE, Step.DECODE_STEPS],
+                                  adapter=adapter)
 
 
 def _start(backend, adapter_rows=(True, False, True)):

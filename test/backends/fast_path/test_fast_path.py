@@ -16,12 +16,12 @@ from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.fast_path import backend as fast_backend
-from oxygen_ros.backends.fast_path.backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.fast_path.buckets import (
     batch_buckets, bucket_for, ctx_buckets, EngineLimits, prompt_buckets, StaticShapes,
     suffix_buckets)
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels, Step
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fast_path.static_calls import DenoiseCall
 from oxygen_ros.backends.fast_path.warmup import JUST_IN_TIME
 from oxygen_ros.backends.interface import Backend, WarmupReport
@@ -49,7 +49,7 @@ def _limits(model, max_batch=4):
 
 
 def _warm(model, backend='aot_eager', only=None, max_batch=4, fold_norms=None):
-    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model, max_batch), backend=backend,
+    comp = FastPathModel(model, CompileMode.DEFAULT, _limits(model, max_batch), backend=backend,
                          only=only, fold_norms=fold_norms)
     pool = KVCache(model.cfg.vlm, SLOTS)
     comp.warmup(pool, progress=False)
@@ -323,7 +323,7 @@ def test_engine_on_the_fast_path_equals_eager(tiny_models, tokenizer, monkeypatc
     want = _engine_run(cfg, model, tokenizer)
     got = _engine_run(replace(cfg, compile_mode=CompileMode.DEFAULT), model, tokenizer)
     backend = got[2].backend
-    assert type(want[2].backend) is TorchBackend and isinstance(backend, CompiledTorchBackend)
+    assert type(want[2].backend) is TorchBackend and isinstance(backend, FastPathBackend)
     assert isinstance(backend, Backend) and backend.source_model is model
     assert backend.warmup_report.seconds > 0 and got[2].fallbacks == {}
     assert backend.model.shapes.batch == (2, 4)
@@ -339,14 +339,14 @@ def test_make_backend_compiles_only_when_asked(tiny_models):
         backend = make_backend(replace(cfg, compile_mode=mode).backend_config(), model, 8)
         assert type(backend) is TorchBackend and backend.warmup_report == WarmupReport()
     with pytest.raises(ValueError, match='other than NONE'):
-        CompiledModel(model, CompileMode.AUTO, _limits(model))
+        FastPathModel(model, CompileMode.AUTO, _limits(model))
 
 
 @pytest.mark.parametrize('fold', [False, True], ids=['plain', 'folded'])
 def test_the_memory_adapter_runs_inside_the_suffix_and_decode_graphs(tiny_models, fold):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     adapter = from_oxygen_arrays(oxygen_arrays(model.cfg, rank=4, std=0.2), model.cfg)
-    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
+    comp = FastPathModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
                          only=[Step.SUFFIX, Step.DECODE], fold_norms=fold, adapter=adapter)
     pool = KVCache(model.cfg.vlm, SLOTS)
     comp.warmup(pool, progress=False)
@@ -405,9 +405,9 @@ def test_two_engines_share_one_fast_path_on_two_halves_of_its_pool(tiny_models, 
     cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
                        max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
     blocks = cfg.pool_blocks()
-    shared = CompiledTorchBackend.create(cfg.backend_config(), model, 2 * blocks,
-                                         backend='aot_eager', progress=False,
-                                         only=[Step.DECODE, Step.SEED])
+    shared = FastPathBackend.create(cfg.backend_config(), model, 2 * blocks,
+                                    backend='aot_eager', progress=False,
+                                    only=[Step.DECODE, Step.SEED])
     iso = Engine(replace(cfg, policy=Policy.ISOLATED), model=model, tokenizer=tokenizer,
                  backend=shared.sharing_pool(blocks))
     graphs = [g for gs in shared.model._graphs.values() for g in gs.values()]
@@ -458,7 +458,7 @@ def test_the_guided_denoise_on_the_fast_path_equals_the_eager_reference(
     """
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     n = model.cfg.num_denoise_steps
-    comp = CompiledModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
+    comp = FastPathModel(model, CompileMode.DEFAULT, _limits(model), backend='aot_eager',
                          only=[Step.GUIDED_DENOISE], guided=True,
                          jacobian_steps=(jacobian_steps,))
     pool = KVCache(model.cfg.vlm, SLOTS)

@@ -20,7 +20,7 @@ from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.features import blame, Feature
 from oxygen_ros.backends.fast_path.kernels import paged_decode
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, status_values
@@ -61,7 +61,7 @@ def test_a_kernel_that_fails_to_build_is_dropped_and_every_step_stays_compiled(
     monkeypatch.setattr(paged_decode, '_check', broken)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
                                     max_decode_tokens=model.cfg.decode_budget)
-    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+    fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.SUFFIX, Step.DENOISE, Step.DECODE])
     pool = KVCache(model.cfg.vlm, 1024)
     torch._dynamo.reset()
@@ -109,7 +109,7 @@ INDUCTOR_ON_THE_CPU = """
     import json, torch
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.fast_path.buckets import EngineLimits
-    from oxygen_ros.backends.fast_path.model import CompiledModel
+    from oxygen_ros.backends.fast_path.model import FastPathModel
     from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
     from oxygen_ros.config import CAMERA_SLOTS, get_preset
     from oxygen_ros.model.kv_cache import KVCache
@@ -119,7 +119,7 @@ INDUCTOR_ON_THE_CPU = """
     model = build_model(cfg)
     limits = EngineLimits.for_model(cfg, num_slots=1024, max_batch=2,
                                     max_decode_tokens=cfg.decode_budget)
-    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+    fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only={Step.DECODE}, precompile=False,
                          attention=AttentionBackend.TRITON)
     with sdpa_context(AttentionBackend.TRITON):

@@ -12,7 +12,7 @@ import logging
 from oxygen_ros.backends.config import CompileMode
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.graph_builder import Step
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.parity import check_parity, FACTOR, float32_copy, FLOOR
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
@@ -34,7 +34,7 @@ def _compiled(model, backend, max_batch=1):
     """Warm up the denoise and decode steps only (Inductor on this CPU: minutes a step)."""
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=max_batch,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend=backend,
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend=backend,
                          only=[Step.DENOISE, Step.DECODE])
     comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
     return comp
@@ -89,7 +89,7 @@ def test_the_guided_denoise_compiled_by_inductor_passes_the_bfloat16_gate():
     model = _model('bfloat16')
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.GUIDED_DENOISE], guided=True)
     comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
     assert comp.fallbacks == {} and set(comp.parity) == {'guided_denoise'}
@@ -104,7 +104,7 @@ def test_inductor_compiles_vision_and_prefill_in_full_graphs_equal_to_eager():
     model = _model('float32')
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='inductor',
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
     pool = KVCache(model.cfg.vlm, 1024)
     comp.warmup(pool, progress=False)

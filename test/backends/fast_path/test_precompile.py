@@ -1,7 +1,7 @@
 """
 A warm start of the fast path loads its steps compiled ahead of time and traces nothing.
 
-Each "start" is a new ``CompiledModel`` after ``torch._dynamo.reset()`` on one compile cache
+Each "start" is a new ``FastPathModel`` after ``torch._dynamo.reset()`` on one compile cache
 folder (``$OXYGEN_ROS_COMPILE_CACHE``, a temporary one), as a process restart sees it (the
 subprocess test with Inductor is in ``test_compile_cache.py``). Traces are Dynamo's own count
 (``unique_graphs``, which ``aot_compile`` raises too); the compiler is ``aot_eager`` (its
@@ -16,7 +16,7 @@ from oxygen_ros.backends.fast_path import static_calls
 from oxygen_ros.backends.fast_path.attempts import graphs_compiled
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
-from oxygen_ros.backends.fast_path.model import CompiledModel
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fast_path.parity_probe import ParityProbe
 from oxygen_ros.backends.fast_path.precompile import ArtifactStore, PrecompiledStep
 from oxygen_ros.config import CAMERA_SLOTS
@@ -40,7 +40,7 @@ def _start(model, only=STEPS, max_batch=2, precompile=True, decode_steps=()):
     torch._dynamo.reset()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager', only=only,
+    comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager', only=only,
                          precompile=precompile, decode_steps=decode_steps)
     before = graphs_compiled()
     comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
@@ -195,7 +195,7 @@ def test_the_guided_denoise_is_compiled_just_in_time_without_trying(caplog):
                                     max_decode_tokens=8)
     for _ in range(2):
         torch._dynamo.reset()
-        comp = CompiledModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
+        comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                              only=[Step.GUIDED_DENOISE], guided=True, precompile=True)
         with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
             comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
@@ -212,7 +212,7 @@ def test_precompile_is_off_by_default_for_aot_eager_and_custom_compilers():
     assert 'float32' in plain.gate
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
                                     max_decode_tokens=8)
-    custom = CompiledModel(model, CompileMode.DEFAULT, limits, backend=lambda gm, ex: gm,
+    custom = FastPathModel(model, CompileMode.DEFAULT, limits, backend=lambda gm, ex: gm,
                            precompile=True)
     assert not custom.precompile                      # a callable cannot be saved by name
 
