@@ -380,11 +380,11 @@ class TorchBackend:
         dev = self.device
         rows = [self._rows[req_id] for req_id in job.req_ids]
         num_rows = len(rows)
-        steps = to_device(list(job.num_steps), dev, torch.int64)
+        steps = to_device(list(job.num_tokens), dev, torch.int64)
         # context length of each row before this job: prefix + tokens already fed
         lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
         base = to_device(lengths, dev, torch.int64)
-        width = max(n + s for n, s in zip(lengths, job.num_steps))
+        width = max(n + s for n, s in zip(lengths, job.num_tokens))
         all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
         for i, r in enumerate(rows):
             n = min(width, r.slots.numel())
@@ -402,7 +402,7 @@ class TorchBackend:
         if out is None:
             out, steps_run = self._decode_each(job, tokens, base, steps, all_slots, max(lengths),
                                                null, eos, deadline, adapter)
-        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
+        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_tokens)):
             n = min(n, steps_run)
             r.num_fed += n
             r.last_token = out[i, n - 1]

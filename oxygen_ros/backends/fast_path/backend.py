@@ -102,7 +102,7 @@ class FastPathBackend(TorchBackend):
                                                  *extra_jacobian_steps),
                                  precompile=precompile,
                                  attention=config.attention,
-                                 decode_steps=(config.tokens_per_cycle,))
+                                 tokens_per_cycle=(config.tokens_per_cycle,))
         if config.compile_steps is not None:
             _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
                       ', '.join(step.value for step in compiled.steps()) or 'none')

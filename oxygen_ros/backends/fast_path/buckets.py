@@ -175,7 +175,8 @@ class StaticShapes:
     :ivar suffix: causal-suffix length buckets (text requests on the action prefix).
     :ivar suffix_batch: suffix batch buckets (new requests of a cycle).
     :ivar suffix_ctx: the decode context buckets that hold an action prefix (the root).
-    :ivar decode_steps: the numbers of steps k compiled as one decode graph (each > 1).
+    :ivar tokens_per_cycle: the values of k (``tokens_per_cycle``) whose k decode steps are
+        compiled as one graph (the ``decode_steps`` step; each > 1).
     """
 
     camera_counts: tuple[int, ...]
@@ -186,12 +187,12 @@ class StaticShapes:
     suffix: tuple[int, ...] = ()
     suffix_batch: tuple[int, ...] = ()
     suffix_ctx: tuple[int, ...] = ()
-    decode_steps: tuple[int, ...] = ()
+    tokens_per_cycle: tuple[int, ...] = ()
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int,
                   camera_counts: tuple[int, ...] | None = None,
-                  decode_steps: tuple[int, ...] = ()) -> StaticShapes:
+                  tokens_per_cycle: tuple[int, ...] = ()) -> StaticShapes:
         """
         Return the shapes for ``cfg``'s cameras, ``max_batch`` rows and ``max_ctx`` slots.
 
@@ -199,8 +200,8 @@ class StaticShapes:
             ``cfg.cameras``, as a node needs when a camera drops out; a benchmark whose
             cameras are all valid compiles only their number). A prefix of another count
             runs eagerly, with a warning.
-        :param decode_steps: numbers of decode steps to compile as one graph each (1 is the
-            plain decode step: dropped).
+        :param tokens_per_cycle: values of k to compile k decode steps as one graph for (1 is
+            the plain decode step: dropped).
         :raises ValueError: a limit below 1, a camera count outside ``1..len(cfg.cameras)``,
             or ``max_ctx`` shorter than the longest prefix.
         """
@@ -220,7 +221,7 @@ class StaticShapes:
         return cls(counts, prompt, batch_buckets(max_batch), ctx,
                    denoise_buckets(counts, ti, prompt), suffix_buckets(cfg.max_token_len),
                    batch_buckets(min(max_batch, MAX_SUFFIX_BATCH)), tuple(sorted(roots)),
-                   tuple(sorted({k for k in decode_steps if k > 1})))
+                   tuple(sorted({k for k in tokens_per_cycle if k > 1})))
 
 
 __all__ = ['CTX_ALIGN', 'CTX_BUCKET', 'EngineLimits', 'MAX_SUFFIX_BATCH', 'MIN_BATCH_BUCKET',

@@ -49,7 +49,7 @@ class DecodeSteps:
             ran.
         """
         graphs = self._graphs.get(Step.DECODE_STEPS) if cache is self._pool else None
-        if graphs is None or num_steps not in self.shapes.decode_steps:
+        if graphs is None or num_steps not in self.shapes.tokens_per_cycle:
             return None                      # by design (module docstring): no warning
         (b, w), batch = all_slots.shape, self.shapes.batch
         key = (bucket_for(b, batch), bucket_for(w, self.shapes.ctx), num_steps)

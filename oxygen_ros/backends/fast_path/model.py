@@ -106,8 +106,8 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         ``inductor``.
     :param attention: the attention backend the warm-up runs in (``sdpa_context``): part of
         the compile caches' key.
-    :param decode_steps: numbers of decode steps k to compile as one graph each
-        (``decode_greedy_steps``; the engine's ``tokens_per_cycle``); default none.
+    :param tokens_per_cycle: values of k whose k decode steps compile as one graph each
+        (``decode_greedy_steps``, the ``decode_steps`` step; the engine's k); default none.
     :raises ValueError: a mode that compiles nothing here (NONE, or AUTO on the CPU).
     """
 
@@ -119,7 +119,7 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
                  jacobian_steps: Collection[int | None] = (None,),
                  precompile: bool | None = None,
                  attention: AttentionBackend = AttentionBackend.AUTO,
-                 decode_steps: tuple[int, ...] = ()) -> None:
+                 tokens_per_cycle: tuple[int, ...] = ()) -> None:
         mode = mode.resolve(model.device.type)
         if mode is CompileMode.NONE:
             raise ValueError('FastPathModel needs a compile mode other than NONE')
@@ -138,7 +138,7 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
                                              max_ctx=limits.max_ctx,
                                              camera_counts=camera_counts,
-                                             decode_steps=decode_steps)
+                                             tokens_per_cycle=tokens_per_cycle)
         self.compile_seconds = 0.0
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
@@ -200,9 +200,9 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
             Step.DENOISE: [(c,) for c in s.denoise],
             Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
             Step.SEED: [(b,) for b in s.batch]})
-        if s.decode_steps:
+        if s.tokens_per_cycle:
             steps[Step.DECODE_STEPS] = [(b, c, k) for b in s.batch for c in s.ctx
-                                        for k in s.decode_steps]
+                                        for k in s.tokens_per_cycle]
         if self.guided:
             steps[Step.GUIDED_DENOISE] = [(c, k) for c in s.denoise
                                           for k in self.jacobian_steps]

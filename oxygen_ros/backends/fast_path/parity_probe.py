@@ -90,7 +90,7 @@ class ParityProbe:
         suffix = (shapes.suffix_ctx[-1] + shapes.suffix_batch[-1] * shapes.suffix[-1]
                   if shapes.suffix else 0)
         self.size = base + max(shapes.ctx[-1], shapes.denoise[-1], suffix) + \
-            shapes.batch[-1] * max((1, *shapes.decode_steps))
+            shapes.batch[-1] * max((1, *shapes.tokens_per_cycle))
         if self.size > pool.num_slots:
             raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
                              f'probes need ({self.size})')

@@ -206,7 +206,7 @@ def test_an_engine_decoding_k_steps_per_replay_equals_the_eager_engine(
                   tokenizer=tokenizer)
     assert fast.fallbacks == {}
     compiled = fast.backend.compiled
-    assert compiled.shapes.decode_steps == (K,)
+    assert compiled.shapes.tokens_per_cycle == (K,)
     got = run(fast)
     assert got == want and len(got) == 3
     replays = sum(g.num_calls for g in compiled._graphs[Step.DECODE_STEPS].values())

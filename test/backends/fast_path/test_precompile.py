@@ -35,13 +35,13 @@ def _model():
     return build_model(cfg, cfg.model_config())
 
 
-def _start(model, only=STEPS, max_batch=2, precompile=True, decode_steps=()):
+def _start(model, only=STEPS, max_batch=2, precompile=True, tokens_per_cycle=()):
     """One start: a fresh Dynamo, a fresh fast path on the cache folder; (model, traces)."""
     torch._dynamo.reset()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
                                     max_decode_tokens=model.cfg.decode_budget)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager', only=only,
-                         precompile=precompile, decode_steps=decode_steps)
+                         precompile=precompile, tokens_per_cycle=tokens_per_cycle)
     before = graphs_compiled()
     comp.warmup(KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype), progress=False)
     assert comp.fallbacks == {}, comp.fallbacks
@@ -102,10 +102,10 @@ def test_the_decode_of_k_steps_runs_the_decode_steps_loaded_function():
     """``DECODE_STEPS`` calls ``DECODE``'s compiled function: loaded with it, traced never."""
     model = _model()                                       # bfloat16: the gate's own rule
     only = [Step.DECODE, Step.DECODE_STEPS]
-    cold, _ = _start(model, only=only, decode_steps=(3,))
+    cold, _ = _start(model, only=only, tokens_per_cycle=(3,))
     assert cold.compiles['decode_steps'] == 0 and cold.loaded['decode_steps'] == 0
     assert cold.parity['decode_steps'].reference_error > 0            # held to bf16 rounding
-    warm, traced = _start(model, only=only, decode_steps=(3,))
+    warm, traced = _start(model, only=only, tokens_per_cycle=(3,))
     assert traced == 0 and warm.loaded == {'decode': 1, 'decode_steps': 1}
     assert 'recorded for these weights' in warm.gate
 
