@@ -217,10 +217,6 @@ class SchedulerOutput:
     tokens_per_cycle: int = 0
     block_size: int = 16
 
-    @classmethod
-    def make_empty(cls, cycle_id: int = 0) -> SchedulerOutput:
-        return cls(cycle_id=cycle_id, frame_id=None, jobs=())
-
     def jobs_of(self, kind: JobKind) -> tuple[Job, ...]:
         return tuple(job for job in self.jobs if job.kind is kind)
 

@@ -175,21 +175,5 @@ def show(report: dict) -> dict[str, dict]:
     return out
 
 
-def format_table(rows: dict[str, dict], gpu: GpuSpec | None) -> str:
-    """Return a text table: component, ms, bound, % of bound, Thor bound / projection."""
-    head = (f"{'component':18} {'ms':>8} {'GFLOP':>9} {'GB':>7} {'bound ms':>9} {'% bound':>8}"
-            f" {'Thor bound':>11} {'Thor proj.':>11}")
-    lines = [f'roofline on {gpu.name if gpu else "an unknown GPU (no bound)"}; Thor column '
-             'PROJECTED, not measured', head]
-    for name, r in rows.items():
-        def f(v: float | None, spec: str) -> str:
-            return format(v, spec) if v is not None else '-'
-        lines.append(f"{name:18} {f(r['ms'], '8.2f')} {r['gflop']:9.1f} {r['gbytes']:7.2f} "
-                     f"{f(r.get('bound_ms'), '9.2f')} {f(r.get('pct_of_bound'), '7.0f')}% "
-                     f"{r['thor']['bound_ms']:11.2f} "
-                     f"{f(r['thor'].get('projected_ms'), '11.2f')}")
-    return '\n'.join(lines)
-
-
 __all__ = ['COLD_WARMUP_S', 'GUIDED_VS_PLAIN', 'PIPELINE_TARGETS', 'TARGETS_MS', 'bound_ms',
-           'component_costs', 'format_table', 'paper_cycle', 'roofline', 'show']
+           'component_costs', 'paper_cycle', 'roofline', 'show']

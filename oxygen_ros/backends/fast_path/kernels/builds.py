@@ -37,10 +37,8 @@ import torch
 
 _LOG = logging.getLogger(__name__)
 
-THOR = ('cuda', 110, 32)
-"""Jetson AGX Thor's target: compute capability 11.0 (``sm_110``), 32 threads a warp."""
 HOPPER = ('cuda', 90, 32)
-"""The H100's and H200's target: compute capability 9.0 (``sm_90``)."""
+"""The H100's and H200's target: compute capability 9.0 (``sm_90``), 32 threads a warp."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +379,6 @@ def triton_version() -> str:
         return 'none'
 
 
-__all__ = ['DeviceBuildCheck', 'HOPPER', 'KernelBuild', 'THOR', 'active_target', 'build',
-           'check_target', 'inductor_signature', 'launch_kinds', 'model_launches',
+__all__ = ['DeviceBuildCheck', 'HOPPER', 'KernelBuild', 'active_target', 'build', 'check_target',
+           'inductor_signature', 'launch_kinds', 'model_launches',
            'mutated_arguments', 'target_name', 'triton_version', 'variant']
