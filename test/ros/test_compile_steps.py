@@ -91,7 +91,7 @@ def test_a_node_with_only_decode_eager_equals_the_eager_node(rclpy_context, monk
                        f'compile_steps:=[{",".join(STABLE)}]')
     try:
         engine = stable._engine
-        compiled = engine.backend.compiled
+        compiled = engine.backend.fast_path
         assert engine.fallbacks == {}
         assert set(compiled.graph_counts()) == {'vision', 'prefill', 'suffix', 'denoise', 'seed'}
         assert Step.DECODE not in compiled.steps() and Step.DECODE_STEPS not in compiled.steps()

@@ -29,27 +29,27 @@ class FastPathBackend(TorchBackend):
     """
     ``TorchBackend`` on a :class:`FastPathModel` (``create`` builds and warms one up).
 
-    :param compiled: the fast path's model calls (warmed up on this backend's pool).
+    :param fast_path: the fast path's model calls (warmed up on this backend's pool).
     :param warmup_seconds: what its warm-up took (reported apart from the cycles).
     """
 
-    def __init__(self, compiled: FastPathModel, num_blocks: int, block_size: int, *,
+    def __init__(self, fast_path: FastPathModel, num_blocks: int, block_size: int, *,
                  attention: AttentionBackend = AttentionBackend.AUTO,
                  adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0) -> None:
-        super().__init__(compiled, num_blocks, block_size,  # type: ignore[arg-type]
+        super().__init__(fast_path, num_blocks, block_size,  # type: ignore[arg-type]
                          attention=attention, adapter=adapter)
-        self.compiled = compiled
+        self.fast_path = fast_path
         self.warmup_seconds = warmup_seconds
 
     @property
     def source_model(self) -> Pi05Model:
         """Return the eager model the fast path compiled (its weights)."""
-        return self.compiled.model
+        return self.fast_path.model
 
     @property
     def warmup_report(self) -> WarmupReport:
         """Return the warm-up's time, graphs, traces and loads, fallbacks, caches, gate, drops."""
-        fast = self.compiled
+        fast = self.fast_path
         cache = None
         if fast.cache is not None:
             counts = fast.cache.counts()
@@ -93,24 +93,20 @@ class FastPathBackend(TorchBackend):
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * config.block_size, max_batch=config.max_running_requests,
             max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
-        compiled = FastPathModel(model, config.compile_mode, limits,
-                                 backend=backend or DEFAULT_COMPILE_BACKEND,
-                                 block_size=config.block_size, only=only,
-                                 camera_counts=camera_counts, adapter=adapter,
-                                 guided=config.rtc,
-                                 jacobian_steps=(config.rtc_jacobian_steps,
-                                                 *extra_jacobian_steps),
-                                 precompile=precompile,
-                                 attention=config.attention,
-                                 tokens_per_cycle=(config.tokens_per_cycle,))
+        fast = FastPathModel(model, config.compile_mode, limits,
+                             backend=backend or DEFAULT_COMPILE_BACKEND,
+                             block_size=config.block_size, only=only,
+                             camera_counts=camera_counts, adapter=adapter, guided=config.rtc,
+                             jacobian_steps=(config.rtc_jacobian_steps, *extra_jacobian_steps),
+                             precompile=precompile, attention=config.attention,
+                             tokens_per_cycle=(config.tokens_per_cycle,))
         if config.compile_steps is not None:
             _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
-                      ', '.join(step.value for step in compiled.steps()) or 'none')
-        out = cls(compiled, num_blocks, config.block_size, attention=config.attention,
+                      ', '.join(step.value for step in fast.steps()) or 'none')
+        out = cls(fast, num_blocks, config.block_size, attention=config.attention,
                   adapter=adapter)
         with sdpa_context(config.attention):
-            out.warmup_seconds = compiled.warmup(out.cache, progress=progress,
-                                                 reference=reference)
+            out.warmup_seconds = fast.warmup(out.cache, progress=progress, reference=reference)
         return out
 
 

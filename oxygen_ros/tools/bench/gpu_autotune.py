@@ -46,7 +46,7 @@ def autotune_components(ctx: Any) -> bool:
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),
                       'dropped': dropped_features(backend),
-                      'gate': {s: r.describe() for s, r in backend.compiled.parity.items()},
+                      'gate': {s: r.describe() for s, r in backend.fast_path.parity.items()},
                       'ms': _time_vision_prefill(backend, work)}
         ctx.save('autotune', runs)
         del backend
@@ -59,7 +59,7 @@ def _time_vision_prefill(backend, work) -> dict:
 
     from oxygen_ros.tools.bench.gpu_components import timed_ms
 
-    fast, cfg, dev = backend.compiled, backend.compiled.cfg, work.device
+    fast, cfg, dev = backend.fast_path, backend.fast_path.cfg, work.device
     gen = torch.Generator().manual_seed(work.seed)
     size = cfg.vision.image_size
     images = (torch.rand(1, work.cameras, 3, size, size, generator=gen) * 2 - 1).to(

@@ -363,7 +363,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
         backend = FastPathBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
-    fast, report = backend.compiled, backend.warmup_report
+    fast, report = backend.fast_path, backend.warmup_report
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
         paged = decode_attention(fast.device, compiled)

@@ -64,7 +64,7 @@ def _start(backend, adapter_rows=(True, False, True)):
 
 
 def _graph_calls(backend, step):
-    return sum(g.num_calls for g in backend.compiled._graphs.get(step, {}).values())
+    return sum(g.num_calls for g in backend.fast_path._graphs.get(step, {}).values())
 
 
 def _decode(backend, job):
@@ -83,9 +83,9 @@ def test_k_steps_in_one_graph_equal_the_per_step_loop_exactly(tiny_models, lora)
     adapter = from_oxygen_arrays(oxygen_arrays(model.cfg, rank=4, std=0.2), model.cfg) \
         if lora else None
     backend = _backend(model, adapter)
-    assert backend.compiled.fallbacks == {} and 'decode_steps' in backend.compiled.parity
-    assert backend.warmup_report.graphs['decode_steps'] == len(backend.compiled.shapes.batch) \
-        * len(backend.compiled.shapes.ctx)
+    assert backend.fast_path.fallbacks == {} and 'decode_steps' in backend.fast_path.parity
+    assert backend.warmup_report.graphs['decode_steps'] == len(backend.fast_path.shapes.batch) \
+        * len(backend.fast_path.shapes.ctx)
     rows = ('r0', 'r1', 'r2')
     plain = DecodeJob(rows, (K, 1, 2), None)                 # unequal steps left
     stops = [replace(plain, eos_token_id=-1),                # an EOS never sampled
@@ -113,7 +113,7 @@ def test_a_row_with_no_step_left_writes_only_the_null_slot(tiny_models, caplog):
     """``decode_greedy_steps`` with a row of 0 steps equals the per-step loop of the backend."""
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     backend = _backend(model)
-    comp = backend.compiled
+    comp = backend.fast_path
     before = (_graph_calls(backend, Step.DECODE_STEPS), _graph_calls(backend, Step.DECODE))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger='oxygen_ros.backends.fast_path.model'):
@@ -171,7 +171,7 @@ def test_a_failed_k_step_graph_falls_back_to_the_per_step_graphs_loudly(
     monkeypatch.setattr(graph_builder, 'DecodeLoopCall', loop)
     with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
         backend = _backend(model)
-    fallbacks = backend.compiled.fallbacks
+    fallbacks = backend.fast_path.fallbacks
     assert list(fallbacks) == ['decode_steps']
     assert reason in fallbacks['decode_steps']
     assert fallbacks['decode_steps'].endswith('decoding step by step')
@@ -205,7 +205,7 @@ def test_an_engine_decoding_k_steps_per_replay_equals_the_eager_engine(
     fast = Engine(replace(cfg, compile_mode=CompileMode.DEFAULT), model=model,
                   tokenizer=tokenizer)
     assert fast.fallbacks == {}
-    compiled = fast.backend.compiled
+    compiled = fast.backend.fast_path
     assert compiled.shapes.tokens_per_cycle == (K,)
     got = run(fast)
     assert got == want and len(got) == 3
