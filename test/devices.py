@@ -56,7 +56,7 @@ def half(device: str) -> torch.dtype:
 
 def triton_kernels(device: str) -> ModuleType:
     """
-    Return ``model/kernels/paged_decode``, or skip unless its kernels run on ``device`` here.
+    Return ``fast_path/kernels/paged_decode``, or skip unless its kernels run on ``device``.
 
     On the CPU they run interpreted, which ``test/conftest.py`` sets up only without CUDA; a
     process with a GPU builds them for the GPU and runs their ``cuda`` cases instead.

@@ -10,7 +10,7 @@ call per token (on the fast path with no early stop, one graph replay for the jo
 
 Attention reads of a decode step: the eager model gathers the rows' context slots (one
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
-kernel (``model/paged_attention.py``).
+kernel (``backends/fast_path/paged_attention.py``).
 
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
@@ -238,7 +238,7 @@ class TorchBackend:
         Denoise with real-time chunking: one vector-Jacobian product through the expert per step.
 
         On the fast path (``FastPathModel.guided_denoise``) where it has a graph, else eagerly
-        with autograd (``model/rtc.py``).
+        with autograd (``model/guidance.py``).
         """
         on_device = replace(guidance, target=to_device(guidance.target, self.device),
                             soft_mask=to_device(guidance.soft_mask, self.device))

@@ -33,7 +33,8 @@ Three forms of the same step:
   graph that a CUDA graph can capture (:func:`error_guided_velocity`: a step past
   ``jacobian_steps``);
 - :class:`GuidedDenoiseCall` is the static-shape guided denoise built on it, what the fast path
-  compiles and captures (``backends/guided_fast.py``; docs/gpu.md, "RTC on the fast path").
+  compiles and captures (``backends/fast_path/guided_denoise.py``; docs/gpu.md, "RTC on the fast
+  path").
 """
 
 from __future__ import annotations

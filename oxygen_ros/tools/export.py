@@ -3,8 +3,8 @@
 
 Writes ``<graph>.onnx``, the shared ``weights.bin`` and ``manifest.json`` (every input and
 output with shape and dtype, preset, opset, weights SHA-256) into ``--out``. The experimental
-TensorRT backend (``backends/experimental/``, never run on TensorRT) builds its engines from
-such a directory (it exports one itself when it has none).
+TensorRT backend (``tools/tensorrt/``, never run on TensorRT) builds its engines from such a
+directory (it exports one itself when it has none).
 A checkpoint that does not fit the preset fails with the checkpoint loader's message (which
 names the disagreeing dimensions and the preset that would fit).
 """

@@ -13,7 +13,7 @@ fallbacks are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the
 wait for the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using
 CUDA, TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals
 the torch backend and comes from the disk cache the second time (its graphs run in
-onnxruntime on the CPU: ``test/backends/experimental``). Timings on full size: ``oxygen_bench gpu
+onnxruntime on the CPU: ``test/tools/tensorrt``). Timings on full size: ``oxygen_bench gpu
 --session N`` (docs/gpu.md, "The GPU session", whose second command runs this file).
 """
 

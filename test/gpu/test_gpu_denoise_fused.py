@@ -1,16 +1,16 @@
 """
 The fused denoise as the GPU runs it, its body checked on the CPU too.
 
-``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what the CPU interpreter cannot
-show: the kernels of ``model/denoise_fused.py`` built by Triton for this GPU equal their
-eager references in float32 and bfloat16 at π0.5's shapes (8 query heads on 1 kv head, head
-dim 256, 15 and 50 action tokens, expert width 1024), and the fast path's denoise with them
-(AUTO, compiled for CUDA) is one CUDA graph per prefix bucket that passes the parity gate and
-equals eager. ``cpu`` cases (``make test``, ``test/devices.py``): the same calls in Triton's
-interpreter (float16 for bfloat16; π0.5's contexts cut to 130 slots), the fast path's denoise
-with ``aot_eager`` and ``AttentionBackend.TRITON`` on a narrow float32 model with π0.5's 8
-query heads on 1 kv head (head dim 32, 2 Euler steps, one prefix bucket: the interpreter runs
-every kernel launch of every step in Python), no capture. Timing: ``oxygen_bench gpu
+``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what the CPU interpreter cannot show: the
+kernels of ``backends/fast_path/denoise_fused.py`` built by Triton for this GPU equal their eager
+references in float32 and bfloat16 at π0.5's shapes (8 query heads on 1 kv head, head dim 256, 15
+and 50 action tokens, expert width 1024), and the fast path's denoise with them (AUTO, compiled for
+CUDA) is one CUDA graph per prefix bucket that passes the parity gate and equals eager. ``cpu``
+cases (``make test``, ``test/devices.py``): the same calls in Triton's interpreter (float16 for
+bfloat16; π0.5's contexts cut to 130 slots), the fast path's denoise with ``aot_eager`` and
+``AttentionBackend.TRITON`` on a narrow float32 model with π0.5's 8 query heads on 1 kv head (head
+dim 32, 2 Euler steps, one prefix bucket: the interpreter runs every kernel launch of every step in
+Python), no capture. Timing: ``oxygen_bench gpu
 --session 3`` (``ms.denoise_10_steps``, ``warmup.denoise_attention``).
 """
 

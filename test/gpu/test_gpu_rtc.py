@@ -3,7 +3,7 @@ RTC's guided denoise as the GPU runs it, its body checked on the CPU too.
 
 ``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what CPU CI cannot see: Inductor's
 Triton kernels for the guided step (the velocity and its vector-Jacobian product,
-``model.rtc.GuidedDenoiseCall``) inside a captured CUDA graph, equal to the eager reference
+``model.guidance.GuidedDenoiseCall``) inside a captured CUDA graph, equal to the eager reference
 (``rtc.guided_denoise``, autograd) within the parity gate, in float32 and bfloat16, replayed
 on a prefix and a guidance it never saw at the warm-up. ``cpu`` cases (``make test``,
 ``test/devices.py``): the same step traced with ``aot_eager``, called (not captured) on the

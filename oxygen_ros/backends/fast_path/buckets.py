@@ -5,7 +5,7 @@ A CUDA graph replays one shape, so variable sizes are padded up to a few buckets
 CUDA-graph batch sizes, gpt-fast's static KV length): decode batches to powers of two from 2
 up to ``max_running_requests``, decode contexts to multiples of ``CTX_BUCKET`` slots, prompts
 to powers of two up to ``max_token_len``, the denoise context to the prefix length of its
-prefill's bucket. Padding is masked (see ``model/static_calls.py``), so results equal the
+prefill's bucket. Padding is masked (see ``static_calls.py``), so results equal the
 unpadded call; it costs compute, at most 2x on the prompt (a few % of a prefix dominated by
 image tokens), < ``CTX_BUCKET`` context slots per decode row, and one row for a decode batch
 of 1.
@@ -18,7 +18,7 @@ shortest possible prefix (one camera's image tokens and one prompt token) get no
 
 ``EngineLimits`` bounds them all (pool slots, longest prefix, decode context and batch); the
 experimental TensorRT backend draws its optimization profiles from the same limits
-(``experimental/trt_profiles.py``).
+(``tools/tensorrt/trt_profiles.py``).
 """
 
 from __future__ import annotations

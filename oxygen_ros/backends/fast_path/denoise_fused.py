@@ -25,7 +25,7 @@ residual + norm             ``x += mlp * gate``, then the next layer's input nor
 
 The first layer's input norm is :func:`paged_attention.ada_rms_norm` alone. Results equal
 ``expert_velocity`` on the gathered prefix (float32: 1e-5; 16 bits: each rounding where the
-eager operations round; tests ``test/model/test_denoise_fused.py``).
+eager operations round; tests ``test/backends/fast_path/test_denoise_fused.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ The fast path's optional features, which a step's warm-up can drop one at a time
 
 A compiled step uses, besides Inductor and CUDA graphs, kernels that may fail on a given GPU,
 torch or Triton while the rest of the step would build: the paged attention kernel with the
-fused adaRMS norms (``model/kernels/``, Triton; the path that ran 12.5 frames/s on an H200
+fused adaRMS norms (``kernels/``, Triton; the path that ran 12.5 frames/s on an H200
 when Inductor's fp64 scalar broke its build, where the gathered context and SDPA would have
 kept the step compiled), FlexAttention (``model/flex.py``) and the FP8 product
 (``torch._scaled_mm``, ``model/fp8.py``). The warm-up (``warmup.py``) compiles a step again
@@ -56,7 +56,7 @@ STEP_FEATURES: dict[Step, tuple[Feature, ...]] = {
     Step.SEED: (),
     Step.GUIDED_DENOISE: (Feature.FP8_MATMUL,),
 }
-"""The features each step's calls can use (``model/static_calls.py``; the LM head of the
+"""The features each step's calls can use (``static_calls.py``; the LM head of the
 seed is never quantized, RTC's guided denoise always gathers)."""
 
 _MARKS = {

@@ -4,14 +4,14 @@ Building the fast path's graphs: compile, capture and gate one step at every sta
 For each step (vision, prefill, text prefill, suffix, denoise, decode, the decode of k steps,
 seed) and each shape (``buckets.StaticShapes``) :class:`GraphBuilder` makes the function a CUDA
 graph will hold:
-the static-shape model call (``model/static_calls.py``), compiled or not, followed by the
+the static-shape model call (``static_calls.py``), compiled or not, followed by the
 in-place write of its new K/V into the KV pool. ``StaticCall`` then captures it.
 
 Kernels: Inductor (``torch.compile(fullgraph=True)``: one graph per call or it fails, never a
 silent graph break), the same compiled ahead of time and kept on disk (``precompile.py``: a
 warm start loads them, no Dynamo trace) or PyTorch's eager ones; decode steps and causal
 suffixes attend the KV pool in place with the paged Triton kernel where the attention backend
-chooses it (``model/paged_attention.py``; on CUDA the builder loads it for AUTO), the
+chooses it (``paged_attention.py``; on CUDA the builder loads it for AUTO), the
 prefill's prefix with FlexAttention where ``model/flex.py`` chooses it. One compiled function
 serves every shape of a step: the bucketed dims are marked dynamic (``maybe_mark_dynamic``),
 so Inductor compiles a step once or twice, not once per bucket (sizes 1 are specialized; the
@@ -20,10 +20,10 @@ the paged kernel or folded queries, and the gathered context with a head-major m
 CUDA graphs are still one per shape. The denoise step compiles the velocity of ONE Euler step
 (N times less Inductor work than the unrolled loop); the CUDA graph of the whole loop replays
 all N. Where the paged kernel is chosen (``paged_attention.denoise_attention``) that velocity
-is the fused one (``model/denoise_fused.py``: the prefix read in place, fused norms), else the
+is the fused one (``denoise_fused.py``: the prefix read in place, fused norms), else the
 gathered one. The decode of k steps (``DECODE_STEPS``) likewise calls the decode step's
 compiled function k times; its CUDA graph replays all k. The guided denoise (real-time
-chunking, ``model.rtc.GuidedDenoiseCall``) compiles one guided step, the velocity and its
+chunking, ``model.guidance.GuidedDenoiseCall``) compiles one guided step, the velocity and its
 vector-Jacobian product in one graph, and, for the Euler steps past ``jacobian_steps``, one
 step that guides by the error alone.
 The steps ``$OXYGEN_ROS_MAX_AUTOTUNE`` names (``config.max_autotune_steps``) compile with

@@ -3,11 +3,11 @@ Real-time chunking's guided denoise on the fast path: the graph of its prefix bu
 
 ``FastPathModel`` takes :meth:`GuidedDenoise.guided_denoise` from here: the prefix is padded
 to its denoise bucket (as the plain denoise is) and the whole guided Euler loop
-(``model.rtc.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step, or
+(``model.guidance.GuidedDenoiseCall``: the velocity and its vector-Jacobian product per step, or
 the error alone past ``RtcGuidance.jacobian_steps``) is one replay. Without a graph (not
 compiled because the engine was built without ``rtc``, a failed warm-up, a shape outside the
 buckets, other Jacobian steps than compiled) the eager reference runs it
-(``model.rtc.guided_denoise``).
+(``model.guidance.guided_denoise``).
 """
 
 from __future__ import annotations

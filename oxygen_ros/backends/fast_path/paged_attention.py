@@ -2,12 +2,12 @@
 Where the cached-context calls attend the KV pool in place (the Triton kernels) or gather it.
 
 ``ExtendCall`` (decode steps, causal suffixes) and ``DenoiseCall`` (the action expert's Euler
-loop; both ``model/static_calls.py``) attend a context in the pool. Two ways: gather the
+loop; both ``static_calls.py``) attend a context in the pool. Two ways: gather the
 context slots of every row and layer (``index_select``), concatenate the new tokens' K/V and
 run ``layers.attention`` (what the eager model does; float32 K inside the matrix-product
 attention), or the Triton kernel ``kernels/paged_decode.py``, which reads K and V in place by
 slot and takes the new tokens' K/V as they are. The denoise with the kernels is the fused
-step of ``model/denoise_fused.py`` (the attention with RoPE on load, the adaRMS norms and
+step of ``denoise_fused.py`` (the attention with RoPE on load, the adaRMS norms and
 gated residuals of ``kernels/adarms.py``). :func:`paged_kernel` chooses, while tracing
 (Dynamo guards on it, as on ``layers.matmul_short_queries``); ``backends/attention.py``
 enters it for the attention backend (``triton``; ``auto`` where compiled for CUDA).

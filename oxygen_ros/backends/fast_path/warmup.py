@@ -3,7 +3,7 @@ The fast path's warm-up: build, capture and gate every graph, one feature droppe
 
 ``FastPathModel.warmup`` (:class:`FastPathWarmup`) checks which optional features the steps
 would use (``features.py``; on CUDA the Triton kernels' build for the device first,
-``model/kernels/device_check.py``), sets up the compile caches, the graph builder and the
+``kernels/device_check.py``), sets up the compile caches, the graph builder and the
 parity probe, then calls ``attempts.warm_step`` per step. The first attempt is the
 compiler's kernels compiled ahead of time (``precompile.py``: loaded from disk on a warm start,
 no Dynamo trace), else just in time, without the features already dropped. After a failure
@@ -146,7 +146,7 @@ class FastPathWarmup:
         Return the optional features the steps would use; check the paged kernel's build.
 
         On CUDA the model's Triton kernels are built first for the device as Inductor types
-        them (``model/kernels/builds.py``): where the installed Triton cannot (an old Triton
+        them (``kernels/builds.py``): where the installed Triton cannot (an old Triton
         on Jetson Thor's sm_110, say), they are left out with one line, before any step
         spends a compile on them.
         """

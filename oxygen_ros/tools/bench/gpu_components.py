@@ -201,11 +201,11 @@ def time_decode_attention(work: Workload) -> dict:
     """
     Time the attention of one decode step alone, every layer: the paged kernel vs the gather.
 
-    The paged Triton kernel (``model/kernels/paged_decode.py``, the context read in place)
-    against what decode did before it (per layer ``index_select`` of the context, ``cat`` of
-    the new K/V, matrix-product attention with its float32 K, PyTorch's eager kernels): each
-    as ``depth`` calls (one per layer) captured in one CUDA graph, as inside the decode
-    graph, median of ``repeats`` replays at each decode batch over ``decode_ctx`` slots.
+    The paged Triton kernel (``backends/fast_path/kernels/paged_decode.py``, the context read in
+    place) against what decode did before it (per layer ``index_select`` of the context, ``cat`` of
+    the new K/V, matrix-product attention with its float32 K, PyTorch's eager kernels): each as
+    ``depth`` calls (one per layer) captured in one CUDA graph, as inside the decode graph, median
+    of ``repeats`` replays at each decode batch over ``decode_ctx`` slots.
 
     :returns: per batch ``b<B>``: ``paged_us``, ``gathered_us``, ``kv_bytes`` (context K and
         V read per step) and ``paged_gb_per_s``; ``{'skipped': why}`` off CUDA.
@@ -409,7 +409,7 @@ def denoise_entry(ms: dict[str, float], cfg: Any, used: str) -> dict:
     :param ms: ``run_components``' medians (``denoise_10_steps``).
     :param cfg: the model's ``ModelConfig``.
     :param used: ``paged_attention.denoise_attention``: ``'fused'`` (the Triton kernels of
-        ``model/denoise_fused.py``) or ``'gathered'``.
+        ``backends/fast_path/denoise_fused.py``) or ``'gathered'``.
     :returns: ``used``, ``layer_steps`` (expert depth x Euler steps) and
         ``us_per_layer_step`` (None where the denoise was not timed).
     """

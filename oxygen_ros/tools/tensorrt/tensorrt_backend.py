@@ -1,7 +1,7 @@
 """
 The TensorRT backend: the torch backend's job program on TensorRT engines, one shared KV pool.
 
-EXPERIMENTAL: no TensorRT engine has been built or run yet (see ``experimental/__init__.py``);
+EXPERIMENTAL: no TensorRT engine has been built or run yet (see ``__init__.py``);
 everything but the TensorRT calls is checked on the CPU with onnxruntime in their place.
 
 On Jetson AGX Thor the π0.5 computation runs as TensorRT engines built from our ONNX graphs

@@ -1,5 +1,5 @@
 """
-A decode job's k steps in one graph (``backends/decode_steps.py``) on the CPU.
+A decode job's k steps in one graph (``backends/fast_path/decode_steps.py``) on the CPU.
 
 The k-step graph must leave exactly what the per-step loop leaves (the same decode step's
 compiled function runs in both: ids and K/V equal bit for bit in float32), be chosen only

@@ -1,5 +1,5 @@
 """
-The fused denoise (``model/denoise_fused.py``, ``kernels/adarms.py``) equals today's denoise.
+The fused denoise (``fast_path/denoise_fused.py``, ``kernels/adarms.py``) equals the gathered one.
 
 On the CPU the Triton kernels run in Triton's interpreter (float32 and float16; its bfloat16
 ``tl.dot`` is wrong: ``test/gpu``). The references: the adaRMS norm and gated residual of

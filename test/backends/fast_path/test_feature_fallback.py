@@ -1,5 +1,5 @@
 """
-A fallback drops one feature, not the compiler (``backends/features.py``, ``warmup.py``).
+A fallback drops one feature, not the compiler (``backends/fast_path/features.py``, ``warmup.py``).
 
 A step whose paged attention kernel fails to build is compiled again without it (the context
 gathered) and stays compiled: by the compiler of the test (``record``: Dynamo and AOTAutograd,

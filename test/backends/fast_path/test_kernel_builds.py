@@ -1,13 +1,12 @@
 """
 The model's Triton kernels build for Hopper (sm_90) and Thor (sm_110) as Inductor builds them.
 
-No GPU needed: ``oxygen_bench kernels`` (``model/kernels/builds.py``) records every launch
-of every preset's callers on the ``meta`` device, types each argument with torch's own
-function for a ``wrap_triton`` kernel (a Python float: fp64 on this torch), runs torch's
-mutation analysis and compiles a cubin with Triton's bundled ptxas, once per target, in a
-process without ``TRITON_INTERPRET``. Before the kernels cast their scalars themselves, the
-paged attention failed here exactly as on the H200
-(``docs/gpu.md#kernels-built-as-inductor-builds-them``).
+No GPU needed: ``oxygen_bench kernels`` (``backends/fast_path/kernels/builds.py``) records every
+launch of every preset's callers on the ``meta`` device, types each argument with torch's own
+function for a ``wrap_triton`` kernel (a Python float: fp64 on this torch), runs torch's mutation
+analysis and compiles a cubin with Triton's bundled ptxas, once per target, in a process without
+``TRITON_INTERPRET``. Before the kernels cast their scalars themselves, the paged attention failed
+here exactly as on the H200 (``docs/gpu.md#kernels-built-as-inductor-builds-them``).
 """
 
 import json

@@ -1,5 +1,5 @@
 """
-The paged attention kernel (Triton, ``model/kernels/paged_decode.py``) against eager attention.
+The paged attention kernel (Triton, ``fast_path/kernels/paged_decode.py``) against eager attention.
 
 On the CPU the kernels run in Triton's interpreter, whose ``tl.dot`` is exact in float32 and
 float16 (bfloat16 is GPU only: ``test/gpu``). The reference is what ``ExtendCall`` computed

@@ -1,7 +1,7 @@
 """
 Paged attention in Triton: new tokens attend a context read in place from the KV pool.
 
-What a decode step (and a short causal suffix) computes in ``model/static_calls.py``'s
+What a decode step (and a short causal suffix) computes in ``static_calls.py``'s
 ``ExtendCall``, and the action expert's attention in ``DenoiseCall`` (``model/
 denoise_fused.py``), without gathering the context: each of the B rows has T new tokens whose
 queries ``q [B, Tq, Hq, D]`` attend
