@@ -15,6 +15,7 @@ from oxygen_ros.backends.config import BackendKind, CompileMode, Quantization
 from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.folding import FoldedGemmaLayer
 from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fp8_gate import action_chunks, check_fp8_actions, probe_inputs
 from oxygen_ros.backends.parity import float32_copy, model_copy
@@ -22,7 +23,6 @@ from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import load_model
-from oxygen_ros.model.folding import FoldedGemmaLayer
 from oxygen_ros.model.fp8 import fp8_kernel_of, Fp8Kernel, quantized_copy
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.common.workload import make_observation

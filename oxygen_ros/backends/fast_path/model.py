@@ -24,7 +24,7 @@ selects (an input of the graph). Padding is masked, so results equal eager on th
 part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is one fused projection in the
 model itself; the time MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed
 Euler times (``DenoiseCall``); RMSNorm scales folded into the next linear
-(``model/folding.py``) with eager kernels only (Inductor fuses the multiply into the norm
+(``folding.py``) with eager kernels only (Inductor fuses the multiply into the norm
 anyway, and folding costs 2.6 GB of weights at full size), and not into FP8 weights
 (``model/fp8.py``, whose gate reference is the unquantized float32 copy
 ``engine/loading.py`` hands in).

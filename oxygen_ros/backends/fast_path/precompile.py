@@ -61,7 +61,7 @@ _MARKS = ('_dynamo_', '_has_dynamo_')
 """Prefixes of the tensor attributes ``torch._dynamo.maybe_mark_dynamic`` and kin set."""
 _SOURCES = ('model', 'config.py', 'backends/fast_path/static_calls.py',
             'backends/fast_path/denoise_fused.py', 'backends/fast_path/paged_attention.py',
-            'backends/fast_path/kernels')
+            'backends/fast_path/folding.py', 'backends/fast_path/kernels')
 """What the traced code is made of, relative to the package: hashed by :func:`source_digest`."""
 
 
@@ -69,8 +69,8 @@ def source_digest() -> str:
     """
     Return a digest of the traced sources: ``model/**``, ``config.py``, the static calls.
 
-    The static calls are ``static_calls.py``, ``denoise_fused.py``, ``paged_attention.py`` and
-    ``kernels/`` of the fast path.
+    The static calls are ``static_calls.py``, ``denoise_fused.py``, ``paged_attention.py``,
+    ``folding.py`` and ``kernels/`` of the fast path.
 
     The traced bytecode of an artifact is that of these files at compile time.
     """

@@ -32,6 +32,7 @@ from oxygen_ros.backends.config import max_autotune_steps, Step
 from oxygen_ros.backends.fast_path.attempts import Attempt, GateFailure, short, warm_step
 from oxygen_ros.backends.fast_path.compile_cache import cache_root, CompileCache
 from oxygen_ros.backends.fast_path.features import blame, describe, Feature, ORDER, STEP_FEATURES
+from oxygen_ros.backends.fast_path.folding import fold_adapter, fold_layers
 from oxygen_ros.backends.fast_path.gate_record import GateRecord, weights_fingerprint
 from oxygen_ros.backends.fast_path.graph_builder import GraphBuilder, Kernels
 from oxygen_ros.backends.fast_path.paged_attention import decode_attention, load_kernel
@@ -40,7 +41,6 @@ from oxygen_ros.backends.fast_path.precompile import ArtifactStore
 from oxygen_ros.backends.fast_path.precompile import available as precompile_available
 from oxygen_ros.backends.fast_path.static_graph import GraphCapture
 from oxygen_ros.backends.parity import float32_copy
-from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.fp8 import describe_quantization
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import Pi05Model

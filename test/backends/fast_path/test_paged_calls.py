@@ -7,11 +7,11 @@ before the kernel) and against the eager model; and what the kernel is for: trac
 decode step reads the pool only through it (no ``index_select``, no ``cat`` of the context).
 """
 
+from oxygen_ros.backends.fast_path.folding import fold_layers
 from oxygen_ros.backends.fast_path.paged_attention import (
     paged_kernel, PAGED_MAX_QUERIES, use_paged_kernel)
 from oxygen_ros.backends.fast_path.static_calls import DecodeCall, ExtendCall
 from oxygen_ros.config import get_preset
-from oxygen_ros.model.folding import fold_layers
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
 from paged_cases import interpreted_kernel

@@ -7,12 +7,12 @@ weights, the fused Q/K/V and the precomputed time conditioning change nothing be
 rounding; ``velocity`` is differentiable (guided denoising takes its gradient).
 """
 
+from oxygen_ros.backends.fast_path.folding import fold_layers, FoldedGemmaLayer
 from oxygen_ros.backends.fast_path.static_calls import (
     DecodeCall, DenoiseCall, ExtendCall, PrefillCall, SeedCall, VisionCall)
 from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.denoise import euler_modulations
 from oxygen_ros.model.flow import euler_times
-from oxygen_ros.model.folding import fold_layers, FoldedGemmaLayer
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
 import pytest
