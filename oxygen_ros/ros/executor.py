@@ -7,6 +7,12 @@ ros2/rclpy#1547, not in the Jazzy wheels): the spin thread then loops at 100 % C
 GIL and starves the callbacks (what it did to the node: ``docs/limits.md``). Here a task is
 submitted once; while it waits for a worker, the spin thread sleeps 1 ms.
 
+A callback group can be pinned to a thread of its own (``pinned``): its callbacks then always
+run there, never on the pool. The node pins its control group: glibc malloc keeps what a
+thread frees in that thread's arena, so a control cycle that ran on any of the pool's workers
+left its largest working set (a full decode batch: ``docs/robustness.md#soak``) resident in
+every worker's arena, RSS stepping up once per worker; pinned, in one.
+
 A callback's exception is logged (ERROR, logger ``oxygen.executor``, with its traceback).
 rclpy stores it in the callback's task and ``MultiThreadedExecutor`` re-raises it in the spin
 thread, ending the spin; raised from a pool worker, as before, it vanished into the pool's
@@ -16,11 +22,13 @@ can answer for (``ask_action``, ``text_outputs``); this is the backstop for the 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Callable, Mapping
 
+from rclpy.callback_groups import CallbackGroup
 from rclpy.context import Context
 from rclpy.executors import (
     ConditionReachedException, ExternalShutdownException, MultiThreadedExecutor,
@@ -36,17 +44,22 @@ class NodeExecutor(MultiThreadedExecutor):
 
     :param num_threads: worker threads (one per callback group that may run at once).
     :param context: the rclpy context (default: the global one).
+    :param pinned: thread name -> a callback group whose callbacks always run on that one
+        thread of their own (use it for a MutuallyExclusive group: one callback at a time).
     """
 
-    def __init__(self, num_threads: int, *, context: Context | None = None) -> None:
+    def __init__(self, num_threads: int, *, context: Context | None = None,
+                 pinned: Mapping[str, CallbackGroup] | None = None) -> None:
         super().__init__(num_threads=num_threads, context=context)
         self._queued: set[object] = set()
         self._queued_lock = threading.Lock()
+        self._pinned = {group: ThreadPoolExecutor(1, thread_name_prefix=name)
+                        for name, group in (pinned or {}).items()}
 
     def _spin_once_impl(self, timeout_sec: float | None = None,
                         wait_condition: Callable[[], bool] = lambda: False) -> None:
         try:
-            task, _, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
+            task, entity, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
         except (ExternalShutdownException, ShutdownException, TimeoutException,
                 ConditionReachedException):
             return
@@ -56,7 +69,15 @@ class NodeExecutor(MultiThreadedExecutor):
         if queued:
             time.sleep(_QUEUED_SLEEP_S)  # a worker needs the GIL to start it
             return
-        self._executor.submit(self._run, task)
+        pool = self._pinned.get(getattr(entity, 'callback_group', None), self._executor)
+        pool.submit(self._run, task)
+
+    def shutdown(self, timeout_sec: float | None = None) -> bool:
+        """Stop executing callbacks (``Executor.shutdown``), then let the pinned threads end."""
+        done = super().shutdown(timeout_sec)
+        for pool in self._pinned.values():
+            pool.shutdown(wait=False)
+        return done
 
     def _run(self, task: object) -> None:
         try:

@@ -7,8 +7,10 @@ after a large block mmapped on its own is freed it raises its mmap threshold to 
 (torch's CPU allocator caches nothing: it frees to malloc at once). A control cycle's largest
 working set (a full decode batch: its logits alone are ``rows x vocabulary x 4`` bytes a step)
 thus stays resident after a burst of text requests, free, in the arena of the thread that ran
-it (``docs/robustness.md#soak``). The same happened to freed engines after cleanup (466 to
-686 MiB over 20 lifecycle cycles of the tiny preset).
+it (``docs/robustness.md#soak``): in one arena, as the node runs its control cycle on a thread
+of its own (``executor.NodeExecutor``), not in each of the executor's workers. The same
+happened to freed engines after cleanup (466 to 686 MiB over 20 lifecycle cycles of the tiny
+preset).
 
 ``malloc_trim(0)`` returns the free pages of every arena to the kernel (``madvise``), the
 middle of the heap included. ``HeapTrimmer`` calls it after a burst, off the control cycle;

@@ -3,11 +3,11 @@ The ROS 2 lifecycle node ``oxygen`` (``docs/topics.md``): observations in, actio
 
 Threads (``executor.NodeExecutor``): subscriptions only store the newest message in an
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
-own MutuallyExclusive group runs the control cycle (``control_cycle``), the only code
-touching the engine; finished texts go through a queue to a guard condition in the text
-group, which publishes them and ``/diagnostics`` and gives malloc's free pages back after a
-burst (``heap``), so none of it delays the action timer. Lifecycle services, parameter
-changes and the autostart timer use the default group.
+own MutuallyExclusive group, on a thread of its own (``oxygen_control``), runs the control
+cycle (``control_cycle``), the only code touching the engine; finished texts go through a
+queue to a guard condition in the text group, which publishes them and ``/diagnostics`` and
+gives malloc's free pages back after a burst (``heap``), so none of it delays the action
+timer. Lifecycle services, parameter changes and the autostart timer use the default group.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
 (``ask_action``) shares the engine's one waiting queue and its goals always get a result; a
@@ -92,7 +92,8 @@ class OxygenNode(LifecycleNode):
             OnChange.WAITING_BOUND: self._apply_waiting_bound})
         self.finished = threading.Event()
         """Set once the node reached the finalized state (main exits then)."""
-        self._control_group = MutuallyExclusiveCallbackGroup()
+        self.control_group = MutuallyExclusiveCallbackGroup()
+        """The control timer's group: ``main`` pins it to a thread (``executor.NodeExecutor``)."""
         self._text_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
@@ -216,7 +217,7 @@ class OxygenNode(LifecycleNode):
         self._texts.start(now)
         self._cycle.reset(self._engine)
         self._timer = self.create_timer(cfg.control_period_s, self._control_tick,
-                                        self._control_group)
+                                        self.control_group)
         self._diag.set_state('active', now)
         self.get_logger().info(f'active: {cfg.control_rate_hz:g} Hz')
         result = self._pubs.activate(lambda: super(OxygenNode, self).on_activate(state))
@@ -420,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.fatal(f'not starting: {security.middleware_failure(exc)}')
         rclpy.try_shutdown()
         return 1
-    executor = NodeExecutor(num_threads=4)
+    executor = NodeExecutor(num_threads=4, pinned={'oxygen_control': node.control_group})
     executor.add_node(node)
     spinner = threading.Thread(target=spin, args=(executor,), name='executor')
     spinner.start()
