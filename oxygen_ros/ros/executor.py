@@ -26,16 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 import traceback
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.context import Context
 from rclpy.executors import (
-    ConditionReachedException, ExternalShutdownException, MultiThreadedExecutor,
+    ConditionReachedException, Executor, ExternalShutdownException, MultiThreadedExecutor,
     ShutdownException, TimeoutException)
 from rclpy.logging import get_logger
 
 _QUEUED_SLEEP_S = 0.001
+T = TypeVar('T')
 
 
 class NodeExecutor(MultiThreadedExecutor):
@@ -72,6 +73,10 @@ class NodeExecutor(MultiThreadedExecutor):
         pool = self._pinned.get(getattr(entity, 'callback_group', None), self._executor)
         pool.submit(self._run, task)
 
+    def pinned_pool(self, group: CallbackGroup) -> ThreadPoolExecutor | None:
+        """Return the one-thread pool ``group`` is pinned to (None: not pinned)."""
+        return self._pinned.get(group)
+
     def shutdown(self, timeout_sec: float | None = None) -> bool:
         """Stop executing callbacks (``Executor.shutdown``), then let the pinned threads end."""
         done = super().shutdown(timeout_sec)
@@ -92,6 +97,19 @@ class NodeExecutor(MultiThreadedExecutor):
                 f'a callback raised {type(exc).__name__}: {exc}; the node goes on:\n{trace}')
 
 
+def call_on(executor: Executor | None, group: CallbackGroup, fn: Callable[[], T]) -> T:
+    """
+    Return ``fn()`` run on the thread ``group`` is pinned to (the caller waits), else here.
+
+    The node builds and warms its engine where its control cycle runs: what they leave behind
+    (a thread's malloc arena, MKL's GEMM buffers) is then the cycle's own.
+
+    :param executor: the node's executor (``Node.executor``): a ``NodeExecutor`` or another.
+    """
+    pinned = executor.pinned_pool(group) if isinstance(executor, NodeExecutor) else None
+    return fn() if pinned is None else pinned.submit(fn).result()
+
+
 def spin(executor: MultiThreadedExecutor) -> None:
     """Spin until the context shuts down (for a thread; no exception at shutdown)."""
     try:
@@ -100,4 +118,4 @@ def spin(executor: MultiThreadedExecutor) -> None:
         pass
 
 
-__all__ = ['NodeExecutor', 'spin']
+__all__ = ['NodeExecutor', 'call_on', 'spin']

@@ -38,7 +38,7 @@ from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.endpoints import (
     ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
-from oxygen_ros.ros.executor import NodeExecutor, spin
+from oxygen_ros.ros.executor import call_on, NodeExecutor, spin
 from oxygen_ros.ros.heap import HeapTrimmer, POLL_PERIOD_S, release_freed_memory
 from oxygen_ros.ros.images.transport import camera_input, ImageTransport
 from oxygen_ros.ros.observation_cache import ObservationCache, synthetic_observation
@@ -93,7 +93,8 @@ class OxygenNode(LifecycleNode):
         self.finished = threading.Event()
         """Set once the node reached the finalized state (main exits then)."""
         self.control_group = MutuallyExclusiveCallbackGroup()
-        """The control timer's group: ``main`` pins it to a thread (``executor.NodeExecutor``)."""
+        """The control timer's group: ``main`` pins it to a thread (``executor.NodeExecutor``),
+        where configure builds the engine too (``executor.call_on``)."""
         self._text_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
@@ -155,8 +156,9 @@ class OxygenNode(LifecycleNode):
             if cfg.torch_threads:
                 import torch  # loaded by the engine anyway
                 torch.set_num_threads(cfg.torch_threads)
-            engine = Engine(engine_cfg)
-            engine.warmup(synthetic_observation(engine.model_cfg, cfg.instruction))
+            engine = call_on(self.executor, self.control_group, lambda: Engine(engine_cfg))
+            call_on(self.executor, self.control_group, lambda: engine.warmup(
+                synthetic_observation(engine.model_cfg, cfg.instruction)))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
             return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
