@@ -181,7 +181,7 @@ class OxygenNode(LifecycleNode):
         self._pubs.create(cycle.publisher_keys)
         self._text_out.frame_id = cfg.frame_id
         self._texts.connect(engine)
-        sensor = qos_profile(QosRole.SENSOR_DATA)
+        sensor = qos_profile(QosRole.SENSOR_DATA, depth=1)  # the newest image: all it uses
         self._subs = []
         for slot in cfg.cameras:
             kind = cfg.transport(slot)
