@@ -32,7 +32,7 @@ import time
 
 TRIM_INTERVAL_S = 5.0
 """Least seconds between two trims."""
-TRIM_INTERVAL_MAX_S = 60.0
+TRIM_INTERVAL_MAX_S = 30.0
 """The most the interval grows to while trims are undone (a load that goes on)."""
 POLL_PERIOD_S = 1.0
 """Seconds between two looks at the heap in the node (``HeapTrimmer.poll``, text group)."""
