@@ -15,7 +15,7 @@ import sys
 from oxygen_ros.ros.heap import heap_figures, TRIM_INTERVAL_S
 import pytest
 
-SCENARIO = r'''
+SCENARIO = r"""
 import ctypes, json
 from dataclasses import asdict
 from oxygen_ros.ros.heap import HeapTrimmer, TRIM_INTERVAL_S
@@ -60,7 +60,7 @@ for b in live:
 out['later'], out['live'] = later, asdict(trimmer.poll(16.0, now_s=quiet + 60.0))
 out['trims_live'] = trimmer.trims
 print(json.dumps(out))
-'''
+"""
 
 pytestmark = pytest.mark.skipif(heap_figures() is None, reason='needs glibc >= 2.33 and /proc')
 MIB = 1 << 20
