@@ -31,6 +31,7 @@ from oxygen_ros.engine.loading import (
     LoadedModel)
 from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
+from oxygen_ros.engine.warm_texts import warm_texts
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.rtc import RtcGuidance
@@ -294,8 +295,9 @@ class Engine:
             produced, no text request is seeded, running text keeps decoding).
         :param now: monotonic seconds at the start of the cycle (default: now).
         :param on_action: called (in this thread) with the action chunk as soon as it is
-            denoised, before the cycle's text decoding (publish it from here), not for a cycle
-            without a valid observation or with non-finite actions; also in ``StepOutput``.
+            denoised, before the cycle's text decoding: publish it from here for the lowest
+            latency. Not called for a cycle without a valid observation or with non-finite
+            actions. The chunk is also in the returned ``StepOutput``.
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
             for the new chunk's times, found by the two observation stamps, are the target
             (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
@@ -403,27 +405,13 @@ class Engine:
         With ``config.rtc`` a guided cycle follows: the robot's first guided one runs warm.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
-        self._warm_texts(observation, list(tasks.values()), 2)
-        self._warm_texts(observation, [TextTask.ANSWER] * self.config.max_running_requests,
-                         self.model_cfg.decode_budget)
+        warm_texts(self, observation, list(tasks.values()), 2)
+        warm_texts(self, observation, [TextTask.ANSWER] * self.config.max_running_requests,
+                   self.model_cfg.decode_budget, as_the_pool_holds=True)
         if self.config.rtc:
             self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
         self.chunk_history.reset()
-
-    def _warm_texts(self, observation: Observation, tasks: list[TextTask], tokens: int) -> None:
-        """Submit ``tasks`` (``tokens`` each) at once and step until they end (or give up)."""
-        limit = self.config.max_waiting_requests
-        self.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
-        req_ids = {self.submit_text(task, max_tokens=tokens, question='what is on the table?'
-                                    if task is TextTask.ANSWER else None) for task in tasks}
-        self.set_max_waiting_requests(limit)
-        for _ in range(len(tasks) + tokens + 3):
-            req_ids -= {t.req_id for t in self.step(observation).texts}
-            if not req_ids:
-                break
-        for req_id in req_ids:
-            self.abort(req_id)
 
     def shutdown(self) -> list[TextOutput]:
         """
