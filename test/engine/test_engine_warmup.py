@@ -51,7 +51,7 @@ def test_the_warm_up_runs_a_full_batch_of_the_whole_budget(tiny_models, tokenize
     assert max(len(job.rows) for job in jobs if isinstance(job, SuffixJob)) == max_running
     full = [job for job in decodes if len(job.req_ids) == max_running]
     budget = engine.model_cfg.decode_budget
-    assert sum(max(job.num_steps) for job in full) >= budget - 1 - 4  # most of it, batched
+    assert sum(max(job.num_tokens) for job in full) >= budget - 1 - 4  # most of it, batched
     assert engine.num_running == engine.num_waiting == 0         # nothing left behind
     assert engine.config.max_waiting_requests == 2                # the bound is back
     assert engine.scheduler.kv.pool.num_used_blocks == 0
