@@ -66,7 +66,6 @@ MEASURES = {
                                     '(backends.factory.make_backend and its options)',
     'oxygen_ros.tools.bench.model': "the model's entry points timed (oxygen_bench model)",
     'oxygen_ros.tools.bench.kernels': 'the kernel builds timed (oxygen_bench kernels)',
-    'oxygen_ros.tools.bench.roofline': "the model's roofline on a GPU's specs",
     'oxygen_ros.tools.bench.thor_projection': "the model's bytes and a GPU's specs",
     'oxygen_ros.tools.bench.gpu_components': 'kernels, attention and graphs timed alone',
     'oxygen_ros.tools.bench.gpu_phases': "the GPU session's phases: the fast path, its "
@@ -76,20 +75,34 @@ MEASURES = {
     'oxygen_ros.tools.doctor': 'the install checked: the fast-path steps it can name',
     'oxygen_ros.tools.doctor.kernel_checks': "the device's kernels checked (FP8, Triton)",
     'oxygen_ros.tools.doctor.model_files': 'the checkpoint, tokenizer and norm stats checked',
-    'oxygen_ros.tools.convert': 'openpi JAX checkpoints converted (oxygen_convert)',
+    'oxygen_ros.tools.convert': 'openpi JAX checkpoints converted (oxygen_convert): the '
+                                'checkpoint layouts and the model they are written for',
     'oxygen_ros.tools.export': "the model's graphs exported to ONNX (oxygen_export)",
     'oxygen_ros.tools.fetch.tokenizer': 'the tokenizer file fetched where the transforms load '
                                         'it, and checked',
+    'oxygen_ros.tools.tensorrt': 'the ONNX export and the TensorRT backend (the plugin of '
+                                 '``backend: tensorrt``): a backend, built on the core '
+                                 'backends and the model',
 }
 """The tools that measure, check, convert or export the layers themselves (benchmarks of the
 model's components and kernels, ``oxygen_doctor``, ``oxygen_convert``, ``oxygen_export``,
-``oxygen_fetch``): each may import the layers it measures, and what it is for."""
+``oxygen_fetch``, the TensorRT plugin): each may import the layers it measures, and what it is
+for. A package (``tools/convert/``, ``tools/tensorrt/``) stands for all its modules."""
 
-EXPERIMENTAL = 'oxygen_ros.backends.experimental'
-"""The ONNX export and the TensorRT backend: built on the core backends, never the reverse."""
-DOORS_TO_EXPERIMENTAL = ['oxygen_ros.backends.factory', 'oxygen_ros.tools.export']
-"""The only modules outside it that import it, each inside the function that selects it
-(``make_backend`` for ``backend: tensorrt``, the ``oxygen_export`` script)."""
+EXPERIMENTAL = 'oxygen_ros.tools.tensorrt'
+"""The ONNX export and the TensorRT backend, beside ``oxygen_export``: built on the core
+backends, never imported by the runtime (``backend: tensorrt`` loads it as a plugin)."""
+DOORS_TO_EXPERIMENTAL = ['oxygen_ros.tools.export']
+"""The only module outside it that imports it, inside the function that runs the export."""
+FAST_PATH = 'oxygen_ros.backends.fast_path'
+"""The torch backend's fast path (static shapes, CUDA graphs, the parity gate, its kernels)."""
+DOORS_TO_FAST_PATH = ['oxygen_ros.backends.attention', 'oxygen_ros.backends.factory']
+"""The only runtime modules outside it that import it, each inside a function: ``make_backend``
+when ``compile_mode`` asks for it, and the attention switch, which turns the paged kernel on or
+off for the attention backend (``sdpa_context``)."""
+BACKEND_PLUGINS = {'tensorrt': f'{EXPERIMENTAL}.tensorrt_backend:create_backend'}
+"""The entry points of group ``oxygen_ros.backends`` (``setup.py``) by which the factory finds a
+backend beyond torch: the runtime names none of them in an import."""
 
 
 def loaded_after_import(modules: list[str]) -> set[str]:
@@ -268,7 +281,7 @@ def test_every_import_follows_the_layers():
 
 
 def test_checkpoint_conversion_imports_neither_jax_nor_tensorstore_nor_ros():
-    loaded = loaded_after_import(of('oxygen_ros.checkpoint'))
+    loaded = loaded_after_import(of('oxygen_ros.checkpoint') + of('oxygen_ros.tools.convert'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 
@@ -302,13 +315,39 @@ def test_the_experimental_backends_are_imported_only_where_selected():
     assert importers == DOORS_TO_EXPERIMENTAL
     for module in importers:                  # lazily: inside the selecting function
         assert not [t for t in module_level_imports(module) if _experimental(t)], module
-    core = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine')
-            if not _experimental(m)]
+    core = of('oxygen_ros.backends') + of('oxygen_ros.engine')
     assert not [m for m in loaded_after_import(core) if _experimental(m)]
 
 
+def _fast_path(module: str) -> bool:
+    return module == FAST_PATH or module.startswith(FAST_PATH + '.')
+
+
+def test_the_fast_path_is_entered_through_two_doors_only():
+    graph = import_graph()
+    importers = sorted(src for src, targets in graph.items() if not _fast_path(src)
+                       and not src.startswith('oxygen_ros.tools')
+                       and any(_fast_path(t) for t in targets))
+    assert importers == DOORS_TO_FAST_PATH
+    for module in importers:                  # lazily: inside the function that selects it
+        assert not [t for t in module_level_imports(module) if _fast_path(t)], module
+    eager = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine') if not _fast_path(m)]
+    assert not [m for m in loaded_after_import(eager) if _fast_path(m)]
+
+
+def test_backends_beyond_torch_are_plugins_named_in_the_package_metadata():
+    from importlib import metadata
+    from oxygen_ros.backends.config import BackendKind
+    from oxygen_ros.backends.factory import BACKEND_PLUGINS as GROUP, plugin
+    found = {ep.name: ep.value for ep in metadata.entry_points(group=GROUP)}
+    assert found == BACKEND_PLUGINS, 'stale package metadata? reinstall: make setup'
+    assert set(found) == {k.value for k in BackendKind} - {'torch'}
+    from oxygen_ros.tools.tensorrt.tensorrt_backend import create_backend
+    assert plugin('tensorrt') is create_backend
+
+
 def test_module_level_imports_skip_function_bodies():
-    assert 'oxygen_ros.backends.fast_backend' not in module_level_imports(
+    assert 'oxygen_ros.backends.fast_path.backend' not in module_level_imports(
         'oxygen_ros.backends.factory')
     assert 'oxygen_ros.backends.torch_backend' in module_level_imports(
         'oxygen_ros.backends.factory')
@@ -325,16 +364,22 @@ def _behind_the_door(module: str) -> bool:
     return module != DOOR and _part(module) in BEHIND_THE_DOOR
 
 
+def _within(module: str, names) -> bool:
+    return any(module == name or module.startswith(name + '.') for name in names)
+
+
 def test_the_engine_is_the_only_door():
     graph = import_graph()
-    drivers = [m for m in graph if any(m == d or m.startswith(d + '.') for d in DRIVERS)]
+    drivers = [m for m in graph if _within(m, DRIVERS)]
     assert len(drivers) > 100                     # the node, the server, the sim, the tools
-    through = sorted(f'{src} -> {dst}' for src in drivers if src not in MEASURES
+    through = sorted(f'{src} -> {dst}' for src in drivers if not _within(src, MEASURES)
                      for dst in graph[src] if _behind_the_door(dst))
     assert through == []
     assert [m for m in drivers if DOOR in graph[m]]   # the door is used
     # every tool listed measures the layers: none is listed that keeps to the door
-    assert sorted(m for m in MEASURES if not any(map(_behind_the_door, graph[m]))) == []
+    assert sorted(name for name in MEASURES if not any(
+        _behind_the_door(dst) for src in graph if _within(src, [name])
+        for dst in graph[src])) == []
     assert set(MEASURES) <= set(graph)
 
 

@@ -101,7 +101,7 @@ class EngineConfig:
         ``Engine.warmup`` runs a guided cycle.
     :param rtc_jacobian_steps: RTC's Euler steps (the first ones) that take the
         vector-Jacobian product through the action expert; the later ones guide by the error
-        alone, at a plain step's cost (``model.rtc.RtcGuidance.jacobian_steps``; None: every
+        alone, at a plain step's cost (``model.guidance.RtcGuidance.jacobian_steps``; None: every
         step, RTC as the paper; docs/action_semantics.md#the-cost-of-exact-guidance).
     """
 

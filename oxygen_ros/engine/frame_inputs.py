@@ -22,7 +22,7 @@ from oxygen_ros.backends.async_io import CameraUpload
 from oxygen_ros.backends.interface import FrameInputs
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
-from oxygen_ros.model.rtc import RtcGuidance
+from oxygen_ros.model.guidance import RtcGuidance
 from oxygen_ros.sched.request import FrameSpec, Request, RequestKind
 from oxygen_ros.transforms.images import ImageResize, resize_on_device
 from oxygen_ros.transforms.inputs import PreparedObservation
