@@ -95,15 +95,15 @@ class AttentionBackend(enum.Enum):
     (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
     choice; AUTO does so only where compiled for CUDA (why: ``docs/gpu.md#attention-kernel``).
     TRITON runs the decode steps, causal suffixes and denoise of the fast path with the paged
-    attention kernel (``model/paged_attention.py``: the context read in place from the KV pool, no
-    gather; the denoise with the fused norms of ``model/denoise_fused.py``), in graphs of eager
-    kernels too, the prefill's prefix with SDPA, and the rest as AUTO; AUTO uses those kernels
-    where compiled for CUDA with Triton importable. The eager model and RTC's guided denoise always
-    gather. FLEX runs the prefill's prefix attention and SigLIP's attention with PyTorch's
-    FlexAttention where they are compiled (``model/flex.py``: one flash-style kernel, the prefix
-    mask a block mask of per-row vectors), and the rest as AUTO; AUTO does so for the prefix where
-    compiled for CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager
-    model, graphs of eager kernels) both keep SDPA.
+    attention kernel (``fast_path/paged_attention.py``: the context read in place from the KV pool,
+    no gather; the denoise with the fused norms of ``fast_path/denoise_fused.py``), in graphs of
+    eager kernels too, the prefill's prefix with SDPA, and the rest as AUTO; AUTO uses those
+    kernels where compiled for CUDA with Triton importable. The eager model and RTC's guided
+    denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's attention with
+    PyTorch's FlexAttention where they are compiled (``model/flex.py``: one flash-style kernel, the
+    prefix mask a block mask of per-row vectors), and the rest as AUTO; AUTO does so for the prefix
+    where compiled for CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the
+    eager model, graphs of eager kernels) both keep SDPA.
     """
 
     AUTO = 'auto'
@@ -169,7 +169,7 @@ def parse_compile_steps(names: Iterable[str | Step]) -> frozenset[Step] | None:
     """
     Return the steps the fast path compiles, from ``Step`` values or ``all``; None: every step.
 
-    The steps left out run eagerly when the fast path is on (``CompiledModel(only=...)``), which
+    The steps left out run eagerly when the fast path is on (``FastPathModel(only=...)``), which
     is not a fallback: nothing was asked. Jetson Thor's "stable mode" of OxyGen (compiled
     vision, prefill and denoise, eager one-token text decode) is every step but ``decode`` and
     ``decode_steps`` (docs/gpu.md#compiled-decode-off-alone).

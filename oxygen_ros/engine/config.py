@@ -61,7 +61,7 @@ class EngineConfig:
         ``backends/fp8_gate.py`` (at most 1.5x bf16's error against float32), else the
         unquantized weights run (a reported fallback). Torch backend only.
     :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
-    :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
+    :param compile_mode: the torch backend's fast path (``backends/fast_path/``); AUTO:
         compiled kernels in CUDA graphs on CUDA, eager on the CPU.
     :param compile_steps: which per-cycle model calls take the fast path when it is on: step
         names (``Step`` values) or ``('all',)``; None: every step. The others run eagerly

@@ -243,7 +243,7 @@ class Engine:
     @property
     def dropped_features(self) -> dict[str, str]:
         """
-        Return the fast path's features left out (``backends/features.py``): name -> reason.
+        Return the fast path's features left out (``fast_path/features.py``): name -> reason.
 
         The steps stay compiled without them; the node reports each on ``/diagnostics``.
         """
