@@ -16,18 +16,23 @@ from oxygen_ros.backends.interface import Backend
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.sched.scheduler import SchedulerConfig
 
 
 def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+                 scheduler: SchedulerConfig, max_decode_tokens: int,
                  adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
     """
-    Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
+    Build the backend ``config.kind`` for ``model`` with a pool of ``num_blocks`` blocks.
 
     ``config.compile_mode`` (AUTO resolved for the device) other than NONE puts every
     per-cycle model call of the torch backend on the fast path (``compiled.py``: static
     shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
     ignores it (its engines are compiled already).
 
+    :param scheduler: the scheduler's settings the backend reads: the block size, the largest
+        decode batch (``max_running_requests``) and k (``tokens_per_cycle``).
+    :param max_decode_tokens: the most tokens a text request decodes (the decode budget).
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
     :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
@@ -38,24 +43,26 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         (the message says what to install).
     :raises ValueError: an adapter with TensorRT (its graphs have no LoRA).
     """
-    if config.backend is BackendKind.TORCH:
+    if config.kind is BackendKind.TORCH:
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
-            return TorchBackend(model, num_blocks, config.block_size,
+            return TorchBackend(model, num_blocks, scheduler.block_size,
                                 attention=config.attention, adapter=adapter)
         from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-        return CompiledTorchBackend.create(config, model, num_blocks, adapter=adapter,
-                                           **fast_path)
+        return CompiledTorchBackend.create(config, model, num_blocks, scheduler=scheduler,
+                                           max_decode_tokens=max_decode_tokens,
+                                           adapter=adapter, **fast_path)
     if adapter is not None:
         raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
-                         f'backend {config.backend.value!r} has no LoRA in its graphs: use '
+                         f'backend {config.kind.value!r} has no LoRA in its graphs: use '
                          f'backend torch, or no memory_adapter')
-    if config.backend is BackendKind.TENSORRT:
+    if config.kind is BackendKind.TENSORRT:
         from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
         from oxygen_ros.backends.experimental.trt_profiles import TrtPrecision
-        return TensorRTBackend.create(config, model, num_blocks,
+        return TensorRTBackend.create(config, model, num_blocks, scheduler=scheduler,
+                                      max_decode_tokens=max_decode_tokens,
                                       precision=TrtPrecision(config.trt_precision),
                                       cache_dir=config.engine_cache_dir)
-    raise ValueError(f'unknown backend {config.backend!r}')
+    raise ValueError(f'unknown backend {config.kind!r}')
 
 
 __all__ = ['BackendUnavailableError', 'make_backend']

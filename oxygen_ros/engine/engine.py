@@ -100,19 +100,22 @@ class Engine:
         self.normalizer = Normalizer.from_config(
             cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
         self.max_prefix_tokens = cfg.max_prefix_tokens
-        sched_cfg = config.scheduler_config(self.tokenizer.eos_id)
-        self.scheduler = Scheduler(sched_cfg)
+        num_blocks = config.pool_blocks()
+        self.scheduler = Scheduler(config.scheduler, num_blocks=num_blocks,
+                                   max_prefix_tokens=cfg.max_prefix_tokens,
+                                   prefix_attention=cfg.prefix_attention,
+                                   eos_token_id=self.tokenizer.eos_id)
         if backend is None:
-            backend = build_backend(config, self.model, sched_cfg.num_blocks, loaded.reference)
+            backend = build_backend(config, self.model, num_blocks, loaded.reference)
         else:
-            check_shared_backend(config, backend, self.model, sched_cfg.num_blocks)
-        if config.rtc and backend.guidance_unsupported:
+            check_shared_backend(config, backend, self.model, num_blocks)
+        if config.backend.rtc and backend.guidance_unsupported:
             raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
                              f'{backend.guidance_unsupported}')
         self.backend: Backend = backend
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
-            config.block_size
+            config.scheduler.block_size
         self._lock = threading.Lock()
         self._texts = TextStates(self.tokenizer, self.model_cfg.max_token_len)
         self._req_ids = itertools.count()
@@ -121,8 +124,9 @@ class Engine:
         """The last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
-                  '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
-                  config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
+                  '(%.1f MiB); %s', cfg.name, config.scheduler.policy.value,
+                  cfg.prefix_attention.value, config.scheduler.tokens_per_cycle, num_blocks,
+                  config.scheduler.block_size,
                   self.backend.cache.nbytes / 2**20, self.describe_text())
 
     def describe_contexts(self) -> str:
@@ -191,27 +195,16 @@ class Engine:
         """
         Change the bound of the waiting queue (from the next ``submit_text`` on; thread-safe).
 
-        Requests waiting beyond a lowered bound stay queued.
+        The bound lives in the scheduler's settings, ``config.scheduler``, one object the
+        scheduler reads at each request: the new one replaces it. Requests waiting beyond a
+        lowered bound stay queued.
 
         :raises ValueError: a bound < 1.
         """
         with self._lock:
-            self.scheduler.config = replace(self.scheduler.config, max_waiting_requests=limit)
-            self.config = replace(self.config, max_waiting_requests=limit)
-
-    def set_control_period(self, seconds: float | None) -> None:
-        """
-        Change the action deadline per cycle (k adapts to it from the next cycle on).
-
-        :param seconds: the control period, or None for a fixed k.
-        :raises ValueError: a period <= 0.
-        """
-        if seconds is not None and seconds <= 0:
-            raise ValueError(f'control period must be > 0 s, got {seconds}')
-        with self._lock:
-            self.config = replace(self.config, control_period_s=seconds)
-            self.scheduler.config = replace(self.scheduler.config,
-                                            adapt_tokens_per_cycle=seconds is not None)
+            settings = replace(self.config.scheduler, max_waiting_requests=limit)
+            self.config = replace(self.config, scheduler=settings)
+            self.scheduler.config = settings
 
     @property
     def num_running(self) -> int:
@@ -302,8 +295,9 @@ class Engine:
             (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
             left for the new one, or the new frame is older.
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
-            node's next control tick); default ``now + control_period_s``. Text decoding
-            plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
+            node's next control tick): text decoding plans for it (k adapts, admission
+            waits) and stops at it (``DecodeJob.deadline``); the action is never cut. None:
+            no deadline, k ``tokens_per_cycle`` tokens per request.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
@@ -358,9 +352,6 @@ class Engine:
                    deadline: float | None) -> tuple[FrameSpec, FrameInputs]:
         fid = self._frame_index
         self._frame_index += 1
-        period = self.config.control_period_s
-        if deadline is None and period:
-            deadline = now + period
         action = Request(f'action-{fid}', RequestKind.ACTION, prepared.action_prompt_ids,
                          arrival_time=now, deadline=deadline)
         num_cams = prepared.num_cameras
@@ -373,7 +364,7 @@ class Engine:
                   if rtc is not None else None)
         guidance = None if target is None else RtcGuidance.from_numpy(
             target.target, target.soft_mask, target.max_guidance_weight,
-            self.config.rtc_jacobian_steps)
+            self.config.backend.rtc_jacobian_steps)
         return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
                                   self.conventions.image_resize)
 
@@ -398,13 +389,14 @@ class Engine:
         Run full cycles with a text request of each kind of context in use.
 
         Fills caches, warms every text path (own prompt, suffix on the action prefix, the
-        memory adapter) and gives the cost model its first measurements. With ``config.rtc``
+        memory adapter) and gives the cost model its first measurements. With
+        ``config.backend.rtc``
         one guided cycle follows (the same frame again: every point guided), so that the first
         guided cycle of the robot does not pay the guided path's cold start, and its inference
         delay is measured on a warm path.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
-        limit = self.config.max_waiting_requests
+        limit = self.config.scheduler.max_waiting_requests
         self.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
         try:
             req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
@@ -419,7 +411,7 @@ class Engine:
                 break
         for req_id in req_ids:
             self.abort(req_id)
-        if self.config.rtc:
+        if self.config.backend.rtc:
             self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
         self.chunk_history.reset()

@@ -291,7 +291,7 @@ class OxygenNode(LifecycleNode):
             self._texts.connect(None)  # refuse questions until configured again
             if engine is not None:
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
-                device = engine.config.device
+                device = engine.config.backend.device
                 del engine
                 if device.startswith('cuda'):
                     import torch

@@ -30,7 +30,7 @@ _LOG = logging.getLogger('oxygen_serve')
 
 def engine_config(args: argparse.Namespace, limits: ServeLimits) -> EngineConfig:
     """Return the engine's config of the command line (raises ValueError on a bad mix)."""
-    return EngineConfig(
+    return EngineConfig.create(
         preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
         norm_stats=args.norm_stats, device=args.device, dtype=args.dtype, seed=args.seed,
         tokens_per_cycle=args.tokens_per_cycle, decode_budget=args.decode_budget,

@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.transforms.prompt import TextTask
     from oxygen_ros.observation import Observation
 
-    cfg = EngineConfig(preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
-                       dtype=args.dtype, quantization=args.quantization, device=args.device,
-                       seed=args.seed)
+    cfg = EngineConfig.create(preset=args.preset, checkpoint=args.checkpoint,
+                              tokenizer=args.tokenizer, dtype=args.dtype,
+                              quantization=args.quantization, device=args.device,
+                              seed=args.seed)
     model_cfg = cfg.model_config()
     defaults = dict(zip(CAMERA_SLOTS, ('coffee', 'motorcycle_left', 'motorcycle_right')))
     specs = {s: defaults[s] for s in model_cfg.cameras}

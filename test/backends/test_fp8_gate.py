@@ -29,8 +29,8 @@ import pytest
 import torch
 
 CAMS = CAMERA_SLOTS[:2]
-FP8 = EngineConfig(preset='tiny', cameras=CAMS, seed=3, quantization='fp8',
-                   max_running_requests=2)
+FP8 = EngineConfig.create(preset='tiny', cameras=CAMS, seed=3, quantization='fp8',
+                          max_running_requests=2)
 
 
 @pytest.fixture(scope='module')
@@ -96,11 +96,11 @@ def test_the_config_refuses_fp8_where_it_cannot_run():
     with pytest.raises(ValueError, match='quantization must be one of none, fp8'):
         EngineConfig(quantization='int4')
     with pytest.raises(ValueError, match="runs on the torch backend only; backend 'tensorrt'"):
-        EngineConfig(quantization='fp8', backend=BackendKind.TENSORRT)
+        EngineConfig.create(quantization='fp8', backend=BackendKind.TENSORRT)
     with pytest.raises(ValueError, match="on CUDA needs dtype 'bfloat16', got 'float32'"):
-        EngineConfig(quantization='fp8', device='cuda')
-    assert EngineConfig(quantization='fp8', device='cuda', dtype='bfloat16').quantization is \
-        Quantization.FP8
+        EngineConfig.create(quantization='fp8', device='cuda')
+    config = EngineConfig.create(quantization='fp8', device='cuda', dtype='bfloat16')
+    assert config.quantization is Quantization.FP8
 
 
 def test_fp8_weights_have_no_float32_copy_and_no_folding(models):
@@ -136,7 +136,7 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate_and_reports_the_fallback
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
     loaded = load_model(FP8, FP8.model_config())
     assert loaded.reference is not None and fp8_kernel_of(loaded.model) is Fp8Kernel.DEQUANT
-    fast = Engine(replace(FP8, compile_mode=CompileMode.DEFAULT), model=loaded,
+    fast = Engine(FP8.with_settings(compile_mode=CompileMode.DEFAULT), model=loaded,
                   tokenizer=tokenizer)
     eager = Engine(FP8, model=loaded.model, tokenizer=tokenizer)
     backend = fast.backend

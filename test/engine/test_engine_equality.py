@@ -20,8 +20,8 @@ def random_observation(rng: np.random.Generator, cameras, state_dim: int, frame:
 
 
 def run_policy(policy, mode, cameras, model, tokenizer, frames=6, k=2, stop_on_eos=False):
-    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
+    cfg = EngineConfig.create(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     rng = np.random.default_rng(5)
     actions, texts = [], {}

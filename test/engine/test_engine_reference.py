@@ -54,8 +54,8 @@ def text_reference(engine, tokenizer, model, obs, task, budget):
 def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer):
     cameras = CAMERA_SLOTS[:2]
     model = tiny_models(mode, cameras)
-    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=3, stop_on_eos=False, seed=7)
+    cfg = EngineConfig.create(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=3, stop_on_eos=False, seed=7)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     mcfg = engine.model_cfg
     budgets = {'sub0': 6, 'mem1': 4, 'ans2': 5, 'mem2': 3}
@@ -102,8 +102,8 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
     """Every logit row the backend computes (seed and batched decode) vs the reference."""
     cameras = CAMERA_SLOTS[:1]
     model = tiny_models(mode, cameras)
-    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=2, stop_on_eos=False, seed=1)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=2, stop_on_eos=False, seed=1)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     backend = engine.backend
     records = []      # (req_id, index of the predicted generated token, logits)

@@ -186,7 +186,7 @@ def test_points_executed_past_the_previous_chunks_end_are_guided_to_its_held_las
 
 def test_the_warm_up_of_an_rtc_engine_runs_the_guided_path_and_forgets_its_chunks(
         tiny_models, tokenizer):
-    engine = Engine(EngineConfig(preset='tiny', seed=2, rtc=True),
+    engine = Engine(EngineConfig.create(preset='tiny', seed=2, rtc=True),
                     model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS),
                     tokenizer=tokenizer)
     seen = record_cycles(engine)

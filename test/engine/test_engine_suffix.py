@@ -40,8 +40,8 @@ def run(engine, frames=4, texts=True):
 
 
 def config(mode=PrefixAttention.BIDIRECTIONAL, **kw):
-    return EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMS, tokens_per_cycle=2,
-                        stop_on_eos=False, seed=4, **kw)
+    return EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMS,
+                               tokens_per_cycle=2, stop_on_eos=False, seed=4, **kw)
 
 
 @pytest.mark.parametrize('mode', list(PrefixAttention), ids=lambda m: m.value)

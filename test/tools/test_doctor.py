@@ -83,8 +83,8 @@ def test_tensorrt_is_absent_here_and_only_the_tensorrt_backend_needs_it():
     torch_backend = kernel_checks.check_tensorrt(EngineConfig(preset='tiny'), jetson=False)
     assert torch_backend.level is Level.INFO
     assert 'backend torch needs none' in torch_backend.summary
-    trt = kernel_checks.check_tensorrt(EngineConfig(preset='tiny', backend=BackendKind.TENSORRT),
-                                       jetson=False)
+    trt = kernel_checks.check_tensorrt(
+        EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT), jetson=False)
     assert trt.level is Level.ERROR and '--system-site-packages' in trt.fix
 
 

@@ -40,6 +40,7 @@ from oxygen_ros.backends.experimental.trt_profiles import (
 from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.sched.scheduler import SchedulerConfig
 import torch
 
 _LOG = logging.getLogger(__name__)
@@ -164,14 +165,16 @@ class TensorRTBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+               scheduler: SchedulerConfig, max_decode_tokens: int,
                precision: TrtPrecision = TrtPrecision.GRAPH,
                cache_dir: str | Path | None = None,
                cuda_graphs: bool = True) -> TensorRTBackend:
         """
         Export (if needed), build or load the engines, and return the backend.
 
-        :param config: device, block size, ``max_running_requests`` (decode batch profile),
-            decode budget (context profile).
+        :param config: the device.
+        :param scheduler: the block size and ``max_running_requests`` (decode batch profile).
+        :param max_decode_tokens: the decode budget (context profile).
         :param model: the weights, in the dtype the engines run (GRAPH precision).
         :param num_blocks: KV pool blocks (part of the engine shapes).
         :param precision: see ``TrtPrecision``.
@@ -189,9 +192,8 @@ class TensorRTBackend(TorchBackend):
         manifest = load_manifest(export_dir)
         cfg = model.cfg
         limits = EngineLimits.for_model(
-            cfg, num_slots=num_blocks * config.block_size,
-            max_batch=config.max_running_requests,
-            max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
+            cfg, num_slots=num_blocks * scheduler.block_size,
+            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens)
         profiles = engine_profiles(limits, cfg)
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)
@@ -206,7 +208,7 @@ class TensorRTBackend(TorchBackend):
         seconds = time.perf_counter() - t0
         _LOG.info('TensorRT %s backend ready in %.1f s (engines under %s)', trt.__version__,
                   seconds, cache / 'tensorrt')
-        return cls(runner, num_blocks, config.block_size, source_model=model,
+        return cls(runner, num_blocks, scheduler.block_size, source_model=model,
                    warmup_seconds=seconds)
 
 

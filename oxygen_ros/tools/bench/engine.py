@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None, *,
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
     loaded = replace(loaded, reference=None)        # the fast path's gate is over
-    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=loaded, backend=shared)
-    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=loaded,
+    oxygen = Engine(base.with_settings(policy=Policy.OXYGEN), model=loaded, backend=shared)
+    engines = {Policy.ISOLATED: Engine(base.with_settings(policy=Policy.ISOLATED), model=loaded,
                                        backend=shared.sharing_pool(blocks)),
                Policy.OXYGEN: oxygen}
     with sdpa_context(shared.attention):         # the probes call the model directly
@@ -190,7 +190,7 @@ def _config(args: argparse.Namespace, context: TextContext):
     """Return the ``EngineConfig`` both policies share (raises ValueError on a bad mix)."""
     from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 
-    return EngineConfig(
+    return EngineConfig.create(
         preset=args.preset, dtype=args.dtype, quantization=args.quantization,
         device=args.device, backend=BackendKind(args.backend),
         compile_mode=CompileMode(args.compile),
@@ -221,13 +221,13 @@ def _adapter(name: str | None, model, seed: int):
 def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter,
                     reference=None):
     """Return the backend both engines run on (the fast path warmed up once)."""
-    from oxygen_ros.backends.factory import make_backend
+    from oxygen_ros.engine.loading import make_backend_for
 
     options = fast_path_options(args, progress=not args.no_progress)
     if args.rtc and args.rtc_jacobian_steps is not None:   # exact RTC timed beside it
         options['extra_jacobian_steps'] = (None,)
-    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
-                        reference=reference, **options)
+    return make_backend_for(config, model, num_blocks, adapter=adapter, reference=reference,
+                            **options)
 
 
 def _run(args: argparse.Namespace, base, model, engines: dict, torch,
@@ -292,7 +292,8 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
             cache = slots = None
         else:
             cache = oxygen.backend.cache
-            slots = block_slots(tuple(blocks), need, base.block_size, oxygen.backend.device)
+            slots = block_slots(tuple(blocks), need, base.scheduler.block_size,
+                                oxygen.backend.device)
         try:
             if decode_batch is None:
                 probe.measure_once(cache, slots)

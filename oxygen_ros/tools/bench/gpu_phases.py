@@ -350,19 +350,24 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
+    from oxygen_ros.parameters import declared_config
+    from oxygen_ros.sched.scheduler import SchedulerConfig
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
     from oxygen_ros.tools.bench.warmup_summary import warmup_summary
 
     a = ctx.args
     attention = AttentionBackend.resolve(a.attention)
-    config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
-                           max_running_requests=max(work.decode_batches), decode_budget=30,
-                           attention=attention, rtc=True, tokens_per_cycle=K_STEPS)
+    config = declared_config(BackendConfig, 'backend', compile_mode=CompileMode(a.compile_mode),
+                             device=a.device, attention=attention, rtc=True)
+    scheduler = declared_config(SchedulerConfig, 'scheduler',
+                                max_running_requests=max(work.decode_batches),
+                                tokens_per_cycle=K_STEPS)
     with _Recompiles() as recompiles:
         backend = CompiledTorchBackend.create(
-            config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
-            camera_counts=(work.cameras,), reference=reference)
+            config, model, work.num_blocks(), scheduler=scheduler,
+            max_decode_tokens=max(model.cfg.decode_budget, 30), backend=a.compile_backend,
+            progress=False, camera_counts=(work.cameras,), reference=reference)
     fast, report = backend.compiled, backend.warmup_report
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
