@@ -17,21 +17,22 @@ LAYERS = {
     'kv': set(),
     'sched': {'kv', 'config'},
     'model': {'config'},
-    'transforms': {'config', 'observation', 'resources'},
+    'transforms': {'config', 'observation', 'resources', 'policies'},
     'checkpoint': {'model', 'transforms', 'config'},
     'backends': {'model', 'transforms', 'kv', 'sched', 'config', 'resources'},
     'engine': {'backends', 'model', 'transforms', 'checkpoint', 'kv', 'sched', 'control',
-               'config', 'observation', 'resources', 'parameters'},
+               'config', 'observation', 'resources', 'parameters', 'policies'},
     'ros': {'engine', 'transforms', 'kv', 'sched', 'control', 'config', 'observation',
-            'resources', 'signals', 'units', 'parameters'},
+            'resources', 'signals', 'units', 'parameters', 'policies'},
     'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units', 'parameters'},
-    'serve': {'engine', 'transforms', 'config', 'observation'},
+    'serve': {'engine', 'transforms', 'config', 'observation', 'policies'},
     'tools': {'sim', 'ros', 'serve', 'engine', 'backends', 'checkpoint', 'model', 'transforms',
               'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units',
-              'parameters'},
+              'parameters', 'policies'},
     'control': {'config', 'units'},
     'config': set(),
     'parameters': set(),
+    'policies': {'config'},
     'observation': set(),
     'resources': set(),
     'signals': set(),
@@ -112,8 +113,10 @@ def test_the_policy_server_runs_without_ros_and_its_command_line_without_torch()
 
 def test_package_and_configs_import_nothing_heavy():
     loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources',
-                                  'oxygen_ros.units'])
+                                  'oxygen_ros.units', 'oxygen_ros.parameters'])
     assert not {'torch', 'rclpy', 'numpy'} & loaded
+    # the robot policies: numpy transforms, no torch, no ROS (openpi's policies/ likewise)
+    assert not {'torch', 'rclpy'} & loaded_after_import(of('oxygen_ros.policies'))
 
 
 def test_control_is_plain_python_reusable_on_a_robot():

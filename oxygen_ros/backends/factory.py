@@ -20,7 +20,7 @@ from oxygen_ros.sched.scheduler import SchedulerConfig
 
 
 def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-                 scheduler: SchedulerConfig, max_decode_tokens: int,
+                 scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                  adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
     """
     Build the backend ``config.kind`` for ``model`` with a pool of ``num_blocks`` blocks.
@@ -33,6 +33,7 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
     :param scheduler: the scheduler's settings the backend reads: the block size, the largest
         decode batch (``max_running_requests``) and k (``tokens_per_cycle``).
     :param max_decode_tokens: the most tokens a text request decodes (the decode budget).
+    :param max_cameras: the most valid cameras of a frame (the robot's).
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
     :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
@@ -50,7 +51,8 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         from oxygen_ros.backends.fast_backend import CompiledTorchBackend
         return CompiledTorchBackend.create(config, model, num_blocks, scheduler=scheduler,
                                            max_decode_tokens=max_decode_tokens,
-                                           adapter=adapter, **fast_path)
+                                           max_cameras=max_cameras, adapter=adapter,
+                                           **fast_path)
     if adapter is not None:
         raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
                          f'backend {config.kind.value!r} has no LoRA in its graphs: use '
@@ -60,6 +62,7 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         from oxygen_ros.backends.experimental.trt_profiles import TrtPrecision
         return TensorRTBackend.create(config, model, num_blocks, scheduler=scheduler,
                                       max_decode_tokens=max_decode_tokens,
+                                      max_cameras=max_cameras,
                                       precision=TrtPrecision(config.trt_precision),
                                       cache_dir=config.engine_cache_dir)
     raise ValueError(f'unknown backend {config.kind!r}')

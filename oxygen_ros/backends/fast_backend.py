@@ -61,7 +61,7 @@ class CompiledTorchBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-               scheduler: SchedulerConfig, max_decode_tokens: int,
+               scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                backend: str | Callable | None = None, progress: bool = True,
                only: Collection[Step] | None = None,
                camera_counts: tuple[int, ...] | None = None,
@@ -77,6 +77,7 @@ class CompiledTorchBackend(TorchBackend):
 
         :param scheduler: the block size, the largest decode batch and k.
         :param max_decode_tokens: the most tokens a text request decodes.
+        :param max_cameras: the most valid cameras of a frame (the robot's).
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
         :param only: steps to put on the fast path (default all; ``CompiledModel``), within
             ``config.compile_steps``.
@@ -96,7 +97,8 @@ class CompiledTorchBackend(TorchBackend):
                 frozenset(only) & config.compile_steps
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * scheduler.block_size,
-            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens)
+            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens,
+            max_cameras=max_cameras)
         compiled = CompiledModel(model, config.compile_mode, limits,
                                  backend=backend or DEFAULT_COMPILE_BACKEND,
                                  block_size=scheduler.block_size, only=only,

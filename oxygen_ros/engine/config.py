@@ -15,18 +15,16 @@ from typing import TypeVar
 import numpy as np
 
 from oxygen_ros.backends.config import (  # noqa: F401 (the node's and the tools' names)
-    ALL_STEPS, AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps,
-    parse_compile_steps, Quantization, Step)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps,
+    parse_compile_steps, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
 from oxygen_ros.parameters import coerce, declared, declared_config, field_types, load
+from oxygen_ros.policies import preset_robot, RobotPolicy
 from oxygen_ros.sched.request import TextContext
-from oxygen_ros.sched.scheduler import Policy, SchedulerConfig  # noqa: F401 (Policy: API)
+from oxygen_ros.sched.scheduler import SchedulerConfig
 from oxygen_ros.transforms.images import ImageResize
 from oxygen_ros.transforms.prompt import TextTask
 
-
-MAX_STATE_PROMPT_PAD = 256
-"""Largest ``state_prompt_pad`` (LeRobot pads to ``max_state_dim``, 32)."""
 
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
 """Bytes per element of the engine's dtypes (weights and KV cache)."""
@@ -118,7 +116,7 @@ class EngineConfig:
                        backend=_replaced(self.backend, backend))
 
     def __post_init__(self) -> None:
-        steps = get_preset(self.preset).num_denoise_steps  # raises with a suggestion
+        steps = get_preset(self.preset).model.num_denoise_steps  # raises with a suggestion
         jacobian = self.backend.rtc_jacobian_steps
         if jacobian is not None and not 0 <= jacobian <= steps:
             raise ValueError(f'rtc_jacobian_steps must be in 0..{steps} (the Euler steps of '
@@ -179,16 +177,30 @@ class EngineConfig:
                 TextTask.MEMORY: self.memory_context}[TextTask(task)]
 
     def model_config(self) -> ModelConfig:
-        """Return the preset with this config's overrides applied."""
-        cfg = get_preset(self.preset)
-        changes: dict[str, object] = {}
-        if self.prefix_attention is not None:
-            changes['prefix_attention'] = self.prefix_attention
+        """Return the preset's network, with this config's ``prefix_attention``."""
+        cfg = get_preset(self.preset).model
+        if self.prefix_attention is None:
+            return cfg
+        return cfg.with_overrides(prefix_attention=self.prefix_attention)
+
+    def robot(self) -> RobotPolicy:
+        """
+        Return the preset's robot policy, fed by this config's ``cameras``.
+
+        :raises ValueError: cameras that are no non-empty subset of the slots.
+        """
+        robot = preset_robot(self.preset)
+        return robot if self.cameras is None else robot.with_cameras(self.cameras)
+
+    def text_budget(self) -> int:
+        """Return the default budget of a text request: ``decode_budget``, else the preset's."""
         if self.decode_budget is not None:
-            changes['decode_budget'] = self.decode_budget
-        if self.cameras is not None:
-            changes['cameras'] = tuple(self.cameras)
-        return cfg.with_overrides(**changes) if changes else cfg
+            return self.decode_budget
+        return get_preset(self.preset).decode_budget
+
+    def max_prefix_tokens(self) -> int:
+        """Return the longest prefix: the robot's cameras' image tokens and a full prompt."""
+        return self.model_config().prefix_tokens(len(self.robot().cameras))
 
     def pool_blocks(self) -> int:
         """
@@ -201,8 +213,8 @@ class EngineConfig:
         bytes_per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[self.dtype])
         if self.kv_cache_mb is not None:
             return int(self.kv_cache_mb * 2**20 // (bytes_per_token * block_size))
-        per_prefix = -(-cfg.max_prefix_tokens // block_size) + 1
-        per_request = per_prefix + -(-cfg.decode_budget // block_size)
+        per_prefix = -(-self.max_prefix_tokens() // block_size) + 1
+        per_request = per_prefix + -(-self.text_budget() // block_size)
         return 1 + 2 * per_prefix + self.scheduler.max_running_requests * per_request
 
     def rtc_note(self) -> str:
@@ -215,7 +227,7 @@ class EngineConfig:
         rtc, jacobian = self.backend.rtc, self.backend.rtc_jacobian_steps
         if not rtc or jacobian is None:
             return ''
-        steps = get_preset(self.preset).num_denoise_steps
+        steps = get_preset(self.preset).model.num_denoise_steps
         return f' (the Jacobian on {jacobian} of {steps} Euler steps)'
 
 
@@ -245,3 +257,5 @@ def _replaced(config: T, changes: dict[str, object]) -> T:
 
 _SETTINGS = {spec.name: spec for spec in load() if set(spec.configs) & set(ENGINE_CONFIGS)}
 """Every setting an ``EngineConfig`` holds, by declared name."""
+MAX_STATE_PROMPT_PAD = int(_SETTINGS['state_prompt_pad'].limits[1])
+"""Largest ``state_prompt_pad``, its declared bound (LeRobot pads to ``max_state_dim``, 32)."""

@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 from oxygen_ros.backends.interface import Backend, FrameInputs
+from oxygen_ros.config import get_preset
 from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import (
@@ -81,6 +82,10 @@ class Engine:
                  backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
+        self.robot = config.robot()
+        """The robot policy: cameras, state and action dims and their transforms."""
+        self.decode_budget = config.text_budget()
+        """The default max tokens of a text request."""
         loaded = model if isinstance(model, LoadedModel) else \
             load_model(config, self.model_cfg) if model is None else LoadedModel(model)
         model = loaded.model
@@ -95,14 +100,15 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         cfg = self.model_cfg
-        self.conventions = resolve_conventions(config, cfg, norm_stats)
+        self.conventions = resolve_conventions(config, get_preset(config.preset), norm_stats)
         _LOG.info('%s', self.conventions.describe())
         self.normalizer = Normalizer.from_config(
-            cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
-        self.max_prefix_tokens = cfg.max_prefix_tokens
+            cfg, self.robot, {'state': self.conventions.state,
+                              'actions': self.conventions.actions})
+        self.max_prefix_tokens = cfg.prefix_tokens(len(self.robot.cameras))
         num_blocks = config.pool_blocks()
         self.scheduler = Scheduler(config.scheduler, num_blocks=num_blocks,
-                                   max_prefix_tokens=cfg.max_prefix_tokens,
+                                   max_prefix_tokens=self.max_prefix_tokens,
                                    prefix_attention=cfg.prefix_attention,
                                    eos_token_id=self.tokenizer.eos_id)
         if backend is None:
@@ -165,7 +171,7 @@ class Engine:
         self._check_open()
         self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
         task = TextTask(task)
-        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
+        budget = self.decode_budget if max_tokens is None else max_tokens
         context = self.config.text_context(task)
         req_id = req_id or f'{task.value}-{next(self._req_ids)}'
         request = self._texts.new_request(req_id, task, context, question, budget,

@@ -113,7 +113,7 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
     reference = model if model.dtype == torch.float32 else model_copy(model, torch.float32)
     bf16 = model if model.dtype == torch.bfloat16 else model_copy(model, torch.bfloat16)
     fp8 = quantized_copy(model, kernel)
-    check = check_fp8_actions(fp8, bf16, reference)
+    check = check_fp8_actions(fp8, bf16, reference, num_cameras=len(config.robot().cameras))
     if check.passed:
         _LOG.info('FP8 weights (%s) accepted: %s', describe_quantization(fp8), check.describe())
         reason = f'fp8 runs the weight-only reference path ({why})' if why else ''
@@ -186,8 +186,8 @@ def make_backend_for(config: EngineConfig, model: Pi05Model, num_blocks: int, *,
     :param fast_path: options of the fast path (``CompiledTorchBackend.create``).
     """
     return make_backend(config.backend, model, num_blocks, scheduler=config.scheduler,
-                        max_decode_tokens=config.model_config().decode_budget, adapter=adapter,
-                        **fast_path)
+                        max_decode_tokens=config.text_budget(),
+                        max_cameras=len(config.robot().cameras), adapter=adapter, **fast_path)
 
 
 def check_shared_backend(config: EngineConfig, backend: Backend, model: Pi05Model,

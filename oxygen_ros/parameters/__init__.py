@@ -227,6 +227,20 @@ def _spec(section: str, name: str, entry: Mapping[str, Any]) -> ParamSpec:
         preset_default=str(entry.get('preset_default', '')))
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key twice in one mapping (YAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DeclarationError(f'{DECLARATION}: {key!r} declared twice '
+                                       f'(line {key_node.start_mark.line + 1})')
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 @lru_cache(maxsize=None)
 def load(text: str | None = None) -> tuple[ParamSpec, ...]:
     """
@@ -235,8 +249,8 @@ def load(text: str | None = None) -> tuple[ParamSpec, ...]:
     Nested mappings are name prefixes, as generate_parameter_library's
     (``image_transport: {base_0_rgb: {...}}`` is ``image_transport.base_0_rgb``).
 
-    :raises DeclarationError: an entry without a type or description, an unknown key, or a
-        dynamic node parameter without ``on_change``.
+    :raises DeclarationError: a key twice in one mapping, an entry without a type or
+        description, an unknown key, or a dynamic node parameter without ``on_change``.
     """
     if text is None:
         text = resources.files(__name__).joinpath(DECLARATION).read_text(encoding='utf-8')
@@ -248,9 +262,24 @@ def load(text: str | None = None) -> tuple[ParamSpec, ...]:
                 specs.append(_spec(section, prefix + key, entry))
             else:
                 walk(section, f'{prefix}{key}.', entry)
-    for section, table in yaml.safe_load(text).items():
+    for section, table in yaml.load(text, Loader=_UniqueKeys).items():
         walk(section, '', table)
+    _check_once(specs)
     return tuple(specs)
+
+
+def _check_once(specs: Sequence[ParamSpec]) -> None:
+    """Raise DeclarationError for a name the node and the engine share, or a field twice."""
+    names = [s.name for s in specs if s.section in (NODE_SECTION, ENGINE_SECTION)]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DeclarationError(f'{DECLARATION}: {twice} declared in both {NODE_SECTION} and '
+                               f'{ENGINE_SECTION}')
+    for config in {c for s in specs for c in s.configs}:
+        fields = [s.field for s in specs if config in s.configs]
+        twice = sorted({f for f in fields if fields.count(f) > 1})
+        if twice:
+            raise DeclarationError(f'{DECLARATION}: two entries set {config}.{twice[0]}')
 
 
 def section(name: str) -> tuple[ParamSpec, ...]:

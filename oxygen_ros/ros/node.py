@@ -153,7 +153,7 @@ class OxygenNode(LifecycleNode):
                 import torch  # loaded by the engine anyway
                 torch.set_num_threads(cfg.torch_threads)
             engine = Engine(engine_cfg)
-            engine.warmup(synthetic_observation(engine.model_cfg, cfg.instruction))
+            engine.warmup(synthetic_observation(engine.model_cfg, engine.robot, cfg.instruction))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
             return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)

@@ -18,9 +18,10 @@ from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine.config import ENGINE_CONFIGS, EngineConfig
 from oxygen_ros.parameters import coerce, declared, field_types, ParameterError
+from oxygen_ros.policies import get_robot
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.param_spec import validate
-from oxygen_ros.ros.params import DEFAULT_PRESET, model_defaults, PARAMETERS, SPECS
+from oxygen_ros.ros.params import DEFAULT_PRESET, PARAMETERS, robot_defaults, SPECS
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 
 
@@ -36,7 +37,7 @@ class NodeConfig:
 
     :ivar cameras: camera slots in ``CAMERA_SLOTS`` order.
     :ivar action_space: what the chunk's action dims mean.
-    :ivar gripper_dims: action dims that are gripper positions (the preset's).
+    :ivar gripper_dims: action dims that are gripper positions (the robot policy's).
     :ivar limits: per action dim, checked (``JointLimits``).
     :ivar ee_scale: ``(ee_translation_scale, ee_rotation_scale)``.
     :ivar compressed_cameras: camera slots subscribed on ``<topic>/compressed``
@@ -130,14 +131,15 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         value.
     """
     try:
-        model = get_preset(str(values.get('preset', DEFAULT_PRESET)))
+        preset = get_preset(str(values.get('preset', DEFAULT_PRESET)))
     except ValueError as exc:
         raise ParameterError(f'preset: {exc}') from None
+    robot = get_robot(preset.robot)
     v = {spec.name: spec.default for spec in PARAMETERS}
-    v.update(model_defaults(model))
+    v.update(robot_defaults(robot))
     v.update(values)
     if 'action_joint_names' not in values and 'joint_names' in values:
-        v['action_joint_names'] = list(v['joint_names'])[:model.robot_action_dim]
+        v['action_joint_names'] = list(v['joint_names'])[:robot.robot_action_dim]
     for spec in PARAMETERS:
         validate(spec, v[spec.name])
     own = {s.field: _field(s.field, s.config_value(v[s.name]))
@@ -147,24 +149,24 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
                   if ImageTransport(v[f'image_transport.{s}']) is ImageTransport.COMPRESSED]
     action_space = SPECS['action_space'].config_value(v['action_space'])
     node = NodeConfig(
-        **{**own, 'preset': model.name}, cameras=cameras,
+        **{**own, 'preset': preset.name}, cameras=cameras,
         joint_names=tuple(v['joint_names']), action_joint_names=tuple(v['action_joint_names']),
-        action_space=ActionSpace(action_space) if action_space else model.action_space,
-        gripper_dims=model.gripper_dims, limits=_limits(v, model.robot_action_dim),
+        action_space=ActionSpace(action_space) if action_space else robot.action_space,
+        gripper_dims=robot.gripper_dims, limits=_limits(v, robot.robot_action_dim),
         ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
         compressed_cameras=tuple(compressed))
-    if len(node.joint_names) != model.state_dim:
-        raise ParameterError(f'joint_names: preset {model.name} has a {model.state_dim}-dim '
+    if len(node.joint_names) != robot.state_dim:
+        raise ParameterError(f'joint_names: preset {preset.name} has a {robot.state_dim}-dim '
                              f'state, got {len(node.joint_names)} names {list(node.joint_names)}')
-    if len(node.action_joint_names) != model.robot_action_dim:
+    if len(node.action_joint_names) != robot.robot_action_dim:
         raise ParameterError(
-            f'action_joint_names: preset {model.name} has {model.robot_action_dim} action '
+            f'action_joint_names: preset {preset.name} has {robot.robot_action_dim} action '
             f'dims, got {len(node.action_joint_names)} names {list(node.action_joint_names)}')
     node.action_semantics()  # raises ParameterError for a space the joints cannot carry
     settings = {s.name: s.config_value(v[s.name]) for s in PARAMETERS
                 if set(s.configs) & set(ENGINE_CONFIGS)}
     try:
-        engine = EngineConfig.create(**{**settings, 'preset': model.name,
+        engine = EngineConfig.create(**{**settings, 'preset': preset.name,
                                         'cameras': node.cameras},
                                      rtc=node.chunk_smoothing is ChunkSmoothing.RTC)
     except ValueError as exc:

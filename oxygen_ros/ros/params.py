@@ -11,8 +11,8 @@ ros2_control's generate_parameter_library generates them from its YAML table.
 
 Read-only parameters shape the engine (weights, KV pool, cameras, joint order) and are fixed
 once the node exists: set them in ``config/<preset>.yaml`` or with ``-p``. Defaults that depend
-on the model (``cameras``, ``joint_names``, ``action_joint_names``, the limits) are taken from
-the ``preset`` parameter, which is declared first.
+on the robot (``cameras``, ``joint_names``, ``action_joint_names``, the limits) are taken from
+the robot policy of the ``preset`` parameter, which is declared first.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import array
 import math
 
-from oxygen_ros.config import get_preset, ModelConfig
 from oxygen_ros.parameters import NODE_SECTION, ParamSpec, section
+from oxygen_ros.policies import preset_robot, RobotPolicy
 from oxygen_ros.ros.param_spec import descriptor
 from rclpy.node import Node
 
@@ -34,11 +34,11 @@ DEFAULT_PRESET: str = SPECS['preset'].default
 """Preset of a node started without a params file (random weights, fast on a CPU)."""
 
 
-def model_defaults(model: ModelConfig) -> dict[str, list]:
-    """Return the model-dependent defaults (``cameras``, ``joint_names``, ...) of a preset."""
-    joints = [f'joint_{i}' for i in range(1, model.state_dim + 1)]
-    dims = model.robot_action_dim
-    return {'cameras': list(model.cameras), 'joint_names': joints,
+def robot_defaults(robot: RobotPolicy) -> dict[str, list]:
+    """Return the robot-dependent defaults (``cameras``, ``joint_names``, ...) of a preset."""
+    joints = [f'joint_{i}' for i in range(1, robot.state_dim + 1)]
+    dims = robot.robot_action_dim
+    return {'cameras': list(robot.cameras), 'joint_names': joints,
             'action_joint_names': joints[:dims],
             'position_limits_lower': [-math.inf] * dims,
             'position_limits_upper': [math.inf] * dims, 'velocity_limits': [math.inf] * dims}
@@ -48,7 +48,7 @@ def declare_parameters(node: Node) -> None:
     """
     Declare every parameter of ``PARAMETERS`` on ``node`` (overrides apply).
 
-    An unknown preset is not an error here (configure reports it): the model-dependent
+    An unknown preset is not an error here (configure reports it): the robot-dependent
     defaults then come from ``DEFAULT_PRESET``.
 
     :raises rclpy.exceptions.InvalidParameterTypeException: an override of the wrong type,
@@ -58,15 +58,15 @@ def declare_parameters(node: Node) -> None:
     preset = node.declare_parameter('preset', DEFAULT_PRESET,
                                     descriptor(SPECS['preset'])).value
     try:
-        model = get_preset(preset)
+        robot = preset_robot(preset)
     except ValueError:
-        model = get_preset(DEFAULT_PRESET)
-    defaults = model_defaults(model)
+        robot = preset_robot(DEFAULT_PRESET)
+    defaults = robot_defaults(robot)
     for spec in PARAMETERS[1:]:
         default = spec.default
         if spec.name == 'action_joint_names':
             joints = list(node.get_parameter('joint_names').value)
-            default = joints[:model.robot_action_dim] or defaults[spec.name]
+            default = joints[:robot.robot_action_dim] or defaults[spec.name]
         elif default is None:
             default = defaults[spec.name]
         node.declare_parameter(spec.name, default, descriptor(spec))
@@ -81,5 +81,5 @@ def parameter_values(node: Node) -> dict[str, object]:
     return out
 
 
-__all__ = ['DEFAULT_PRESET', 'PARAMETERS', 'SPECS', 'declare_parameters', 'model_defaults',
-           'parameter_values']
+__all__ = ['DEFAULT_PRESET', 'PARAMETERS', 'SPECS', 'declare_parameters', 'parameter_values',
+           'robot_defaults']

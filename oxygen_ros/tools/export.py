@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.checkpoint.weights import CheckpointError, load_checkpoint
 
-    cfg = get_preset(args.preset)
+    cfg = get_preset(args.preset).model
     if args.prefix_attention:
         cfg = cfg.with_overrides(prefix_attention=PrefixAttention(args.prefix_attention))
     dtype = getattr(torch, args.dtype)

@@ -51,7 +51,7 @@ def test_only_triton_and_auto_compiled_for_cuda_use_the_paged_kernel():
 def _run(cfg, model, tokenizer):
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     engine.submit_text(TextTask.SUBTASK, max_tokens=3, req_id='r')
-    out = engine.step(make_observation(0, cfg.model_config().cameras, 8))
+    out = engine.step(make_observation(0, cfg.robot().cameras, 8))
     return out.action.actions
 
 
@@ -79,7 +79,7 @@ def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(
         graphs.append(gm)
         return gm.forward
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DECODE, Step.SUFFIX])
     pool = KVCache(model.cfg.vlm, 1024)
@@ -120,7 +120,7 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=1)
     fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DENOISE, Step.GUIDED_DENOISE], camera_counts=(1,),
                          guided=True)
@@ -180,7 +180,7 @@ def test_flex_runs_vision_and_the_prefill_on_the_fast_path(tiny_models, mode):
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
     pool = KVCache(model.cfg.vlm, 1024)

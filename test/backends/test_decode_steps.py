@@ -194,7 +194,7 @@ def test_an_engine_decoding_k_steps_per_replay_equals_the_eager_engine(
         texts = {}
         for f, budget in enumerate((7, 9, 2)):
             engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-            out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+            out = engine.step(make_observation(f, cfg.robot().cameras, 8))
             texts.update({t.req_id: t.token_ids for t in out.texts})
         while engine.num_running:
             texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})

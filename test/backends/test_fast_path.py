@@ -45,7 +45,7 @@ SLOTS = 2048
 
 def _limits(model, max_batch=4):
     return EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
-                                  max_decode_tokens=model.cfg.decode_budget)
+                                  max_decode_tokens=8, max_cameras=2)
 
 
 def _warm(model, backend='aot_eager', only=None, max_batch=4, fold_norms=None):
@@ -76,19 +76,21 @@ def test_buckets():
     assert ctx_buckets(1024, min_ctx=257) == (512, 768, 1024)
     assert bucket_for(0, (16, 32)) == 16 and bucket_for(17, (16, 32)) == 32
     assert bucket_for(33, (16, 32)) is None
-    cfg = get_preset('pi05_droid').with_overrides(cameras=CAMERA_SLOTS)
-    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024)
+    cfg = get_preset('pi05_droid').model
+    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, max_cameras=3)
     assert shapes.camera_counts == (1, 2, 3) and shapes.batch[-1] == 32
     assert shapes.ctx == (512, 768, 1024)          # a context holds a camera's 256 tokens
     assert len(shapes.denoise) == 15 and shapes.denoise[-1] == 3 * 256 + 208
     assert bucket_for(3 * 256 + 50, shapes.denoise) == 3 * 256 + 64   # 818 slots, not 1024
-    only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, camera_counts=(3,))
+    only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, max_cameras=3,
+                                   camera_counts=(3,))
     assert only3.camera_counts == (3,) and only3.ctx == (1024,)
     assert only3.denoise == tuple(768 + t for t in only3.prompt)
     with pytest.raises(ValueError, match='longest prefix'):
-        StaticShapes.for_model(cfg, max_batch=32, max_ctx=900)
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=900, max_cameras=3)
     with pytest.raises(ValueError, match='camera_counts'):
-        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, camera_counts=(4,))
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, max_cameras=3,
+                               camera_counts=(4,))
     with pytest.raises(ValueError):
         batch_buckets(0)
 
@@ -306,7 +308,7 @@ def _engine_run(cfg, model, tokenizer, engine=None):
     actions, texts = [], {}
     for f, budget in enumerate((4, 6, 2)):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
         texts.update({t.req_id: t.token_ids for t in out.texts})
     while engine.num_running:

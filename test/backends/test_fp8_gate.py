@@ -43,8 +43,9 @@ def models():
 
 @pytest.mark.parametrize('kernel', list(Fp8Kernel), ids=lambda k: k.value)
 def test_the_rule_holds_fp8_to_1_5x_bf16s_action_error(models, kernel):
-    check = check_fp8_actions(models[kernel], models['bf16'], models['fp32'])
-    inputs = probe_inputs(models['fp32'])
+    check = check_fp8_actions(models[kernel], models['bf16'], models['fp32'],
+                              num_cameras=len(CAMS))
+    inputs = probe_inputs(models['fp32'], len(CAMS))
     want = action_chunks(models['fp32'], *inputs)
     assert want.shape == (2, FP8.model_config().action_horizon, 32)
     fp8_error = float((action_chunks(models[kernel], *inputs) - want).abs().max())
@@ -55,13 +56,15 @@ def test_the_rule_holds_fp8_to_1_5x_bf16s_action_error(models, kernel):
     # random tiny weights: FP8 is 3-5x further from float32 than bf16, so the rule refuses
     assert 1.5 < check.ratio < 8 and not check.passed
     assert '> tolerance' in check.describe() and "1.5 x bf16's" in check.describe()
-    assert check_fp8_actions(models[kernel], models['bf16'], models['fp32'], factor=8).passed
+    assert check_fp8_actions(models[kernel], models['bf16'], models['fp32'], num_cameras=2,
+                             factor=8).passed
 
 
 def test_non_finite_fp8_actions_always_fail(models):
     broken = quantized_copy(models['fp32'], Fp8Kernel.DEQUANT)
     broken.expert.layers[0].o.weight_scale[0] = float('nan')
-    check = check_fp8_actions(broken, models['bf16'], models['fp32'], factor=1e9)
+    check = check_fp8_actions(broken, models['bf16'], models['fp32'], num_cameras=2,
+                              factor=1e9)
     assert not check.finite and not check.passed
     assert check.describe() == 'fp8 actions are not finite'
 
@@ -120,7 +123,7 @@ def test_a_shared_model_must_be_quantized_as_the_config_says(models, tokenizer):
 
 def test_the_fast_path_without_the_unquantized_reference_runs_eagerly_loudly(models, caplog):
     limits = EngineLimits.for_model(FP8.model_config(), num_slots=2048, max_batch=2,
-                                    max_decode_tokens=8)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = CompiledModel(models[Fp8Kernel.SCALED_MM], CompileMode.DEFAULT, limits,
                          backend='aot_eager')
     assert not fast.fold_norms
@@ -145,6 +148,6 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate_and_reports_the_fallback
     assert set(fast.fallbacks) == {QUANTIZATION_FALLBACK}
     assert fast.describe_quantization() == 'fp8 e4m3, per-channel scales, dequant: 25 linears'
     for i in range(2):
-        obs = make_observation(i, CAMS, fast.model_cfg.state_dim)
+        obs = make_observation(i, CAMS, fast.robot.state_dim)
         a, b = fast.step(obs).action.actions, eager.step(obs).action.actions
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

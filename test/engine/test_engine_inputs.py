@@ -65,14 +65,14 @@ def test_bad_observation_is_refused_and_nothing_is_lost(engine, name, changes, c
 
 
 def test_an_instruction_over_the_token_budget_is_refused_with_its_reason(engine, tokenizer):
-    cfg = engine.model_cfg
-    assert cfg.prompt_format is PromptFormat.PI05_STATE
+    cfg, fmt = engine.model_cfg, engine.robot.prompt_format
+    assert fmt is PromptFormat.PI05_STATE
     words = 'grasp the blue mug carefully'
     fits = max((' '.join([words] * k) for k in range(1, 40)
                 if len(action_prompt_ids(tokenizer, ' '.join([words] * k), obs().state,
-                                         cfg.prompt_format)) <= cfg.max_token_len), key=len)
+                                         fmt)) <= cfg.max_token_len), key=len)
     long = fits + ' ' + words
-    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, cfg.prompt_format))
+    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, fmt))
     engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id='running')
     engine.step(obs(0))
     used = engine.scheduler.kv.num_used_blocks

@@ -63,7 +63,7 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
     frames = {}
     texts = {}
     for f in range(3):
-        obs = make_observation(f, cameras, mcfg.state_dim)
+        obs = make_observation(f, cameras, engine.robot.state_dim)
         for task in tasks[f]:
             req_id = f'{task.value[:3]}{f}'
             engine.submit_text(task, max_tokens=budgets[req_id], req_id=req_id,
@@ -87,7 +87,7 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
             ref = reference_sample_actions(model, embeds, image_mask, act_ids,
                                            torch.ones_like(act_ids, dtype=torch.bool), noise)
             ref_robot = engine.normalizer.actions.unnormalize(ref[0].numpy())
-            np.testing.assert_allclose(actions, ref_robot[:, :mcfg.robot_action_dim],
+            np.testing.assert_allclose(actions, ref_robot[:, :engine.robot.robot_action_dim],
                                        atol=1e-5, rtol=0)
             # text: greedy over full recomputation of prefix (+ suffix) + generated tokens
             for task in tasks[f]:
@@ -147,7 +147,7 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
     budgets = [5, 3, 6, 2]
     observations, texts = {}, {}
     for f, budget in enumerate(budgets):      # requests of different lengths share batches
-        obs = make_observation(f, cameras, engine.model_cfg.state_dim)
+        obs = make_observation(f, cameras, engine.robot.state_dim)
         observations[f'r{f}'] = (obs, budget)
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
         texts.update({t.req_id: t.token_ids for t in engine.step(obs).texts})

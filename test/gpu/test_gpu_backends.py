@@ -44,7 +44,7 @@ def _run(cfg, model, tokenizer, frames=4):
     actions, texts = [], {}
     for f in range(frames):
         engine.submit_text(TextTask.SUBTASK, max_tokens=3 + 2 * f, req_id=f'r{f}')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
         texts.update({t.req_id: t.token_ids for t in out.texts})
     while engine.num_running:
@@ -166,7 +166,7 @@ def test_a_whole_cycle_waits_for_the_gpu_at_most_once(tokenizer):
     cfg = _config(PrefixAttention.BIDIRECTIONAL, compile_mode=CompileMode.REDUCE_OVERHEAD)
     model = build_model(cfg, cfg.model_config())
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
-    observations = [make_observation(f, cfg.model_config().cameras, 8) for f in range(3)]
+    observations = [make_observation(f, cfg.robot().cameras, 8) for f in range(3)]
     engine.warmup(observations[0])
     counts = []
     for f, obs in enumerate(observations):

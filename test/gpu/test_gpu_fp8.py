@@ -100,6 +100,6 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate(monkeypatch, device):
     assert fast.describe_quantization().endswith(f'{kernel.value}: 25 linears')
     gate = fast.backend.model.parity['denoise']
     for f in range(2):
-        obs = make_observation(f, cfg.model_config().cameras, 8)
+        obs = make_observation(f, cfg.robot().cameras, 8)
         a, b = fast.step(obs).action.actions, eager.step(obs).action.actions
         assert np.abs(a - b).max() <= max(1e-3, 3 * gate.tolerance)

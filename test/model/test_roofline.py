@@ -7,7 +7,7 @@ from oxygen_ros.model.roofline import (
     prefill_cost, seed_cost, vision_cost)
 import pytest
 
-PI05 = get_preset('pi05_droid')
+PI05 = get_preset('pi05_droid').model
 H100 = lookup_gpu('NVIDIA H100 80GB HBM3')
 
 

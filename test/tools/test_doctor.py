@@ -154,7 +154,7 @@ def test_tokenizer_found_and_loadable_or_not(tmp_path):
 def tiny_checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp('ckpt')
     torch.manual_seed(1)
-    save_checkpoint(build_model(get_preset('tiny')), folder)
+    save_checkpoint(build_model(get_preset('tiny').model), folder)
     return folder
 
 
@@ -177,7 +177,7 @@ def test_checkpoint_found_fits_and_loads_or_says_why(tiny_checkpoint, tmp_path):
     ok = model_files.check_checkpoint(config)
     assert ok.level is Level.OK and 'openpi layout, fits preset tiny' in ok.summary
     loaded = model_files.check_checkpoint(config, load=True)
-    count = sum(p.numel() for p in build_model(get_preset('tiny')).parameters())
+    count = sum(p.numel() for p in build_model(get_preset('tiny').model).parameters())
     assert loaded.summary.endswith(f'loaded: {count / 1e9:.2f} G parameters in float32')
 
 

@@ -165,7 +165,7 @@ class TensorRTBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
-               scheduler: SchedulerConfig, max_decode_tokens: int,
+               scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                precision: TrtPrecision = TrtPrecision.GRAPH,
                cache_dir: str | Path | None = None,
                cuda_graphs: bool = True) -> TensorRTBackend:
@@ -175,6 +175,7 @@ class TensorRTBackend(TorchBackend):
         :param config: the device.
         :param scheduler: the block size and ``max_running_requests`` (decode batch profile).
         :param max_decode_tokens: the decode budget (context profile).
+        :param max_cameras: the robot's cameras (the vision and prefill profiles' optimum).
         :param model: the weights, in the dtype the engines run (GRAPH precision).
         :param num_blocks: KV pool blocks (part of the engine shapes).
         :param precision: see ``TrtPrecision``.
@@ -193,7 +194,8 @@ class TensorRTBackend(TorchBackend):
         cfg = model.cfg
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * scheduler.block_size,
-            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens)
+            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens,
+            max_cameras=max_cameras)
         profiles = engine_profiles(limits, cfg)
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)

@@ -250,7 +250,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
     total_frames = warm + args.frames
-    obs = [make_observation(f, model_cfg.cameras, model_cfg.state_dim)
+    obs = [make_observation(f, oxygen.robot.cameras, oxygen.robot.state_dim)
            for f in range(total_frames)]
     for eng in engines.values():
         eng.warmup(obs[0])

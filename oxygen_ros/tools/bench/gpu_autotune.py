@@ -30,6 +30,7 @@ def autotune_components(ctx: Any) -> bool:
         AttentionBackend, BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step)
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.config import get_preset
     from oxygen_ros.parameters import declared_config
     from oxygen_ros.sched.scheduler import SchedulerConfig
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
@@ -46,8 +47,9 @@ def autotune_components(ctx: Any) -> bool:
         torch._dynamo.reset()
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), scheduler=scheduler,
-            max_decode_tokens=model.cfg.decode_budget, backend=a.compile_backend,
-            progress=False, only=(Step.VISION, Step.PREFILL), camera_counts=(work.cameras,),
+            max_decode_tokens=get_preset(work.preset).decode_budget, max_cameras=work.cameras,
+            backend=a.compile_backend, progress=False, only=(Step.VISION, Step.PREFILL),
+            camera_counts=(work.cameras,),
             reference=reference)
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),

@@ -327,7 +327,8 @@ def fp8_components(ctx: PhaseContext) -> bool:
     bf16 = model if model.dtype == torch.bfloat16 else None
     if bf16 is not None:
         t0 = time.perf_counter()
-        check = check_fp8_actions(fp8, bf16, reference if reference is not None else model)
+        check = check_fp8_actions(fp8, bf16, reference if reference is not None else model,
+                                  num_cameras=work.cameras)
         ctx.save('quantization', {**info, 'acceptance': check.as_dict(),
                                   'acceptance_s': time.perf_counter() - t0,
                                   'acceptance_rule': check.describe()})
@@ -347,6 +348,7 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
     from oxygen_ros.backends.fast_backend import CompiledTorchBackend
     from oxygen_ros.backends.graph_builder import Kernels
+    from oxygen_ros.config import get_preset
     from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
@@ -366,8 +368,9 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     with _Recompiles() as recompiles:
         backend = CompiledTorchBackend.create(
             config, model, work.num_blocks(), scheduler=scheduler,
-            max_decode_tokens=max(model.cfg.decode_budget, 30), backend=a.compile_backend,
-            progress=False, camera_counts=(work.cameras,), reference=reference)
+            max_decode_tokens=max(get_preset(work.preset).decode_budget, 30),
+            max_cameras=work.cameras, backend=a.compile_backend, progress=False,
+            camera_counts=(work.cameras,), reference=reference)
     fast, report = backend.compiled, backend.warmup_report
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):

@@ -32,7 +32,8 @@ import time
 
 import numpy as np
 
-from oxygen_ros.config import get_preset, preset_names
+from oxygen_ros.config import preset_names
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.tools.common.machine import cpu_name
 
 TARGET = 0.05
@@ -59,7 +60,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _messages(layout, model, frames: int, size: int, text_every: int) -> list[dict]:
+def _messages(layout, robot, frames: int, size: int, text_every: int) -> list[dict]:
     """Return the openpi observation dicts of every frame (what the client sends)."""
     from oxygen_ros.tools.common.workload import camera_image, DEFAULT_INSTRUCTION, joint_state
 
@@ -67,7 +68,7 @@ def _messages(layout, model, frames: int, size: int, text_every: int) -> list[di
     for f in range(frames):
         imgs = [_resized(camera_image(slot, f), size)
                 for slot in ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')]
-        state = joint_state(f, model.state_dim).astype(np.float64)
+        state = joint_state(f, robot.state_dim).astype(np.float64)
         if layout.value == 'libero':
             msg = {'observation/image': imgs[0], 'observation/wrist_image': imgs[1],
                    'observation/state': state}
@@ -117,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_cfg = get_preset(args.preset)
-    layout = Layout(args.layout) if args.layout else default_layout(model_cfg) or Layout.DROID
+    robot = preset_robot(args.preset)
+    layout = Layout(args.layout) if args.layout else default_layout(robot) or Layout.DROID
     try:
-        check_layout(layout, model_cfg)
+        check_layout(layout, robot)
     except ValueError as exc:
         print(f'oxygen_bench serve: {exc}', file=sys.stderr)
         return 2
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     for engine in (served, direct):
         engine.warmup(warmup_observation(engine, None))
     total = args.warmup + args.frames
-    messages = _messages(layout, model_cfg, total, args.image_size, args.text_every)
+    messages = _messages(layout, robot, total, args.image_size, args.text_every)
     limits = ServeLimits(max_message_bytes=64 * 2**20, idle_timeout_s=None)
     srv = ServerThread(make_server(served, layout, limits))
     rows, equal, sizes = [], True, []
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             for f, msg in enumerate(messages):
                 data = pack(msg)
                 obs = to_observation(layout, unpack_message(data, max_text_bytes=4096),
-                                     model_cfg, max_image_side=4096)
+                                     robot, max_image_side=4096)
                 questions = msg.get('language_requests', [])
                 order = ('wire', 'direct') if f % 2 == 0 else ('direct', 'wire')
                 times = {}

@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                                **fast_path_options(args, progress=False))
     engine = Engine(cfg, model=replace(loaded, reference=None), backend=backend)
     t_build = time.perf_counter()
-    cameras = cfg.model_config().cameras
-    engine.warmup(make_observation(0, cameras, engine.model_cfg.state_dim))
+    cameras, state_dim = engine.robot.cameras, engine.robot.state_dim
+    engine.warmup(make_observation(0, cameras, state_dim))
     t_warm = time.perf_counter()
-    out = engine.step(make_observation(1, cameras, engine.model_cfg.state_dim))
+    out = engine.step(make_observation(1, cameras, state_dim))
     if out.action is None:
         raise RuntimeError('no action chunk from the first cycle')
     first = time.time()

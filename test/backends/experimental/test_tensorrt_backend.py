@@ -129,7 +129,7 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
             engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id='mem1')
             engine.submit_text(TextTask.ANSWER, question='where is the cup?', max_tokens=3,
                                req_id='ask1')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
         texts.update({t.req_id: t.token_ids for t in out.texts})
     while engine.num_running:
@@ -152,7 +152,7 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
     def graph_backend(scheduler, recorder, num_blocks):
         limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * scheduler.block_size,
                                         max_batch=scheduler.max_running_requests,
-                                        max_decode_tokens=model.cfg.decode_budget)
+                                        max_decode_tokens=8, max_cameras=2)
         checked['executor'] = ProfileChecked(OrtExecutor(export_dir), manifest,
                                              engine_profiles(limits, model.cfg))
         runner = Recording(GraphRunner(model.cfg, model.dtype, 'cpu', checked['executor'],
@@ -192,7 +192,7 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
     def graph_backend(_config, _model, num_blocks, scheduler, **_options):
         limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * scheduler.block_size,
                                         max_batch=scheduler.max_running_requests,
-                                        max_decode_tokens=model.cfg.decode_budget)
+                                        max_decode_tokens=8, max_cameras=2)
         runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
                              denoise_ctx_len=denoise_ctx_len(limits))
         return TensorRTBackend(runner, num_blocks, scheduler.block_size, source_model=model)
@@ -231,7 +231,7 @@ def test_an_engine_takes_a_tensorrt_backend_built_from_its_model(tiny_models, to
                               max_running_requests=8)
     blocks = cfg.pool_blocks()
     limits = EngineLimits.for_model(model.cfg, num_slots=blocks * BLOCK_SIZE, max_batch=8,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(exports(model)),
                          denoise_ctx_len=denoise_ctx_len(limits))
     backend = TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=model,
@@ -287,8 +287,9 @@ def test_cuda_and_version_are_checked_before_anything_is_built(monkeypatch):
 
 
 def test_profiles_and_limits():
-    cfg = get_preset('pi05_droid')
-    limits = EngineLimits.for_model(cfg, num_slots=4096, max_batch=32, max_decode_tokens=30)
+    cfg = get_preset('pi05_droid').model
+    limits = EngineLimits.for_model(cfg, num_slots=4096, max_batch=32, max_decode_tokens=30,
+                                    max_cameras=2)
     assert limits.max_prefix == 1024 and limits.max_prefix >= 3 * 256 + 200
     assert limits.max_ctx == 1024 and denoise_ctx_len(limits) == 1024
     profiles = engine_profiles(limits, cfg)
@@ -305,22 +306,24 @@ def test_profiles_and_limits():
     with pytest.raises(ValueError, match='need 1 <= min <= opt <= max'):
         DimRange(2, 1, 3)
     with pytest.raises(ValueError, match='max_batch must be >= 1, got 0'):
-        EngineLimits.for_model(cfg, num_slots=1, max_batch=0, max_decode_tokens=1)
+        EngineLimits.for_model(cfg, num_slots=1, max_batch=0, max_decode_tokens=1,
+                               max_cameras=2)
 
 
 def load_spec(name):
     from oxygen_ros.backends.experimental.onnx_graphs import graph_specs
     from oxygen_ros.model.pi05 import Pi05Model
     with torch.device('meta'):
-        model = Pi05Model(get_preset('tiny'))
+        model = Pi05Model(get_preset('tiny').model)
     return graph_specs(model)[name]
 
 
 def test_input_shapes_of_a_profile():
     spec = load_spec(GraphName.DENOISE)
-    limits = EngineLimits.for_model(get_preset('tiny'), num_slots=640, max_batch=4,
-                                    max_decode_tokens=8)
-    shapes = input_shapes(spec, engine_profiles(limits, get_preset('tiny'))[GraphName.DENOISE][0])
+    limits = EngineLimits.for_model(get_preset('tiny').model, num_slots=640, max_batch=4,
+                                    max_decode_tokens=8, max_cameras=2)
+    profiles = engine_profiles(limits, get_preset('tiny').model)
+    shapes = input_shapes(spec, profiles[GraphName.DENOISE][0])
     ctx = denoise_ctx_len(limits)
     assert shapes['k_pool'] == ((2, 640, 1, 8),) * 3
     assert shapes['ctx_slots'] == ((1, ctx),) * 3
@@ -332,7 +335,8 @@ def test_input_shapes_of_a_profile():
 def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     manifest = load_manifest(exports(model))
-    limits = EngineLimits.for_model(model.cfg, num_slots=512, max_batch=8, max_decode_tokens=8)
+    limits = EngineLimits.for_model(model.cfg, num_slots=512, max_batch=8, max_decode_tokens=8,
+                                    max_cameras=2)
     profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     base = {'trt_version': '10.13.0', 'device_name': 'NVIDIA Thor',
             'compute_capability': (11, 0), 'optimization_level': 3}
@@ -340,7 +344,7 @@ def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models)
     assert key == engine_cache_key(manifest, GraphName.DECODE, profiles, TrtPrecision.GRAPH,
                                    **base)
     other_limits = EngineLimits.for_model(model.cfg, num_slots=528, max_batch=8,
-                                          max_decode_tokens=8)
+                                          max_decode_tokens=8, max_cameras=2)
     variants = [
         engine_cache_key(manifest, GraphName.LM_HEAD, engine_profiles(limits, model.cfg)[
             GraphName.LM_HEAD], TrtPrecision.GRAPH, **base),
@@ -435,7 +439,8 @@ def test_build_engine_with_a_fake_tensorrt(exports, tiny_models):
     model = tiny_models(PrefixAttention.CAUSAL_TEXT, CAMERA_SLOTS[:2])
     export_dir = exports(model)
     manifest = load_manifest(export_dir)
-    limits = EngineLimits.for_model(model.cfg, num_slots=256, max_batch=4, max_decode_tokens=8)
+    limits = EngineLimits.for_model(model.cfg, num_slots=256, max_batch=4, max_decode_tokens=8,
+                                    max_cameras=2)
     profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     trt = FakeTrt()
     plan = trt_runtime.build_engine(trt, export_dir / 'decode.onnx', manifest, GraphName.DECODE,
