@@ -285,9 +285,9 @@ def test_denoise_cuda_graph_equals_plain_loop(tokenizer, tmp_path, monkeypatch):
     cfg = _config(mode, backend=BackendKind.TENSORRT)
     model = build_model(cfg, cfg.model_config())
     graphed = TensorRTBackend.create(cfg.backend, model, 64, scheduler=cfg.scheduler,
-                                     max_decode_tokens=8, cuda_graphs=True)
+                                     max_decode_tokens=8, max_cameras=2, cuda_graphs=True)
     plain = TensorRTBackend.create(cfg.backend, model, 64, scheduler=cfg.scheduler,
-                                   max_decode_tokens=8, cuda_graphs=False)
+                                   max_decode_tokens=8, max_cameras=2, cuda_graphs=False)
     size = model.cfg.vision.image_size
     images = torch.rand(1, 2, 3, size, size, device='cuda') * 2 - 1
     tokens = torch.randint(3, 1000, (1, 12), device='cuda')

@@ -275,15 +275,15 @@ def test_cuda_and_version_are_checked_before_anything_is_built(monkeypatch):
     cfg = EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT)
     with pytest.raises(BackendUnavailableError, match=r"needs a CUDA GPU.*'--backend torch'"):
         TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
-                               max_decode_tokens=8)
+                               max_decode_tokens=8, max_cameras=2)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     with pytest.raises(BackendUnavailableError, match="runs on device 'cuda', got 'cpu'"):
         TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
-                               max_decode_tokens=8)
+                               max_decode_tokens=8, max_cameras=2)
     fake.__version__ = '8.6.1'
     with pytest.raises(BackendUnavailableError, match='found tensorrt 8.6.1, too old'):
         TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
-                               max_decode_tokens=8)
+                               max_decode_tokens=8, max_cameras=2)
 
 
 def test_profiles_and_limits():
