@@ -100,7 +100,7 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
     if config.quantization is Quantization.NONE:
         return LoadedModel(model)
     from oxygen_ros.backends.fp8_gate import check_fp8_actions
-    from oxygen_ros.backends.parity_probe import model_copy
+    from oxygen_ros.backends.parity import model_copy
     from oxygen_ros.model.fp8 import (
         describe_quantization, fp8_kernel, Fp8Unsupported, quantized_copy)
 
@@ -183,7 +183,7 @@ def make_backend_for(config: EngineConfig, model: Pi05Model, num_blocks: int, *,
 
     :param adapter: the memory adapter to hold (the caller's; :func:`build_backend` loads
         the config's).
-    :param fast_path: options of the fast path (``CompiledTorchBackend.create``).
+    :param fast_path: options of the fast path (``FastPathBackend.create``).
     """
     return make_backend(config.backend, model, num_blocks, scheduler=config.scheduler,
                         max_decode_tokens=config.text_budget(),

@@ -68,6 +68,7 @@ class NodeConfig:
     autostart: bool
     torch_threads: int
     diagnostics_period: float
+    malloc_trim_mb: float
 
     @property
     def camera_topics(self) -> tuple[str, ...]:

@@ -318,7 +318,7 @@ def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
     assert record['warmup_s'] > 0 and 'seed' in record['phases'] and record['gate']['seed']
     json.dumps(record)                                              # JSON as it is
     reason = 'CompilationError: Both operands must be same dtype. Got fp64 and fp32'
-    backend.compiled.dropped = {'paged_attention': reason}   # as a fast path that dropped it
+    backend.fast_path.dropped = {'paged_attention': reason}   # as a fast path that dropped it
     assert warmup_summary(backend)['dropped'] == {'paged_attention': reason}
     assert dropped_features(TorchBackend(model, 64, 16)) == {}      # eager: nothing to drop
 

@@ -28,8 +28,8 @@ def autotune_components(ctx: Any) -> bool:
 
     from oxygen_ros.backends.config import (
         AttentionBackend, BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step)
-    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.config import get_preset
     from oxygen_ros.parameters import declared_config
     from oxygen_ros.sched.scheduler import SchedulerConfig
@@ -45,7 +45,7 @@ def autotune_components(ctx: Any) -> bool:
     for name, steps in (('default', ''), ('max_autotune', 'vision,prefill')):
         os.environ[MAX_AUTOTUNE_ENV] = steps
         torch._dynamo.reset()
-        backend = CompiledTorchBackend.create(
+        backend = FastPathBackend.create(
             config, model, work.num_blocks(), scheduler=scheduler,
             max_decode_tokens=get_preset(work.preset).decode_budget, max_cameras=work.cameras,
             backend=a.compile_backend, progress=False, only=(Step.VISION, Step.PREFILL),
@@ -54,7 +54,7 @@ def autotune_components(ctx: Any) -> bool:
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),
                       'dropped': dropped_features(backend),
-                      'gate': {s: r.describe() for s, r in backend.compiled.parity.items()},
+                      'gate': {s: r.describe() for s, r in backend.fast_path.parity.items()},
                       'ms': _time_vision_prefill(backend, work)}
         ctx.save('autotune', runs)
         del backend
@@ -67,7 +67,7 @@ def _time_vision_prefill(backend, work) -> dict:
 
     from oxygen_ros.tools.bench.gpu_components import timed_ms
 
-    fast, cfg, dev = backend.compiled, backend.compiled.cfg, work.device
+    fast, cfg, dev = backend.fast_path, backend.fast_path.cfg, work.device
     gen = torch.Generator().manual_seed(work.seed)
     size = cfg.vision.image_size
     images = (torch.rand(1, work.cameras, 3, size, size, generator=gen) * 2 - 1).to(
