@@ -55,8 +55,8 @@ def declare_parameters(node: Node) -> None:
         e.g. ``10`` for a double (write ``10.0``).
     :raises rclpy.exceptions.InvalidParameterValueException: an override out of range.
     """
-    preset = node.declare_parameter('preset', DEFAULT_PRESET,
-                                    descriptor(SPECS['preset'])).value
+    first = PARAMETERS[0]                           # preset: the robot's defaults follow it
+    preset = node.declare_parameter(first.name, first.default, descriptor(first)).value
     try:
         robot = preset_robot(preset)
     except ValueError:
