@@ -22,18 +22,22 @@ LAYERS = {
     'kv': set(),
     'sched': {'kv', 'config'},
     'model': {'config'},
-    'transforms': {'config', 'observation', 'resources'},
+    'transforms': {'config', 'observation', 'resources', 'policies'},
     'checkpoint': {'model', 'transforms', 'config'},
     'backends': {'model', 'kv', 'sched', 'config', 'resources'},
     'engine': {'backends', 'model', 'transforms', 'checkpoint', 'kv', 'sched', 'control',
-               'config', 'observation', 'resources'},
-    'ros': {'engine', 'control', 'config', 'resources', 'signals', 'units'},
-    'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
-    'serve': {'engine', 'config'},
+               'config', 'observation', 'resources', 'parameters', 'policies'},
+    'ros': {'engine', 'control', 'config', 'resources', 'signals', 'units', 'parameters',
+            'policies'},
+    'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units', 'parameters'},
+    'serve': {'engine', 'config', 'policies'},
     'tools': {'sim', 'ros', 'serve', 'engine', 'backends', 'checkpoint', 'model', 'transforms',
-              'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units'},
+              'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units',
+              'parameters', 'policies'},
     'control': {'config', 'units'},
     'config': set(),
+    'parameters': set(),
+    'policies': {'config'},
     'observation': set(),
     'resources': set(),
     'signals': set(),
@@ -63,7 +67,7 @@ MEASURES = {
     'oxygen_ros.tools.bench.serve_messages': "the client's side of the serve benchmark: its "
                                              'images resized as openpi clients resize them',
     'oxygen_ros.tools.bench.start': "a start timed: the fast path's warm-up narrowed "
-                                    '(backends.factory.make_backend and its options)',
+                                    '(engine.loading.make_backend_for and its options)',
     'oxygen_ros.tools.bench.model': "the model's entry points timed (oxygen_bench model)",
     'oxygen_ros.tools.bench.kernels': 'the kernel builds timed (oxygen_bench kernels)',
     'oxygen_ros.tools.bench.thor_projection': "the model's bytes and a GPU's specs",
@@ -170,8 +174,10 @@ def test_the_policy_server_runs_without_ros_and_its_command_line_without_torch()
 
 def test_package_and_configs_import_nothing_heavy():
     loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources',
-                                  'oxygen_ros.units'])
+                                  'oxygen_ros.units', 'oxygen_ros.parameters'])
     assert not {'torch', 'rclpy', 'numpy'} & loaded
+    # the robot policies: numpy transforms, no torch, no ROS (openpi's policies/ likewise)
+    assert not {'torch', 'rclpy'} & loaded_after_import(of('oxygen_ros.policies'))
 
 
 def test_control_is_plain_python_reusable_on_a_robot():

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eag
         Quantization, Step)
     from oxygen_ros.backends.errors import BackendUnavailableError  # noqa: F401
     from oxygen_ros.engine.config import (  # noqa: F401
-        EngineConfig, MAX_STATE_PROMPT_PAD, QUANTIZATION_FALLBACK)
+        ENGINE_CONFIGS, EngineConfig, MAX_STATE_PROMPT_PAD, QUANTIZATION_FALLBACK)
     from oxygen_ros.engine.cycle import Cycle  # noqa: F401
     from oxygen_ros.engine.engine import Engine, EngineClosedError  # noqa: F401
     from oxygen_ros.engine.loading import load_model, LoadedModel  # noqa: F401
@@ -48,6 +48,7 @@ _EXPORTS = {
     'Engine': 'oxygen_ros.engine.engine',
     'Cycle': 'oxygen_ros.engine.cycle',
     'EngineClosedError': 'oxygen_ros.engine.engine',
+    'ENGINE_CONFIGS': 'oxygen_ros.engine.config',
     'EngineConfig': 'oxygen_ros.engine.config',
     'QUANTIZATION_FALLBACK': 'oxygen_ros.engine.config',
     'MAX_STATE_PROMPT_PAD': 'oxygen_ros.engine.config',

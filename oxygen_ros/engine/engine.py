@@ -87,6 +87,10 @@ class Engine:
                  backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
+        self.robot = config.robot()
+        """The robot policy: cameras, state and action dims and their transforms."""
+        self.decode_budget = config.text_budget()
+        """The default max tokens of a text request."""
         loaded = model if isinstance(model, LoadedModel) else \
             load_model(config, self.model_cfg) if model is None else LoadedModel(model)
         model = loaded.model
@@ -101,35 +105,40 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         cfg = self.model_cfg
-        self.conventions = resolve_conventions(config, cfg, norm_stats)
+        self.conventions = resolve_conventions(config, get_preset(config.preset), norm_stats)
         _LOG.info('%s', self.conventions.describe())
         self.normalizer = Normalizer.from_config(
-            cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
-        self.max_prefix_tokens = cfg.max_prefix_tokens
-        sched_cfg = config.scheduler_config(self.tokenizer.eos_id)
-        self.scheduler = Scheduler(sched_cfg)
+            cfg, self.robot, {'state': self.conventions.state,
+                              'actions': self.conventions.actions})
+        self.max_prefix_tokens = cfg.prefix_tokens(len(self.robot.cameras))
+        num_blocks = config.pool_blocks()
+        self.scheduler = Scheduler(config.scheduler, num_blocks=num_blocks,
+                                   max_prefix_tokens=self.max_prefix_tokens,
+                                   prefix_attention=cfg.prefix_attention,
+                                   eos_token_id=self.tokenizer.eos_id)
         if backend is None:
-            backend = build_backend(config, self.model, sched_cfg.num_blocks, loaded.reference)
+            backend = build_backend(config, self.model, num_blocks, loaded.reference)
         else:
-            check_shared_backend(config, backend, self.model, sched_cfg.num_blocks)
-        if config.rtc and backend.guidance_unsupported:
+            check_shared_backend(config, backend, self.model, num_blocks)
+        if config.backend.rtc and backend.guidance_unsupported:
             raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
                              f'{backend.guidance_unsupported}')
         self.backend: Backend = backend
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
-            config.block_size
+            config.scheduler.block_size
         self._lock = threading.Lock()
         self._req_ids = itertools.count()
         self._frame_index = 0
         self._frames = FrameMaker(cfg, self.backend.device, self.conventions.image_resize,
-                                  config.seed, config.rtc_jacobian_steps)
+                                  config.seed, config.backend.rtc_jacobian_steps)
         self.chunk_history = ChunkHistory(self.normalizer)
         """The last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
-                  '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
-                  config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
+                  '(%.1f MiB); %s', cfg.name, config.scheduler.policy.value,
+                  cfg.prefix_attention.value, config.scheduler.tokens_per_cycle, num_blocks,
+                  config.scheduler.block_size,
                   self.backend.cache.nbytes / 2**20, self.describe_text())
 
     def describe_contexts(self) -> str:
@@ -168,7 +177,7 @@ class Engine:
         self._check_open()
         self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
         task = TextTask(task)
-        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
+        budget = self.decode_budget if max_tokens is None else max_tokens
         context = self.config.text_context(task)
         req_id = req_id or f'{task.value}-{next(self._req_ids)}'
         request = new_text_request(self.tokenizer, req_id, task, context, question, budget,
@@ -196,27 +205,16 @@ class Engine:
         """
         Change the bound of the waiting queue (from the next ``submit_text`` on; thread-safe).
 
-        Requests waiting beyond a lowered bound stay queued.
+        The bound lives in the scheduler's settings, ``config.scheduler``, one object the
+        scheduler reads at each request: the new one replaces it. Requests waiting beyond a
+        lowered bound stay queued.
 
         :raises ValueError: a bound < 1.
         """
         with self._lock:
-            self.scheduler.config = replace(self.scheduler.config, max_waiting_requests=limit)
-            self.config = replace(self.config, max_waiting_requests=limit)
-
-    def set_control_period(self, seconds: float | None) -> None:
-        """
-        Change the action deadline per cycle (k adapts to it from the next cycle on).
-
-        :param seconds: the control period, or None for a fixed k.
-        :raises ValueError: a period <= 0.
-        """
-        if seconds is not None and seconds <= 0:
-            raise ValueError(f'control period must be > 0 s, got {seconds}')
-        with self._lock:
-            self.config = replace(self.config, control_period_s=seconds)
-            self.scheduler.config = replace(self.scheduler.config,
-                                            adapt_tokens_per_cycle=seconds is not None)
+            settings = replace(self.config.scheduler, max_waiting_requests=limit)
+            self.config = replace(self.config, scheduler=settings)
+            self.scheduler.config = settings
 
     @property
     def num_running(self) -> int:
@@ -312,8 +310,9 @@ class Engine:
             (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
             left for the new one, or the new frame is older.
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
-            node's next control tick); default ``now + control_period_s``. Text decoding
-            plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
+            node's next control tick): text decoding plans for it (k adapts, admission
+            waits) and stops at it (``DecodeJob.deadline``); the action is never cut. None:
+            no deadline, k ``tokens_per_cycle`` tokens per request.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
@@ -327,9 +326,6 @@ class Engine:
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
         frame, inputs = None, None
         if prepared is not None:
-            period = self.config.control_period_s
-            if deadline is None and period:
-                deadline = now + period
             frame, inputs = self._frames.make(self._frame_index, prepared, now, deadline,
                                               self.chunk_history, rtc)
             self._frame_index += 1
@@ -369,7 +365,7 @@ class Engine:
             yield None
             return
         try:
-            yield block_slots(alloc.block_ids, num_tokens, self.config.block_size,
+            yield block_slots(alloc.block_ids, num_tokens, self.config.scheduler.block_size,
                               self.backend.device)
         finally:
             with self._lock:
@@ -384,13 +380,15 @@ class Engine:
         memory adapter), gives the cost model its first measurements, then decodes up to
         ``max_running_requests`` questions of the whole budget at once: a burst's largest batch
         and context, its memory there before the first burst (``docs/robustness.md#soak``).
-        With ``config.rtc`` a guided cycle follows: the robot's first guided one runs warm.
+        With ``config.backend.rtc`` a guided cycle follows: the robot's first guided one runs
+        warm.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
         warm_texts(self, observation, list(tasks.values()), 2)
-        warm_texts(self, observation, [TextTask.ANSWER] * self.config.max_running_requests,
-                   self.model_cfg.decode_budget, as_the_pool_holds=True)
-        if self.config.rtc:
+        warm_texts(self, observation,
+                   [TextTask.ANSWER] * self.config.scheduler.max_running_requests,
+                   self.decode_budget, as_the_pool_holds=True)
+        if self.config.backend.rtc:
             self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
         self.chunk_history.reset()

@@ -29,7 +29,7 @@ class ActionChunk:
     One action chunk in robot units.
 
     :ivar actions: ``float32 [H, robot_action_dim]`` in robot units (openpi ``Unnormalize``
-        and the robot's output transforms); their meaning is ``ModelConfig.action_space``.
+        and the robot's output transforms); their meaning is ``RobotPolicy.action_space``.
     :ivar stamp_ns: stamp of the observation it was computed from.
     :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
         the node's ``joint_names`` order): where a velocity chunk starts.

@@ -29,7 +29,7 @@ def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], 
         ``ValueError`` is raised.
     :raises ValueError: see ``Engine.submit_text``.
     """
-    limit = engine.config.max_waiting_requests
+    limit = engine.config.scheduler.max_waiting_requests
     engine.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
     req_ids: set[str] = set()
     try:

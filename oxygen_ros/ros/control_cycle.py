@@ -107,8 +107,6 @@ class ControlCycle:
         if self._output.cfg is not cfg:
             self._output = ChunkOutput(cfg)  # action_dt, frame_id: once per change
         output, smoother = self._output, self._smoother
-        if engine.config.control_period_s != cfg.control_period_s:
-            engine.set_control_period(cfg.control_period_s)  # k adapts to it
         prepared = self._prepare(engine, cache, cfg)
         self._texts.ask_periodic(now_s, cfg.subtask_period, cfg.memory_period,
                                  prepared is not None)

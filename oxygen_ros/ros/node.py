@@ -157,7 +157,7 @@ class OxygenNode(LifecycleNode):
                 torch.set_num_threads(cfg.torch_threads)
             engine = call_on(self.executor, self.control_group, lambda: Engine(engine_cfg))
             call_on(self.executor, self.control_group, lambda: engine.warmup(
-                synthetic_observation(engine.model_cfg, cfg.instruction)))
+                synthetic_observation(engine.model_cfg, engine.robot, cfg.instruction)))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
             return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
@@ -285,7 +285,7 @@ class OxygenNode(LifecycleNode):
             self._texts.connect(None)  # refuse questions until configured again
             if engine is not None:
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
-                device = engine.config.device
+                device = engine.config.backend.device
                 del engine
                 release_freed_memory(device)  # the engine's memory back to the OS
         self._pubs.destroy()

@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
 from oxygen_ros.engine import Observation, ObservationError, RefusalReason
+from oxygen_ros.policies import RobotPolicy
 from oxygen_ros.ros.images.raw import ImageConversionError
 from oxygen_ros.ros.images.transport import camera_image_to_rgb
 from oxygen_ros.ros.input_limits import instruction_refusal
@@ -202,11 +203,12 @@ class ObservationCache:
                                      'joint_state_stamp_ns': joint_stamp})
 
 
-def synthetic_observation(model: ModelConfig, instruction: str = '') -> Observation:
-    """Return an observation of the model's shapes (black images, zero state) for warm-up."""
+def synthetic_observation(model: ModelConfig, robot: RobotPolicy,
+                          instruction: str = '') -> Observation:
+    """Return an observation of the robot's shapes (black images, zero state) for warm-up."""
     size = model.vision.image_size
-    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in model.cameras}
-    return Observation(images, np.zeros(model.state_dim, np.float32), instruction or 'warm up')
+    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in robot.cameras}
+    return Observation(images, np.zeros(robot.state_dim, np.float32), instruction or 'warm up')
 
 
 def _checked_age(what: str, msg: Image | CompressedImage | JointState,

@@ -106,7 +106,7 @@ class TextRequests:
     def max_tokens(self) -> int:
         """Return the node's ``decode_budget`` (0: not configured, questions are refused)."""
         engine = self._engine
-        return engine.model_cfg.decode_budget if engine is not None else 0
+        return engine.decode_budget if engine is not None else 0
 
     # -- questions (any thread) ---------------------------------------------------------
     def _refusal(self, question: str, max_tokens: int | None) -> str | None:

@@ -200,6 +200,7 @@ class SchedulerOutput:
     The plan of one cycle.
 
     :ivar jobs: executed in order.
+    :ivar block_size: tokens per KV block (the scheduler's ``block_size``).
     :ivar new_requests: text requests seeded this cycle.
     :ivar finished_req_ids: requests finished or aborted since the previous plan (the backend
         drops its per-request state).
@@ -211,11 +212,11 @@ class SchedulerOutput:
     cycle_id: int
     frame_id: int | None
     jobs: tuple[Job, ...]
+    block_size: int
     new_requests: tuple[NewRequestData, ...] = ()
     finished_req_ids: frozenset[str] = frozenset()
     freed_seg_ids: frozenset[int] = frozenset()
     tokens_per_cycle: int = 0
-    block_size: int = 16
 
     def jobs_of(self, kind: JobKind) -> tuple[Job, ...]:
         return tuple(job for job in self.jobs if job.kind is kind)

@@ -63,61 +63,76 @@ class Policy(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """
-    Sizes and knobs of the scheduler.
+    The scheduler's settings: ``EngineConfig.scheduler``.
 
-    :param num_blocks: KV pool size in blocks (null block included).
-    :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
-        reserve, the blocks kept free for the next frame's action prefix.
+    No defaults of its own: each field is declared once, with its default, in
+    ``oxygen_ros/parameters/oxygen_parameters.yaml``, and ``EngineConfig`` builds this config
+    from there (this layer reads no YAML). What the engine derives (the pool's size, the
+    longest prefix, the EOS id) is given to ``Scheduler`` itself.
+
+    :param policy: OXYGEN or ISOLATED.
+    :param block_size: tokens per KV block.
     :param tokens_per_cycle: k, decode tokens per text request per cycle (OXYGEN).
     :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
         stall entirely while the action path needs the whole period).
     :param max_running_requests: the largest decode batch.
     :param max_waiting_requests: text requests waiting for admission; ``add_request`` refuses
         one more (``QueueFullError``).
-    :param eos_token_id: ends a text request; None decodes every request to its budget.
+    :param stop_on_eos: end a text request at EOS; False decodes every request to its budget.
+    :raises ValueError: a bound below 1, or ``min_tokens_per_cycle`` outside
+        ``0..tokens_per_cycle``.
     """
 
-    num_blocks: int
-    max_prefix_tokens: int
-    policy: Policy = Policy.OXYGEN
-    prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
-    block_size: int = 16
-    tokens_per_cycle: int = 5
-    min_tokens_per_cycle: int = 1
-    adapt_tokens_per_cycle: bool = True
-    max_running_requests: int = 64
-    max_waiting_requests: int = 16
-    eos_token_id: int | None = 1
+    policy: Policy
+    block_size: int
+    tokens_per_cycle: int
+    min_tokens_per_cycle: int
+    max_running_requests: int
+    max_waiting_requests: int
+    stop_on_eos: bool
 
     def __post_init__(self) -> None:
-        if self.tokens_per_cycle < 1:
-            raise ValueError(f'tokens_per_cycle must be >= 1, got {self.tokens_per_cycle}')
+        object.__setattr__(self, 'policy', Policy(self.policy))
+        for name in ('block_size', 'tokens_per_cycle', 'max_running_requests',
+                     'max_waiting_requests'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
             raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
                              f'got {self.min_tokens_per_cycle}')
-        for name in ('max_running_requests', 'max_waiting_requests'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-        if self.max_prefix_tokens < 1:
-            raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
 
 
 class Scheduler:
     """
     Plans control cycles over one ``KVCacheManager``.
 
+    :param config: the settings (read where they live: ``config`` may be replaced, as the
+        engine does when the waiting bound changes).
+    :param num_blocks: KV pool size in blocks (null block included).
+    :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
+        reserve, the blocks kept free for the next frame's action prefix.
+    :param prefix_attention: the model's prefix attention (what a frame's requests share).
+    :param eos_token_id: the tokenizer's EOS id; it ends a text request when
+        ``config.stop_on_eos``.
     :raises ValueError: the pool cannot hold two action prefixes (one in use, one reserved).
     """
 
-    def __init__(self, config: SchedulerConfig, cost: CostModel | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, *, num_blocks: int, max_prefix_tokens: int,
+                 prefix_attention: PrefixAttention, eos_token_id: int,
+                 cost: CostModel | None = None) -> None:
+        if max_prefix_tokens < 1:
+            raise ValueError(f'max_prefix_tokens must be >= 1, got {max_prefix_tokens}')
         self.config = config
+        self.prefix_attention = PrefixAttention(prefix_attention)
+        self.eos_token_id = eos_token_id if config.stop_on_eos else None
+        """Ends a text request; None decodes every request to its budget."""
         self.cost = cost if cost is not None else CostModel()
-        self.kv = KVCacheManager(config.num_blocks, config.block_size)
-        self.action_reserve_blocks = self._action_blocks(config.max_prefix_tokens)
+        self.kv = KVCacheManager(num_blocks, config.block_size)
+        self.action_reserve_blocks = self._action_blocks(max_prefix_tokens)
         if 2 * self.action_reserve_blocks > self.kv.capacity_blocks:
             raise ValueError(
                 f'KV pool of {self.kv.capacity_blocks} blocks x {config.block_size} tokens '
-                f'cannot hold two action prefixes of {config.max_prefix_tokens} tokens '
+                f'cannot hold two action prefixes of {max_prefix_tokens} tokens '
                 f'({self.action_reserve_blocks} blocks each); give it more memory')
         self.requests: dict[str, Request] = {}
         self.waiting = RequestQueue()
@@ -248,7 +263,7 @@ class Scheduler:
                 plan.jobs.append(SeedJob((req.req_id,)))
                 if req.max_tokens > 1:
                     plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
-                                               self.config.eos_token_id))
+                                               self.eos_token_id))
         self.waiting.prepend(passed_over)
         k = self.config.tokens_per_cycle
         if not isolated:
@@ -271,14 +286,14 @@ class Scheduler:
         return out
 
     def _action_blocks(self, prefix_tokens: int) -> int:
-        if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+        if self.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             # image and prompt are separate segments, each rounded up to whole blocks
             return self.kv.blocks_for(prefix_tokens) + 1
         return self.kv.blocks_for(prefix_tokens)
 
     def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec] | None:
         return request_chain(frame, req, isolated=self.config.policy is Policy.ISOLATED,
-                             prefix_attention=self.config.prefix_attention)
+                             prefix_attention=self.prefix_attention)
 
     def _schedule_action(self, frame: FrameSpec, plan: CyclePlan) -> None:
         req = frame.action
@@ -332,7 +347,7 @@ class Scheduler:
         """
         action = frame.action
         if num_new == 0 or self.config.policy is Policy.ISOLATED or action is None or \
-                action.deadline is None or not self.config.adapt_tokens_per_cycle:
+                action.deadline is None:
             return True
         new = [spec for spec in self._chain(frame, req) or ()
                if self.kv.lookup(spec.key) is None]
@@ -348,7 +363,7 @@ class Scheduler:
                            now: float) -> int:
         cfg = self.config
         action = frame.action if frame is not None else None
-        if not cfg.adapt_tokens_per_cycle or action is None or action.deadline is None:
+        if action is None or action.deadline is None:
             return cfg.tokens_per_cycle
         left = action.deadline - now - self.cost.action_path(
             plan.num_images, plan.num_prefill_tokens, num_new, plan.num_suffix_tokens)
@@ -358,7 +373,7 @@ class Scheduler:
     def _decode_deadline(self, frame: FrameSpec | None) -> float | None:
         """Return the action deadline the decode job must respect (None: no deadline)."""
         action = frame.action if frame is not None else None
-        if not self.config.adapt_tokens_per_cycle or action is None:
+        if action is None:
             return None
         return action.deadline
 
@@ -374,7 +389,7 @@ class Scheduler:
                 steps.append(n)
         if not rows:
             return None
-        return DecodeJob(tuple(rows), tuple(steps), self.config.eos_token_id, deadline)
+        return DecodeJob(tuple(rows), tuple(steps), self.eos_token_id, deadline)
 
     # -- results -------------------------------------------------------------------------
     def update_from_output(self, sched_out: SchedulerOutput,
@@ -395,7 +410,7 @@ class Scheduler:
             action.status = RequestStatus.FINISHED_STOPPED
             self._free(action.req_id)
             self._action_req_id = None
-        eos = self.config.eos_token_id
+        eos = self.eos_token_id
         finished: list[Request] = []
         for req_id, tokens in runner_out.sampled_token_ids.items():
             req = self.requests.get(req_id)

@@ -210,11 +210,11 @@ class PolicyServer:
     def _decode(self, data: bytes, session: Session
                 ) -> tuple[Observation, list[LanguageRequest]]:
         msg = unpack_message(data, max_text_bytes=self.limits.max_text_bytes)
-        model = self.driver.engine.model_cfg
-        obs = to_observation(self.layout, msg, model,
+        engine = self.driver.engine
+        obs = to_observation(self.layout, msg, engine.robot,
                              max_image_side=self.limits.max_image_side,
                              default_prompt=self.default_prompt)
-        requests = parse_language_requests(msg[LANGUAGE_KEY], decode_budget=model.decode_budget,
+        requests = parse_language_requests(msg[LANGUAGE_KEY], decode_budget=engine.decode_budget,
                                            first_index=session.texts.num_asked) \
             if LANGUAGE_KEY in msg else []
         return obs, requests

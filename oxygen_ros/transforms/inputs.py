@@ -117,21 +117,24 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
     :param image_resize: the checkpoint family's resize-with-pad filter.
     :param resize_on_device: leave uint8 images to be resized on the device (``prepare_camera``).
 
-    :raises ObservationError: a camera of ``cfg.cameras`` is missing; an image is malformed;
+    The robot's cameras and prompt format are those of the robot policy ``normalizer`` holds.
+
+    :raises ObservationError: a camera of the robot's is missing; an image is malformed;
         the state has the wrong length or NaN/Inf; the prompt is empty or its action prompt
         longer than ``cfg.max_token_len`` tokens.
     """
-    missing = [slot for slot in cfg.cameras if slot not in obs.images]
+    robot = normalizer.robot
+    missing = [slot for slot in robot.cameras if slot not in obs.images]
     if missing:
         raise ObservationError(RefusalReason.MISSING_CAMERA,
                                f'missing camera(s) {missing}; preset {cfg.name} needs '
-                               f'{list(cfg.cameras)}')
+                               f'{list(robot.cameras)}')
     unknown = sorted(set(obs.images) - set(CAMERA_SLOTS))
     if unknown:
         raise ObservationError(RefusalReason.BAD_IMAGE, f'unknown camera slots {unknown}; '
                                                         f'known: {list(CAMERA_SLOTS)}')
     cameras = []
-    for slot in (s for s in CAMERA_SLOTS if s in cfg.cameras):
+    for slot in (s for s in CAMERA_SLOTS if s in robot.cameras):
         image = obs.images[slot]
         if not isinstance(image, CameraImage):      # else prepared when it arrived
             image = prepare_camera(slot, image, cfg, image_resize, on_device=resize_on_device)
@@ -146,7 +149,7 @@ def prepare_observation(obs: Observation, cfg: ModelConfig, tokenizer: Paligemma
 
     if not obs.prompt or not obs.prompt.strip():
         raise ObservationError(RefusalReason.BAD_PROMPT, 'empty task prompt (no instruction)')
-    fmt = cfg.prompt_format if prompt_format is None else prompt_format
+    fmt = robot.prompt_format if prompt_format is None else prompt_format
     try:
         ids = action_prompt_ids(tokenizer, obs.prompt,
                                 state_n if fmt is PromptFormat.PI05_STATE else None, fmt,

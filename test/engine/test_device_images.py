@@ -37,8 +37,8 @@ def run(engine, frames=3):
 def test_an_engine_resizing_on_its_device_equals_one_resizing_on_the_host(tiny_models,
                                                                           tokenizer):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, image_resize=ImageResize.LEROBOT, seed=3,
-                       stop_on_eos=False)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, image_resize=ImageResize.LEROBOT,
+                              seed=3, stop_on_eos=False)
     host = Engine(cfg, model=model, tokenizer=tokenizer)
     device = Engine(replace(cfg, resize_on_device=True), model=model, tokenizer=tokenizer)
     assert not host.resize_on_device and device.resize_on_device

@@ -20,8 +20,8 @@ CAMS = CAMERA_SLOTS[:2]
 
 @pytest.fixture
 def engine(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False)
     return Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                   tokenizer=tokenizer)
 
@@ -66,14 +66,14 @@ def test_bad_observation_is_refused_and_nothing_is_lost(engine, name, changes, c
 
 
 def test_an_instruction_over_the_token_budget_is_refused_with_its_reason(engine, tokenizer):
-    cfg = engine.model_cfg
-    assert cfg.prompt_format is PromptFormat.PI05_STATE
+    cfg, fmt = engine.model_cfg, engine.robot.prompt_format
+    assert fmt is PromptFormat.PI05_STATE
     words = 'grasp the blue mug carefully'
     fits = max((' '.join([words] * k) for k in range(1, 40)
                 if len(action_prompt_ids(tokenizer, ' '.join([words] * k), obs().state,
-                                         cfg.prompt_format)) <= cfg.max_token_len), key=len)
+                                         fmt)) <= cfg.max_token_len), key=len)
     long = fits + ' ' + words
-    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, cfg.prompt_format))
+    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, fmt))
     engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id='running')
     engine.step(obs(0))
     used = engine.scheduler.kv.num_used_blocks
@@ -107,8 +107,8 @@ def test_requests_after_shutdown_are_refused(engine):
 
 
 def test_submit_errors(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, max_waiting_requests=2)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, max_waiting_requests=2)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     with pytest.raises(ValueError, match='needs a non-empty question'):
@@ -152,8 +152,8 @@ def test_the_bound_holds_for_submits_from_many_threads(engine):
 
 def test_a_request_the_pool_could_never_hold_is_refused_at_submit(tiny_models, tokenizer):
     # room for two action prefixes and little more: a long request could never fit
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, kv_cache_mb=0.06, block_size=16)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, kv_cache_mb=0.06, block_size=16)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     with pytest.raises(ValueError, match=r'huge: needs up to \d+ KV blocks \(its prefix and a '
@@ -168,9 +168,9 @@ def test_a_request_the_pool_could_never_hold_is_refused_at_submit(tiny_models, t
 def test_text_waits_in_order_for_a_decode_slot_while_actions_flow(tiny_models, tokenizer):
     # one decode slot: the others wait (no timeout) and are admitted in arrival order as the
     # running one ends, and every cycle publishes its chunk
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False,
-                       max_running_requests=1)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False,
+                              max_running_requests=1)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     for i in range(3):

@@ -8,8 +8,6 @@ and the last one says ``finished``. Aborting a running request returns its KV bl
 next cycle, and its text so far.
 """
 
-from dataclasses import replace
-
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
@@ -32,8 +30,8 @@ def observation(frame: int) -> Observation:
 
 def make_engine(tiny_models, tokenizer, policy=Policy.OXYGEN, k=2, stop_on_eos=False):
     mode = PrefixAttention.BIDIRECTIONAL
-    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=CAMERAS,
-                       tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
+    cfg = EngineConfig.create(preset='tiny', policy=policy, prefix_attention=mode, cameras=CAMERAS,
+                              tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
     return Engine(cfg, model=tiny_models(mode, CAMERAS), tokenizer=tokenizer)
 
 
@@ -83,7 +81,7 @@ def test_delta_is_cut_after_the_stop_token(tiny_models, tokenizer):
     assert len(free_run.new_token_ids) == 4 and not free_run.finished
     stop = free_run.new_token_ids[1]  # make the random model's 2nd token the stop token
     engine = make_engine(tiny_models, tokenizer, k=4)
-    engine.scheduler.config = replace(engine.scheduler.config, eos_token_id=stop)
+    engine.scheduler.eos_token_id = stop
     engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='s')
     out = engine.step(observation(0))
     [delta] = out.outputs

@@ -7,6 +7,7 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
 from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.observation import ObservationError, RefusalReason
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
 from oxygen_ros.ros.heap import HeapFigures
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
@@ -271,6 +272,6 @@ def test_diagnostics_memory_section():
 
 
 def test_synthetic_observation_has_the_model_shapes():
-    obs = synthetic_observation(get_preset('pi05_base'))
+    obs = synthetic_observation(get_preset('pi05_base').model, preset_robot('pi05_base'))
     assert sorted(obs.images) == sorted(CAMERA_SLOTS) and obs.state.shape == (14,)
     assert obs.images['base_0_rgb'].shape == (224, 224, 3) and obs.prompt == 'warm up'

@@ -34,8 +34,8 @@ BUDGET = 8  # the tiny preset's decode_budget
 @pytest.fixture
 def make_engine(tiny_models, tokenizer):
     def make(**changes):
-        cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS,
-                           tokens_per_cycle=2, stop_on_eos=False, **changes)
+        cfg = EngineConfig.create(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                                  tokens_per_cycle=2, stop_on_eos=False, **changes)
         return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
     return make
 

@@ -58,8 +58,8 @@ class Clock:
 
 @pytest.fixture
 def engine(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS, tokens_per_cycle=2,
-                       stop_on_eos=False, max_running_requests=2)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                              tokens_per_cycle=2, stop_on_eos=False, max_running_requests=2)
     return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
 
 

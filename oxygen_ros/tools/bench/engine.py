@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None, *,
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
     loaded = replace(loaded, reference=None)        # the fast path's gate is over
-    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=loaded, backend=shared)
-    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=loaded,
+    oxygen = Engine(base.with_settings(policy=Policy.OXYGEN), model=loaded, backend=shared)
+    engines = {Policy.ISOLATED: Engine(base.with_settings(policy=Policy.ISOLATED), model=loaded,
                                        backend=shared.sharing_pool(blocks)),
                Policy.OXYGEN: oxygen}
     with attention_context(shared):              # the probes call the model directly
@@ -191,7 +191,7 @@ def _config(args: argparse.Namespace, context: TextContext):
     """Return the ``EngineConfig`` both policies share (raises ValueError on a bad mix)."""
     from oxygen_ros.engine import BackendKind, CompileMode, EngineConfig
 
-    return EngineConfig(
+    return EngineConfig.create(
         preset=args.preset, dtype=args.dtype, quantization=args.quantization,
         device=args.device, backend=BackendKind(args.backend),
         compile_mode=CompileMode(args.compile),
@@ -221,7 +221,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
     total_frames = warm + args.frames
-    obs = [make_observation(f, model_cfg.cameras, model_cfg.state_dim)
+    obs = [make_observation(f, oxygen.robot.cameras, oxygen.robot.state_dim)
            for f in range(total_frames)]
     for eng in engines.values():
         eng.warmup(obs[0])

@@ -37,13 +37,13 @@ def memory_adapter(name: str | None, model, seed: int):
 def shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter,
                    reference=None):
     """Return the backend both engines run on (the fast path warmed up once)."""
-    from oxygen_ros.backends.factory import make_backend
+    from oxygen_ros.engine.loading import make_backend_for
 
     options = fast_path_options(args, progress=not args.no_progress)
     if args.rtc and args.rtc_jacobian_steps is not None:   # exact RTC timed beside it
         options['extra_jacobian_steps'] = (None,)
-    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
-                        reference=reference, **options)
+    return make_backend_for(config, model, num_blocks, adapter=adapter, reference=reference,
+                            **options)
 
 
 def attention_context(backend) -> AbstractContextManager:
@@ -78,7 +78,7 @@ def component_probe(engine, observation, args: argparse.Namespace, batch: int, o
     suffix_ids = tuple(tokenize_text_suffix(tok, TextTask.SUBTASK, max_len=max_len).ids)
     prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + (
         len(prepared.action_prompt_ids) + len(suffix_ids) if on_root else len(text_ids))
-    slots = [s for s in CAMERA_SLOTS if s in model_cfg.cameras]
+    slots = [s for s in CAMERA_SLOTS if s in engine.robot.cameras]
     host_images = np.stack([
         prepare_camera(slot, c, model_cfg, engine.conventions.image_resize).pixels
         if c.dtype == np.uint8 else c for slot, c in zip(slots, prepared.cameras)])

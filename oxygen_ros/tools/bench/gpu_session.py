@@ -210,7 +210,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     if args.session is None:
         return args
     cpu = not args.device.startswith('cuda')
-    cfg = get_preset(args.preset)
+    cfg = get_preset(args.preset).model
     args.out = args.out.resolve()
     args.budget_s = args.budget_s or float(BUDGET_S[args.session])
     args.cameras = args.cameras or 3

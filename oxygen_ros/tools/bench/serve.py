@@ -32,7 +32,8 @@ import time
 
 import numpy as np
 
-from oxygen_ros.config import get_preset, preset_names
+from oxygen_ros.config import preset_names
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.tools.bench.serve_messages import client_messages
 from oxygen_ros.tools.common.machine import cpu_name
 
@@ -83,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_cfg = get_preset(args.preset)
-    layout = Layout(args.layout) if args.layout else default_layout(model_cfg) or Layout.DROID
+    robot = preset_robot(args.preset)
+    layout = Layout(args.layout) if args.layout else default_layout(robot) or Layout.DROID
     try:
-        check_layout(layout, model_cfg)
+        check_layout(layout, robot)
     except ValueError as exc:
         print(f'oxygen_bench serve: {exc}', file=sys.stderr)
         return 2
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for engine in (served, direct):
         engine.warmup(warmup_observation(engine, None))
     total = args.warmup + args.frames
-    messages = client_messages(layout, model_cfg, total, args.image_size, args.text_every)
+    messages = client_messages(layout, robot, total, args.image_size, args.text_every)
     limits = ServeLimits(max_message_bytes=64 * 2**20, idle_timeout_s=None)
     srv = ServerThread(make_server(served, layout, limits))
     rows, equal, sizes = [], True, []
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             for f, msg in enumerate(messages):
                 data = pack(msg)
                 obs = to_observation(layout, unpack_message(data, max_text_bytes=4096),
-                                     model_cfg, max_image_side=4096)
+                                     robot, max_image_side=4096)
                 questions = msg.get('language_requests', [])
                 order = ('wire', 'direct') if f % 2 == 0 else ('direct', 'wire')
                 times = {}

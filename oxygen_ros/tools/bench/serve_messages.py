@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def client_messages(layout, model, frames: int, size: int, text_every: int) -> list[dict]:
+def client_messages(layout, robot, frames: int, size: int, text_every: int) -> list[dict]:
     """Return the openpi observation dicts of every frame (what the client sends)."""
     from oxygen_ros.tools.common.workload import camera_image, DEFAULT_INSTRUCTION, joint_state
     from oxygen_ros.transforms.images import resize_with_pad
@@ -23,7 +23,7 @@ def client_messages(layout, model, frames: int, size: int, text_every: int) -> l
     for f in range(frames):
         imgs = [resize_with_pad(camera_image(slot, f), size, size)
                 for slot in ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')]
-        state = joint_state(f, model.state_dim).astype(np.float64)
+        state = joint_state(f, robot.state_dim).astype(np.float64)
         if layout.value == 'libero':
             msg = {'observation/image': imgs[0], 'observation/wrist_image': imgs[1],
                    'observation/state': state}
