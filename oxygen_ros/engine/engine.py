@@ -30,6 +30,7 @@ from typing import Iterator, Mapping
 import numpy as np
 from oxygen_ros.backends.async_io import block_slots
 from oxygen_ros.backends.interface import Backend
+from oxygen_ros.config import get_preset
 from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.cycle import Cycle
