@@ -26,7 +26,7 @@ def _device(spec: ParamSpec, value: object) -> str | None:
 
 
 def _compile_steps(spec: ParamSpec, value: object) -> str | None:
-    from oxygen_ros.engine.config import parse_compile_steps  # the sim imports no engine
+    from oxygen_ros.engine import parse_compile_steps  # the sim imports no engine
     try:
         parse_compile_steps(list(value))
     except ValueError as exc:

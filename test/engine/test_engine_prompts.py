@@ -19,9 +19,9 @@ MODE = PrefixAttention.CAUSAL_TEXT
 
 
 def make_engine(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS, tokens_per_cycle=2,
-                       stop_on_eos=False, max_running_requests=1,
-                       subtask_context=TextContext.OWN_PROMPT)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                              tokens_per_cycle=2, stop_on_eos=False, max_running_requests=1,
+                              subtask_context=TextContext.OWN_PROMPT)
     return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
 
 
