@@ -208,12 +208,12 @@ def test_every_dynamic_parameter_takes_effect_through_the_handler(tiny_node):
     assert node._diag_timer.timer_period_ns == 250_000_000
     assert node._engine.config.scheduler.max_waiting_requests == 3  # where it lives
     assert node._engine.scheduler.config is node._engine.config.scheduler
-    step, deadlines = node._engine.step, []
+    begin, deadlines = node._engine.begin, []
 
     def spy(*args, **kwargs):
         deadlines.append(kwargs['deadline'] - time.monotonic())
-        return step(*args, **kwargs)
-    node._engine.step = spy
+        return begin(*args, **kwargs)
+    node._engine.begin = spy
     assert node._text_out.frame_id == 'table'
     feed(node, node._now_ns())
     assert node._cache.assemble(node._now_ns(), 0.5).prompt == 'stack the cups'
