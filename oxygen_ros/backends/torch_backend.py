@@ -12,9 +12,13 @@ Attention reads of a decode step: the eager model gathers the rows' context slot
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
 kernel (``model/paged_attention.py``).
 
+A plan may hold the frames of several robots: their vision, prefills and denoise run batched
+where shapes agree (``frame_batch.py``), and each chunk is handed over as soon as the call
+that made it is done.
+
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
-host waits only twice: for the action chunk and for the sampled token ids at the end, each
+host waits only twice: for the action chunks and for the sampled token ids at the end, each
 copied into pinned memory behind an event it waits for. Camera images go up through
 persistent pinned buffers and are resized there (``async_io.CameraUpload``). Models that
 decode greedily on the device (``decode_greedy`` / ``lm_greedy``, the compiled fast path)
@@ -26,11 +30,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 import time
-from typing import Callable
+from typing import Callable, cast, Sequence
 
-from oxygen_ros.backends.async_io import block_slots, CameraUpload, JobClock, to_device
+from oxygen_ros.backends.async_io import (
+    block_slots, CameraUpload, ChunkDelivery, JobClock, to_device, TokenCopy)
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend
+from oxygen_ros.backends.frame_batch import (
+    encode_frames, plan_calls, prefill_rows, stack_prefixes)
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
@@ -99,8 +106,7 @@ class TorchBackend:
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
         self._images = CameraUpload(self.device)
-        self._token_host = torch.empty(0, dtype=torch.int64)
-        """Pinned host buffer the sampled token ids come back through (CUDA)."""
+        self._tokens = TokenCopy()
 
     @property
     def num_live_segments(self) -> int:
@@ -147,64 +153,56 @@ class TorchBackend:
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
         other._images = CameraUpload(self.device)
-        other._token_host = torch.empty(0, dtype=torch.int64)
+        other._tokens = TokenCopy()
         return other
 
-    def execute(self, plan: SchedulerOutput, frame: FrameInputs | None, *,
-                on_actions: Callable[[torch.Tensor], None] | None = None) -> BackendOutput:
+    def execute(self, plan: SchedulerOutput,
+                frames: FrameInputs | Sequence[FrameInputs] | None, *,
+                on_actions: Callable[[int, torch.Tensor], None] | None = None
+                ) -> BackendOutput:
         """
         Run every job of ``plan`` in order, with the backend's attention kernel.
 
-        :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
-        :param on_actions: called with the action chunk as soon as it is denoised, before
-            the text jobs that follow it in the plan (so it can be published at once).
-        :raises ValueError: the plan needs a frame it was not given.
+        :param frames: inputs of ``plan.frame_ids`` (required when the plan has vision or
+            denoise jobs).
+        :param on_actions: called with each frame's id and action chunk as soon as the call
+            that denoised it is done, before the jobs that follow it in the plan (so it can
+            be published at once).
+        :raises ValueError: the plan needs a frame it was not given (nothing has run).
         """
         with sdpa_context(self.attention):
-            return self._execute(plan, frame, on_actions)
+            return self._execute(plan, frames, on_actions)
 
     @torch.inference_mode()
-    def _execute(self, plan: SchedulerOutput, frame: FrameInputs | None,
-                 on_actions: Callable[[torch.Tensor], None] | None) -> BackendOutput:
+    def _execute(self, plan: SchedulerOutput,
+                 frames: FrameInputs | Sequence[FrameInputs] | None,
+                 on_actions: Callable[[int, torch.Tensor], None] | None) -> BackendOutput:
+        if plan.block_size != self.block_size:
+            raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
+        inputs = _frames_of(plan, frames)
         for req_id in plan.finished_req_ids:
             self._rows.pop(req_id, None)
         for seg_id in plan.freed_seg_ids:
             self._segments.pop(seg_id, None)
-        if plan.block_size != self.block_size:
-            raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
         self._new = {d.req_id: d for d in plan.new_requests}
         sampled: dict[str, list[torch.Tensor]] = {}
         marks: list[tuple[JobKind, object, object, dict[str, int]]] = []
-        actions = None
-        pending: tuple[torch.Tensor, object] | None = None
-        # On CUDA with a graph-replaying model, the chunk is handed over after the next job
+        # On CUDA with a graph-replaying model, chunks are handed over after the next call
         # is queued: the GPU keeps working while the host publishes.
-        defer = self._clock.events and self._decode_in_graph
-        for job in plan.jobs:
+        chunks = ChunkDelivery(on_actions, defer=self._clock.events and self._decode_in_graph)
+        for call in plan_calls(plan.jobs, inputs):
             t0 = self._clock.mark()
+            job, denoised = call[0], None
             if isinstance(job, VisionJob):
-                if frame is None or frame.frame_id != job.frame_id:
-                    raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
-                                     f'got inputs of {frame.frame_id if frame else None}')
-                images = self._images.upload(frame.images, frame.image_resize,
-                                             self.model.cfg.vision.image_size)
-                self._embeds[job.emb_id] = self.model.encode_images(images.to(self.cache.dtype))
-                info = {'batch_size': len(frame.images)}
+                info = self._vision(cast(tuple[VisionJob, ...], call), inputs)
             elif isinstance(job, PrefillJob):
-                self._prefill(job)
-                info = {'num_tokens': job.num_tokens}
+                info = self._prefill(cast(tuple[PrefillJob, ...], call))
             elif isinstance(job, SuffixJob):
                 self._suffix(job)
                 info = {'batch_size': len(job.rows), 'num_tokens': job.num_tokens}
             elif isinstance(job, DenoiseJob):
-                assert frame is not None and frame.frame_id == job.frame_id
-                prefix = self._segments[job.seg_ids[-1]]
-                noise = to_device(frame.noise, self.device)
-                if frame.guidance is None:
-                    actions = self.model.denoise(prefix, noise)
-                else:
-                    actions = self._guided_denoise(prefix, noise, frame.guidance)
-                info = {'num_tokens': self.model.cfg.num_denoise_steps}
+                denoised = self._denoise(cast(tuple[DenoiseJob, ...], call), inputs)
+                info = {'batch_size': len(call), 'num_tokens': self.model.cfg.num_denoise_steps}
             elif isinstance(job, SeedJob):
                 self._seed(job, sampled)
                 info = {'batch_size': len(job.req_ids)}
@@ -214,23 +212,44 @@ class TorchBackend:
             else:  # pragma: no cover - Job is a closed union
                 raise TypeError(f'unknown job {job!r}')
             marks.append((job.kind, t0, self._clock.mark(), info))
-            if pending is not None:
-                self._deliver(pending, on_actions)
-                pending = None
-            if isinstance(job, DenoiseJob):
-                pending = self._to_host(actions)
-                actions = pending[0]
-                if not defer:
-                    self._deliver(pending, on_actions)
-                    pending = None
-        if pending is not None:
-            self._deliver(pending, on_actions)
+            chunks.after_call(denoised, [cast(DenoiseJob, j).frame_id for j in call]
+                              if denoised is not None else ())
+        chunks.finish()
         self._embeds.clear()
-        tokens = self._token_ids(sampled)
+        tokens = self._tokens.to_host(sampled)
         timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
                         for kind, a, b, info in marks)
         forward = sum(t.seconds for t in timings)
-        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), actions, forward)
+        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), chunks.chunks,
+                             forward)
+
+    def _vision(self, jobs: tuple[VisionJob, ...], inputs: dict[int, FrameInputs]
+                ) -> dict[str, int]:
+        """Encode the images of the frames of ``jobs`` (one call); return the timing's info."""
+        frames = [inputs[job.frame_id] for job in jobs]
+        if len(frames) == 1:
+            frame = frames[0]
+            images = self._images.upload(frame.images, frame.image_resize,
+                                         self.model.cfg.vision.image_size)
+            embeds = [self.model.encode_images(images.to(self.cache.dtype))]
+        else:
+            embeds = encode_frames(self.model, self._images, frames, self.cache.dtype)
+        for job, emb in zip(jobs, embeds):
+            self._embeds[job.emb_id] = emb
+        return {'batch_size': sum(len(f.images) for f in frames)}
+
+    def _denoise(self, jobs: tuple[DenoiseJob, ...], inputs: dict[int, FrameInputs]
+                 ) -> torch.Tensor:
+        """Return the chunks of the frames of ``jobs``, ``[B, H, A]`` (one call)."""
+        prefixes = [self._segments[job.seg_ids[-1]] for job in jobs]
+        frames = [inputs[job.frame_id] for job in jobs]
+        noise = to_device(torch.cat([f.noise for f in frames]) if len(frames) > 1
+                          else frames[0].noise, self.device)
+        if frames[0].guidance is not None:
+            assert len(frames) == 1  # plan_calls runs a guided chunk alone
+            return self._guided_denoise(prefixes[0], noise, frames[0].guidance)
+        prefix = prefixes[0] if len(prefixes) == 1 else stack_prefixes(prefixes, self._null)
+        return self.model.denoise(prefix, noise)
 
     def _guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
                         guidance: RtcGuidance) -> torch.Tensor:
@@ -247,73 +266,37 @@ class TorchBackend:
             return fast(prefix, noise, on_device)
         return guided_denoise(self.model, prefix, noise, on_device)
 
-    def _to_host(self, actions: torch.Tensor) -> tuple[torch.Tensor, object]:
-        """Start copying the chunk to pinned host memory; return (host tensor, event)."""
-        if actions.device.type != 'cuda':
-            return actions, None
-        host = torch.empty(actions.shape, dtype=actions.dtype, pin_memory=True)
-        host.copy_(actions, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        return host, event
-
-    @staticmethod
-    def _deliver(pending: tuple[torch.Tensor, object],
-                 on_actions: Callable[[torch.Tensor], None] | None) -> None:
-        host, event = pending
-        if event is not None:
-            event.synchronize()  # type: ignore[attr-defined]
-        if on_actions is not None:
-            on_actions(host)
-
-    def _token_ids(self, sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
-        """
-        Copy every sampled id to the host at once (the cycle's one wait for text).
-
-        On CUDA through a persistent pinned buffer behind an event: one asynchronous copy,
-        then the host waits for that event only (not for the whole device).
-        """
-        parts = [p for ps in sampled.values() for p in ps]
-        if not parts:
-            return {}
-        ids = torch.cat([p.reshape(-1) for p in parts])
-        if ids.device.type == 'cuda':
-            if self._token_host.numel() < ids.numel():
-                self._token_host = torch.empty(max(ids.numel(), 2 * self._token_host.numel()),
-                                               dtype=torch.int64, pin_memory=True)
-            host = self._token_host[:ids.numel()]
-            host.copy_(ids, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            event.synchronize()
-            ids = host
-        flat = ids.tolist()
-        out, i = {}, 0
-        for req_id, ps in sampled.items():
-            n = sum(p.numel() for p in ps)
-            out[req_id] = tuple(flat[i:i + n])
-            i += n
-        return out
-
     # -- jobs ----------------------------------------------------------------------------
     def _block_slots(self, block_ids: tuple[int, ...], num_tokens: int) -> torch.Tensor:
         offset = self.block_offset
         ids = tuple(b + offset for b in block_ids) if offset else block_ids
         return block_slots(ids, num_tokens, self.block_size, self.device)
 
-    def _prefill(self, job: PrefillJob) -> None:
-        dev = self.device
-        slots = self._block_slots(job.block_ids, job.num_tokens)[None]
-        tokens = to_device([job.prompt_token_ids], dev, torch.int64)
-        if job.segment_kind is SegmentKind.TEXT:
-            assert job.parent_seg_id is not None
-            kwargs = {'context': self._segments[job.parent_seg_id]}
+    @property
+    def _null(self) -> int:
+        """Return the null block's first slot: where padded rows point (never read)."""
+        return (NULL_BLOCK_ID + self.block_offset) * self.block_size
+
+    def _prefill(self, jobs: tuple[PrefillJob, ...]) -> dict[str, int]:
+        """Prefill the segments of ``jobs`` (one call); return the timing's info."""
+        slots = [self._block_slots(j.block_ids, j.num_tokens) for j in jobs]
+        contexts = embeds = None
+        if jobs[0].segment_kind is SegmentKind.TEXT:
+            contexts = [self._segments[cast(int, j.parent_seg_id)] for j in jobs]
         else:
-            assert job.emb_id is not None
-            kwargs = {'image_embeds': self._embeds[job.emb_id]}
-        # masks None: every camera and prompt token is valid (the model need not check)
-        self._segments[job.seg_id] = self.model.prefill(tokens, None, cache=self.cache,
-                                                        slots=slots, **kwargs)
+            embeds = [self._embeds[cast(int, j.emb_id)] for j in jobs]
+        if len(jobs) == 1:
+            tokens = to_device([jobs[0].prompt_token_ids], self.device, torch.int64)
+            kwargs = {'context': contexts[0]} if contexts else {'image_embeds': embeds[0]}
+            # masks None: every camera and prompt token is valid (the model need not check)
+            out = [self.model.prefill(tokens, None, cache=self.cache, slots=slots[0][None],
+                                      **kwargs)]
+        else:
+            out = prefill_rows(self.model, self.cache, jobs, slots, self._null,
+                               image_embeds=embeds, contexts=contexts)
+        for job, prefix in zip(jobs, out):
+            self._segments[job.seg_id] = prefix
+        return {'batch_size': len(jobs), 'num_tokens': sum(j.num_tokens for j in jobs)}
 
     def _adapter_rows(self, flags: list[bool]) -> AdapterRows | None:
         """Return the suffix LoRA on the rows whose flag is set (None: no row uses it)."""
@@ -327,19 +310,13 @@ class TorchBackend:
         rows = job.rows
         parents = [self._segments[r.parent_seg_id] for r in rows]
         lengths = [len(r.prompt_token_ids) for r in rows]
-        width, ctx = max(lengths), max(p.slots.shape[1] for p in parents)
-        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        width, null = max(lengths), self._null
         tokens = to_device([list(r.prompt_token_ids) + [0] * (width - n)
                             for r, n in zip(rows, lengths)], dev, torch.int64)
         own = [self._block_slots(r.block_ids, n) for r, n in zip(rows, lengths)]
         slots = torch.stack([F.pad(o, (0, width - o.numel()), value=null) for o in own])
-        # the roots of one cycle are one frame's: equal lengths, no padding in the common case
-        ctx_slots = torch.stack([F.pad(p.slots[0], (0, ctx - p.slots.shape[1]), value=null)
-                                 for p in parents])
-        ctx_mask = torch.stack([F.pad(p.mask[0], (0, ctx - p.mask.shape[1])) for p in parents])
-        context = PrefixKV(self.cache, ctx_slots, ctx_mask,
-                           torch.cat([p.num_tokens for p in parents]),
-                           torch.cat([p.last_hidden for p in parents]))
+        # the roots of one robot's frame have one length; of several robots', padded
+        context = stack_prefixes(parents, null)
         token_mask = None if min(lengths) == width else to_device(
             [[i < n for i in range(width)] for n in lengths], dev, torch.bool)
         out = self.model.prefill_suffix(tokens, token_mask, context, slots=slots,
@@ -390,7 +367,7 @@ class TorchBackend:
             n = min(width, r.slots.numel())
             all_slots[i, :n] = r.slots[:n]
         tokens = torch.stack([r.last_token for r in rows])
-        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        null = self._null
         eos = job.eos_token_id if dev.type == 'cpu' else None
         deadline = job.deadline if dev.type == 'cpu' else None
         adapter = self._adapter_rows([r.use_adapter for r in rows])
@@ -440,3 +417,21 @@ class TorchBackend:
                 if bool((done | ~(s + 1 < steps)).all()):
                     break
         return out, steps_run
+
+
+def _frames_of(plan: SchedulerOutput, frames: FrameInputs | Sequence[FrameInputs] | None
+               ) -> dict[int, FrameInputs]:
+    """
+    Return the inputs by frame id, after checking that every vision and denoise job has its.
+
+    :raises ValueError: a frame the plan encodes or denoises without its inputs.
+    """
+    given = [] if frames is None else [frames] if isinstance(frames, FrameInputs) else \
+        list(frames)
+    inputs = {f.frame_id: f for f in given}
+    for job in plan.jobs:
+        if isinstance(job, (VisionJob, DenoiseJob)) and job.frame_id not in inputs:
+            verb = 'encodes' if isinstance(job, VisionJob) else 'denoises'
+            raise ValueError(f'plan {plan.cycle_id} {verb} frame {job.frame_id} but got '
+                             f'inputs of {sorted(inputs) or None}')
+    return inputs

@@ -332,8 +332,8 @@ class Engine:
         ready: list[ActionChunk | None] = []
         latency = [float('nan')]
 
-        def actions_ready(actions: torch.Tensor) -> None:
-            # only a frame's DenoiseJob calls this, so prepared and frame are set
+        def actions_ready(_frame_id: int, actions: torch.Tensor) -> None:
+            # only the frame's DenoiseJob calls this, so prepared and frame are set
             ready.append(self._action_chunk(actions, prepared, frame.frame_id,
                                             inputs.guidance is not None))
             if ready[0] is not None:
