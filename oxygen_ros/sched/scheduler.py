@@ -184,8 +184,8 @@ class Scheduler:
         Its decode budget (the last token is never fed back), its suffix on the action
         prefix, and a prefix of its own: none under OXYGEN on the action prefix (the root is
         the action's), else at most an action prefix (images + ``max_prefix_tokens``' prompt
-        slots, the size of ``action_reserve_blocks``). Admission keeps the reserve free while
-        the cycle's actions hold up to as much again, so a request needing at most
+        slots: ``prefix_blocks``). Admission keeps the reserve free while the cycle's
+        actions hold up to as much again, so a request needing at most
         ``capacity_blocks - 2 * action_reserve_blocks`` is admitted once the running ones end.
         """
         shares_root = request.context is TextContext.ACTION_PREFIX
