@@ -7,13 +7,13 @@ then every ``DenoiseJob``. :func:`plan_calls` cuts a plan into *calls*: a run of
 jobs of one kind on distinct frames (none depends on another) is split by shape into groups,
 each run as one batched model call; every other job is a call of its own:
 
-=============  ==================================================================  ==========
-jobs           one call when                                                       call
-=============  ==================================================================  ==========
-vision         the frames have as many cameras (and one resize filter)             B x N images
-prefill        one segment kind, as many cameras; prompts padded to the longest    B rows
-denoise        unguided (a guided chunk has its own target and mask: alone)        B chunks
-=============  ==================================================================  ==========
+=======  ================================================================  ============
+jobs     one call when                                                     shape
+=======  ================================================================  ============
+vision   the frames have as many cameras (and one resize filter)           B x N images
+prefill  one segment kind, as many cameras; prompts padded to the longest  B rows
+denoise  unguided (a guided chunk, its own target and mask: alone, after)  B chunks
+=======  ================================================================  ============
 
 A one-frame plan is one job per call, the calls of before. The batched calls equal the frames
 run one by one up to summation order (float32: 1e-5, ``test/backends/test_frame_batch.py``):
@@ -67,7 +67,13 @@ def _kind(job: Job) -> object:
 
 
 def _groups(run: list[Job], frames: Mapping[int, FrameInputs]) -> list[tuple[Job, ...]]:
-    """Split a run of independent jobs by shape, each group where its first job was."""
+    """
+    Split a run of independent jobs by shape, each group where its first job was.
+
+    The plain chunks come before the guided ones: their one call is shorter than a guided
+    denoise, and a guided robot's inference delay is measured and guided for (RTC), an
+    unguided one's is not.
+    """
     groups: dict[Hashable, list[Job]] = {}
     for job in run:
         frame = frames.get(_frame(job))
@@ -80,7 +86,7 @@ def _groups(run: list[Job], frames: Mapping[int, FrameInputs]) -> list[tuple[Job
         else:
             key = 'plain' if frame.guidance is None else ('guided', job.frame_id)
         groups.setdefault(key, []).append(job)
-    return [tuple(group) for group in groups.values()]
+    return [tuple(group) for key, group in sorted(groups.items(), key=lambda kv: kv[0] != 'plain')]
 
 
 def encode_frames(model: Pi05Model, upload: CameraUpload, frames: Sequence[FrameInputs],

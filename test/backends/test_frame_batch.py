@@ -163,6 +163,9 @@ def test_plan_calls_batch_runs_of_distinct_frames_by_shape():
                    [('P', 0), ('P', 2)], [('P', 1)], [('P', 0), ('P', 2)], [('P', 1)],
                    [('D', 0), ('D', 1)], [('D', 2)],                 # guided: alone
                    [('P', 0)], [('P', 0)]]                           # one frame twice: apart
+    # the plain chunks first, batched, then a guided one (of the tightest deadline) alone
+    denoise = [DenoiseJob(f'a{i}', i, (i,)) for i in (2, 0, 1)]
+    assert [[j.frame_id for j in call] for call in plan_calls(denoise, frames)] == [[0, 1], [2]]
     # a one-frame plan: one job per call, as before
     one = [VisionJob(0, 0), prefill(0, img, 0), prefill(0, txt, 1), DenoiseJob('a', 0, (0, 1))]
     assert plan_calls(one, frames_of((2,))) == [(job,) for job in one]
