@@ -18,11 +18,11 @@ that made it is done.
 
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
-host waits only twice: for the action chunks and for the sampled token ids at the end, each
-copied into pinned memory behind an event it waits for. Camera images go up through
-persistent pinned buffers and are resized there (``async_io.CameraUpload``). Models that
-decode greedily on the device (``decode_greedy`` / ``lm_greedy``, the compiled fast path)
-return token ids instead of logits.
+host waits only for the action chunks (once per denoise call: once for one robot) and for the
+sampled token ids at the end, each copied into pinned memory behind an event it waits for.
+Camera images go up through persistent pinned buffers and are resized there
+(``async_io.CameraUpload``). Models that decode greedily on the device (``decode_greedy`` /
+``lm_greedy``, the compiled fast path) return token ids instead of logits.
 """
 
 from __future__ import annotations
