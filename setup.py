@@ -45,5 +45,10 @@ setup(
             'oxygen_run_model = oxygen_ros.tools.run_model:main',
             'oxygen_doctor = oxygen_ros.tools.doctor:main',
         ],
+        # Backends beyond torch, by the `backend` parameter's value (backends/factory.py):
+        # the experimental TensorRT backend lives with oxygen_export, outside the runtime.
+        'oxygen_ros.backends': [
+            'tensorrt = oxygen_ros.tools.tensorrt.tensorrt_backend:create_backend',
+        ],
     },
 )

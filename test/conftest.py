@@ -8,7 +8,7 @@ its own ``triton.language`` helpers included, is defined.
 
 import os
 
-from oxygen_ros.backends.compile_cache import COMPILE_CACHE_ENV
+from oxygen_ros.backends.fast_path.compile_cache import COMPILE_CACHE_ENV
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model, load_tokenizer

@@ -56,15 +56,15 @@ def half(device: str) -> torch.dtype:
 
 def triton_kernels(device: str) -> ModuleType:
     """
-    Return ``model/kernels/paged_decode``, or skip unless its kernels run on ``device`` here.
+    Return ``fast_path/kernels/paged_decode``, or skip unless its kernels run on ``device``.
 
     On the CPU they run interpreted, which ``test/conftest.py`` sets up only without CUDA; a
     process with a GPU builds them for the GPU and runs their ``cuda`` cases instead.
     """
     pytest.importorskip('triton', reason='the Triton kernels need triton (requirements/test.txt)')
-    from oxygen_ros.model.paged_attention import load_kernel
+    from oxygen_ros.backends.fast_path.paged_attention import load_kernel
     load_kernel()
-    from oxygen_ros.model.kernels import paged_decode
+    from oxygen_ros.backends.fast_path.kernels import paged_decode
     if device == 'cpu' and not paged_decode.INTERPRETED:
         pytest.skip('the kernels are built for the GPU in this process (TRITON_INTERPRET unset '
                     'where CUDA is available): their CPU case runs in CI')

@@ -22,7 +22,7 @@ def interpreted_kernel():
     """
     pytest.importorskip('triton', reason='the paged attention kernel needs triton '
                                          '(requirements/test.txt)')
-    module = importlib.import_module('oxygen_ros.model.kernels.paged_decode')
+    module = importlib.import_module('oxygen_ros.backends.fast_path.kernels.paged_decode')
     if not module.INTERPRETED:
         pytest.skip('the kernels are compiled for the GPU in this process (TRITON_INTERPRET '
                     'unset: the CPU checks run in the interpreter)')

@@ -12,7 +12,7 @@ truth, used by nothing in ``oxygen_ros/``.
 from __future__ import annotations
 
 from oxygen_ros.model.layers import rope_cos_sin
-from oxygen_ros.model.masks import make_attn_mask, suffix_ar
+from oxygen_ros.model.masks import make_attn_mask
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.model.prefix import padded_prefix
 
@@ -22,6 +22,17 @@ from torch import nn
 
 MASKED_LOGIT = -2.3819763e38
 """openpi's fill value for masked attention logits (a fully masked row becomes uniform)."""
+
+
+def suffix_ar(horizon: int, device: torch.device | str = 'cpu') -> torch.Tensor:
+    """
+    Return the ar flags of the π0.5 action suffix: ``[1, 0, ..., 0]`` (int64 ``[H]``).
+
+    Actions see the whole valid prefix and each other; the prefix never sees them.
+    """
+    ar = torch.zeros(horizon, dtype=torch.int64, device=device)
+    ar[0] = 1
+    return ar
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

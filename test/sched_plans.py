@@ -35,7 +35,7 @@ def run(sched, out, token_of=lambda req_id, n: 100 + n, timings=()):
         if isinstance(job, SeedJob):
             rows = [(r, 1) for r in job.req_ids]
         elif isinstance(job, DecodeJob):
-            rows = list(zip(job.req_ids, job.num_steps))
+            rows = list(zip(job.req_ids, job.num_tokens))
         else:
             continue
         for req_id, n in rows:

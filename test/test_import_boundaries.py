@@ -38,11 +38,20 @@ LAYERS = {
 """Which other parts of oxygen_ros each part may import (any import: top level, in a function
 or under TYPE_CHECKING)."""
 
-EXPERIMENTAL = 'oxygen_ros.backends.experimental'
-"""The ONNX export and the TensorRT backend: built on the core backends, never the reverse."""
-DOORS_TO_EXPERIMENTAL = ['oxygen_ros.backends.factory', 'oxygen_ros.tools.export']
-"""The only modules outside it that import it, each inside the function that selects it
-(``make_backend`` for ``backend: tensorrt``, the ``oxygen_export`` script)."""
+EXPERIMENTAL = 'oxygen_ros.tools.tensorrt'
+"""The ONNX export and the TensorRT backend, beside ``oxygen_export``: built on the core
+backends, never imported by the runtime (``backend: tensorrt`` loads it as a plugin)."""
+DOORS_TO_EXPERIMENTAL = ['oxygen_ros.tools.export']
+"""The only module outside it that imports it, inside the function that runs the export."""
+FAST_PATH = 'oxygen_ros.backends.fast_path'
+"""The torch backend's fast path (static shapes, CUDA graphs, the parity gate, its kernels)."""
+DOORS_TO_FAST_PATH = ['oxygen_ros.backends.attention', 'oxygen_ros.backends.factory']
+"""The only runtime modules outside it that import it, each inside a function: ``make_backend``
+when ``compile_mode`` asks for it, and the attention switch, which turns the paged kernel on or
+off for the attention backend (``sdpa_context``)."""
+BACKEND_PLUGINS = {'tensorrt': f'{EXPERIMENTAL}.tensorrt_backend:create_backend'}
+"""The entry points of group ``oxygen_ros.backends`` (``setup.py``) by which the factory finds a
+backend beyond torch: the runtime names none of them in an import."""
 
 
 def loaded_after_import(modules: list[str]) -> set[str]:
@@ -221,7 +230,7 @@ def test_every_import_follows_the_layers():
 
 
 def test_checkpoint_conversion_imports_neither_jax_nor_tensorstore_nor_ros():
-    loaded = loaded_after_import(of('oxygen_ros.checkpoint'))
+    loaded = loaded_after_import(of('oxygen_ros.checkpoint') + of('oxygen_ros.tools.convert'))
     assert not {'jax', 'tensorstore', 'orbax', 'rclpy'} & loaded
 
 
@@ -255,13 +264,39 @@ def test_the_experimental_backends_are_imported_only_where_selected():
     assert importers == DOORS_TO_EXPERIMENTAL
     for module in importers:                  # lazily: inside the selecting function
         assert not [t for t in module_level_imports(module) if _experimental(t)], module
-    core = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine')
-            if not _experimental(m)]
+    core = of('oxygen_ros.backends') + of('oxygen_ros.engine')
     assert not [m for m in loaded_after_import(core) if _experimental(m)]
 
 
+def _fast_path(module: str) -> bool:
+    return module == FAST_PATH or module.startswith(FAST_PATH + '.')
+
+
+def test_the_fast_path_is_entered_through_two_doors_only():
+    graph = import_graph()
+    importers = sorted(src for src, targets in graph.items() if not _fast_path(src)
+                       and not src.startswith('oxygen_ros.tools')
+                       and any(_fast_path(t) for t in targets))
+    assert importers == DOORS_TO_FAST_PATH
+    for module in importers:                  # lazily: inside the function that selects it
+        assert not [t for t in module_level_imports(module) if _fast_path(t)], module
+    eager = [m for m in of('oxygen_ros.backends') + of('oxygen_ros.engine') if not _fast_path(m)]
+    assert not [m for m in loaded_after_import(eager) if _fast_path(m)]
+
+
+def test_backends_beyond_torch_are_plugins_named_in_the_package_metadata():
+    from importlib import metadata
+    from oxygen_ros.backends.config import BackendKind
+    from oxygen_ros.backends.factory import BACKEND_PLUGINS as GROUP, plugin
+    found = {ep.name: ep.value for ep in metadata.entry_points(group=GROUP)}
+    assert found == BACKEND_PLUGINS, 'stale package metadata? reinstall: make setup'
+    assert set(found) == {k.value for k in BackendKind} - {'torch'}
+    from oxygen_ros.tools.tensorrt.tensorrt_backend import create_backend
+    assert plugin('tensorrt') is create_backend
+
+
 def test_module_level_imports_skip_function_bodies():
-    assert 'oxygen_ros.backends.fast_backend' not in module_level_imports(
+    assert 'oxygen_ros.backends.fast_path.backend' not in module_level_imports(
         'oxygen_ros.backends.factory')
     assert 'oxygen_ros.backends.torch_backend' in module_level_imports(
         'oxygen_ros.backends.factory')

@@ -2,20 +2,20 @@
 The attention-kernel switch: ``torch.nn.attention.sdpa_kernel`` around the model's calls.
 
 ``AttentionBackend`` (``backends/config.py``; the engine's ``attention_backend``, else
-``$OXYGEN_ROS_ATTENTION``) names the kernel; :func:`sdpa_context` is the context the torch
-backend runs its warm-up (compiling and capturing: the kernel is chosen while tracing) and
-every cycle in. AUTO leaves PyTorch's choice alone, except that where compiled for CUDA
-decode steps, causal suffixes and the denoise read the KV pool in place with the paged Triton
-kernel (``model/paged_attention.py``, the denoise fused: ``model/denoise_fused.py``; the
-graph builder loads the kernels on CUDA), the prefill's prefix attends itself with
-FlexAttention (``model/flex.py``) and the other short-query attention runs as two matrix
-products; MATMUL runs the short-query attention as matrix products everywhere (decode
-and denoise gather their context); TRITON runs decode, suffixes and the denoise with the
-paged kernel everywhere the fast path runs them (eager kernels in graphs too; on the CPU only
-under ``TRITON_INTERPRET=1``) and the prefill's prefix with SDPA (AUTO without
-FlexAttention); FLEX runs the prefill's prefix and SigLIP's attention with
-FlexAttention where compiled, on any device; the SDPA kernel names run every attention call
-with that kernel (decode and denoise gather their context; no FlexAttention).
+``$OXYGEN_ROS_ATTENTION``) names the kernel; :func:`sdpa_context` is the context the torch backend
+runs its warm-up (compiling and capturing: the kernel is chosen while tracing) and every cycle in.
+AUTO leaves PyTorch's choice alone, except that where compiled for CUDA decode steps, causal
+suffixes and the denoise read the KV pool in place with the paged Triton kernel
+(``backends/fast_path/paged_attention.py``, the denoise fused:
+``backends/fast_path/denoise_fused.py``; the graph builder loads the kernels on CUDA), the
+prefill's prefix attends itself with FlexAttention (``model/flex.py``) and the other short-query
+attention runs as two matrix products; MATMUL runs the short-query attention as matrix products
+everywhere (decode and denoise gather their context); TRITON runs decode, suffixes and the denoise
+with the paged kernel everywhere the fast path runs them (eager kernels in graphs too; on the CPU
+only under ``TRITON_INTERPRET=1``) and the prefill's prefix with SDPA (AUTO without FlexAttention);
+FLEX runs the prefill's prefix and SigLIP's attention with FlexAttention where compiled, on any
+device; the SDPA kernel names run every attention call with that kernel (decode and denoise gather
+their context; no FlexAttention).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     """
     if backend is AttentionBackend.AUTO:
         return nullcontext()
+    from oxygen_ros.backends.fast_path.paged_attention import paged_kernel
     from oxygen_ros.model.flex import flex_kernels
     from oxygen_ros.model.layers import matmul_short_queries
-    from oxygen_ros.model.paged_attention import paged_kernel
     if backend is AttentionBackend.FLEX:
         return flex_kernels(True)
     stack = ExitStack()

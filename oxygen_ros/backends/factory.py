@@ -1,14 +1,20 @@
 """
-Choosing the backend that executes plans: PyTorch (CPU/CUDA, optionally compiled) or TensorRT.
+Choosing the backend that executes plans: PyTorch (CPU/CUDA, eager or the fast path), or a plugin.
 
-Every backend implements ``interface.Backend``. The fast path and the experimental TensorRT
-backend (``experimental/``, never run on TensorRT) are imported only when selected: this is
-the one module of the core backends that names the experimental package.
+Every backend implements ``interface.Backend``. The torch backend is the core's own; its fast
+path (``fast_path/``) is imported only when ``compile_mode`` asks for it. Any other backend
+is a plugin: a setuptools entry point of the group :data:`BACKEND_PLUGINS` whose name is the
+``backend`` parameter's value, as ros2cli finds its commands (``ros2cli.command``) and vLLM
+its platforms (``vllm.platform_plugins``). The package registers one, ``tensorrt``: the
+experimental ONNX / TensorRT chain, which lives with the ``oxygen_export`` tool
+(``tools/tensorrt/``, never run on TensorRT), so the runtime layers never import it
+(``test/test_import_boundaries.py``; docs/gpu.md#onnx-and-tensorrt).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import metadata
+from typing import Any, Callable
 
 from oxygen_ros.backends.config import BackendConfig, BackendKind, CompileMode
 from oxygen_ros.backends.errors import BackendUnavailableError
@@ -17,6 +23,12 @@ from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 
+BACKEND_PLUGINS = 'oxygen_ros.backends'
+"""Entry point group of the backends beyond torch: ``name = module:function`` where
+``function(config: BackendConfig, model: Pi05Model, num_blocks: int) -> Backend``."""
+
+PluginFactory = Callable[[BackendConfig, Pi05Model, int], Backend]
+
 
 def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
                  adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
@@ -24,38 +36,48 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
     Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
 
     ``config.compile_mode`` (AUTO resolved for the device) other than NONE puts every
-    per-cycle model call of the torch backend on the fast path (``compiled.py``: static
-    shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); TensorRT
-    ignores it (its engines are compiled already).
+    per-cycle model call of the torch backend on the fast path (``fast_path/model.py``:
+    static shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); a
+    plugin backend ignores it (TensorRT's engines are compiled already).
 
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
-    :param fast_path: options of ``CompiledTorchBackend.create`` (``only``,
+    :param fast_path: options of ``FastPathBackend.create`` (``only``,
         ``camera_counts``, ``backend``, ``progress``, ``reference``, ``precompile``,
         ``extra_jacobian_steps``), used
         when the fast path is on (the benchmarks narrow it to their workload).
-    :raises BackendUnavailableError: TensorRT selected where it cannot be imported or run
-        (the message says what to install).
-    :raises ValueError: an adapter with TensorRT (its graphs have no LoRA).
+    :raises BackendUnavailableError: a plugin that is not installed, or cannot be imported
+        or run here (TensorRT: the message says what to install).
+    :raises ValueError: an adapter with a plugin backend (TensorRT's graphs have no LoRA).
     """
     if config.backend is BackendKind.TORCH:
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
             return TorchBackend(model, num_blocks, config.block_size,
                                 attention=config.attention, adapter=adapter)
-        from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-        return CompiledTorchBackend.create(config, model, num_blocks, adapter=adapter,
-                                           **fast_path)
+        from oxygen_ros.backends.fast_path.backend import FastPathBackend
+        return FastPathBackend.create(config, model, num_blocks, adapter=adapter,
+                                      **fast_path)
     if adapter is not None:
         raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
                          f'backend {config.backend.value!r} has no LoRA in its graphs: use '
                          f'backend torch, or no memory_adapter')
-    if config.backend is BackendKind.TENSORRT:
-        from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
-        from oxygen_ros.backends.experimental.trt_profiles import TrtPrecision
-        return TensorRTBackend.create(config, model, num_blocks,
-                                      precision=TrtPrecision(config.trt_precision),
-                                      cache_dir=config.engine_cache_dir)
-    raise ValueError(f'unknown backend {config.backend!r}')
+    return plugin(config.backend.value)(config, model, num_blocks)
 
 
-__all__ = ['BackendUnavailableError', 'make_backend']
+def plugin(name: str) -> PluginFactory:
+    """
+    Return the factory that the entry point ``name`` of :data:`BACKEND_PLUGINS` names.
+
+    :raises BackendUnavailableError: no such entry point in the installed packages' metadata
+        (the package installed before it registered one: reinstall it).
+    """
+    found = metadata.entry_points(group=BACKEND_PLUGINS, name=name)
+    if not found:
+        raise BackendUnavailableError(
+            f'backend {name!r} is not installed: no entry point {name!r} in group '
+            f'{BACKEND_PLUGINS!r} (the oxygen_ros package registers it in setup.py; reinstall '
+            f"it: 'make setup' or 'colcon build'), or use backend 'torch'")
+    return next(iter(found)).load()
+
+
+__all__ = ['BACKEND_PLUGINS', 'BackendUnavailableError', 'make_backend', 'plugin']

@@ -1,9 +1,9 @@
 """
 Greedy token ids as the backends compute them: on the device where the model can, else argmax.
 
-The compiled fast path (``compiled.CompiledModel``) puts the LM head and the argmax inside its
+The fast path (``fast_path.model.FastPathModel``) puts the LM head and the argmax inside its
 graphs (``decode_greedy``, ``lm_greedy``) and k decode steps in one graph
-(``decode_greedy_steps``, ``decode_steps.py``); the eager model returns logits.
+(``decode_greedy_steps``, ``fast_path/decode_steps.py``); the eager model returns logits.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ split of ``SchedulerInterface`` (``vllm/v1/core/sched/interface.py``) from the m
 nothing here plans and nothing in the scheduler touches a tensor.
 
 Implementations: ``torch_backend.TorchBackend`` (eager PyTorch, CPU or CUDA),
-``fast_backend.CompiledTorchBackend`` (the same job program on the fast path: static shapes,
-CUDA graphs) and ``experimental/tensorrt_backend.TensorRTBackend`` (never run on TensorRT).
+``fast_path.backend.FastPathBackend`` (the same job program on the fast path: static shapes,
+CUDA graphs) and ``tools/tensorrt/tensorrt_backend.TensorRTBackend`` (never run on TensorRT).
 ``factory.make_backend`` builds one; ``test/backends/test_interface.py`` checks that each
 class has every member below with the same signature.
 
@@ -34,10 +34,10 @@ from oxygen_ros.transforms.images import ImageResize
 if TYPE_CHECKING:
     import numpy as np
     from oxygen_ros.backends.config import AttentionBackend
+    from oxygen_ros.model.guidance import RtcGuidance
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.lora import SuffixLoRA
     from oxygen_ros.model.pi05 import Pi05Model
-    from oxygen_ros.model.rtc import RtcGuidance
     from oxygen_ros.sched.output import RunnerOutput, SchedulerOutput
     import torch
 
@@ -165,7 +165,7 @@ class Backend(Protocol):
     """
     The model calls the jobs run on: ``Pi05Model`` itself (eager), or an object with its
     ``encode_images``, ``prefill``, ``prefill_suffix``, ``denoise``, ``decode_step`` and
-    ``lm_logits`` and their shapes (the fast path's ``compiled.CompiledModel``, TensorRT's
+    ``lm_logits`` and their shapes (the fast path's ``fast_path.model.FastPathModel``, TensorRT's
     ``GraphRunner``). The benchmarks time these calls on the backend's pool between cycles.
     """
     cache: KVCache

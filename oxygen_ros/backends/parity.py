@@ -18,14 +18,22 @@ inequality). ``FACTOR = 3`` leaves a margin over that worst case, while a wrong 
 missing mask, a wrong layer, a scaled output) differs by O(1) relative, far beyond 3x
 rounding. In a float32 model ``e = 0`` and the floor alone decides (``FLOOR = 1e-4`` relative:
 compiled float32 kernels differ by ~1e-6). Non-finite compiled outputs always fail.
+
+The float32 reference is a copy of the model's weights (:func:`float32_copy`, built by
+:func:`model_copy`), which the FP8 load check (``fp8_gate.py``) makes in bf16 too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import logging
 from typing import Sequence
 
+from oxygen_ros.model.fp8 import fp8_kernel_of
+from oxygen_ros.model.pi05 import Pi05Model
 import torch
+
+_LOG = logging.getLogger(__name__)
 
 FLOOR = 1e-4
 """Tolerance relative to the output scale when rounding is below it (float32 models)."""
@@ -97,4 +105,44 @@ def check_parity(name: str, compiled: Sequence[torch.Tensor], eager: Sequence[to
                         finite)
 
 
-__all__ = ['FACTOR', 'FLOOR', 'ParityResult', 'check_parity']
+def float32_copy(model: Pi05Model) -> Pi05Model | None:
+    """
+    Return a float32 copy of a 16-bit model (same weights, upcast), or None for float32.
+
+    The parity gate's reference (``model_copy`` in float32).
+
+    :raises ValueError: an FP8-quantized model (its reference is made from its unquantized
+        weights before quantizing: ``engine/loading.py``).
+    """
+    if fp8_kernel_of(model) is None and model.dtype == torch.float32:
+        return None
+    return model_copy(model, torch.float32)
+
+
+def model_copy(model: Pi05Model, dtype: torch.dtype) -> Pi05Model:
+    """
+    Return a copy of ``model`` in ``dtype`` (``Pi05Model.parameter_dtypes``), eval mode.
+
+    Built on the model's device; where that runs out of memory, on the CPU (slower, same
+    numbers).
+
+    :raises ValueError: an FP8-quantized model (its E4M3 weights are no model dtype).
+    :raises RuntimeError: no memory anywhere.
+    """
+    if fp8_kernel_of(model) is not None:
+        raise ValueError('the model has FP8 weights: its float32 reference is a copy of the '
+                         'unquantized weights, made before quantizing (engine/loading.py '
+                         'load_model hands it to the fast path as reference=)')
+    for device in dict.fromkeys((model.device, torch.device('cpu'))):
+        try:
+            with torch.device('meta'):
+                out = Pi05Model(model.cfg, untied_lm_head=model.lm_head is not None)
+            out = out.set_precision(dtype).to_empty(device=device)
+            out.load_state_dict(model.state_dict())
+            return out.eval()
+        except torch.OutOfMemoryError:
+            _LOG.warning('no memory for a %s copy of the model on %s', dtype, device)
+    raise RuntimeError(f'no memory for a {dtype} copy of the model')
+
+
+__all__ = ['FACTOR', 'FLOOR', 'ParityResult', 'check_parity', 'float32_copy', 'model_copy']

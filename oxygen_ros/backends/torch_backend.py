@@ -10,7 +10,7 @@ call per token (on the fast path with no early stop, one graph replay for the jo
 
 Attention reads of a decode step: the eager model gathers the rows' context slots (one
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
-kernel (``model/paged_attention.py``).
+kernel (``backends/fast_path/paged_attention.py``).
 
 A plan may hold the frames of several robots: their vision, prefills and denoise run batched
 where shapes agree (``frame_batch.py``), and each chunk is handed over as soon as the call
@@ -41,10 +41,10 @@ from oxygen_ros.backends.frame_batch import (
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.sched.output import (
     DecodeJob, DenoiseJob, JobKind, JobTiming, NewRequestData, PrefillJob, RunnerOutput,
     SchedulerOutput, SeedJob, SegmentKind, SuffixJob, VisionJob)
@@ -256,8 +256,8 @@ class TorchBackend:
         """
         Denoise with real-time chunking: one vector-Jacobian product through the expert per step.
 
-        On the fast path (``CompiledModel.guided_denoise``) where it has a graph, else eagerly
-        with autograd (``model/rtc.py``).
+        On the fast path (``FastPathModel.guided_denoise``) where it has a graph, else eagerly
+        with autograd (``model/guidance.py``).
         """
         on_device = replace(guidance, target=to_device(guidance.target, self.device),
                             soft_mask=to_device(guidance.soft_mask, self.device))
@@ -357,11 +357,11 @@ class TorchBackend:
         dev = self.device
         rows = [self._rows[req_id] for req_id in job.req_ids]
         num_rows = len(rows)
-        steps = to_device(list(job.num_steps), dev, torch.int64)
+        steps = to_device(list(job.num_tokens), dev, torch.int64)
         # context length of each row before this job: prefix + tokens already fed
         lengths = [r.num_prefix_tokens + r.num_fed for r in rows]
         base = to_device(lengths, dev, torch.int64)
-        width = max(n + s for n, s in zip(lengths, job.num_steps))
+        width = max(n + s for n, s in zip(lengths, job.num_tokens))
         all_slots = torch.zeros(num_rows, width, dtype=torch.int64, device=dev)
         for i, r in enumerate(rows):
             n = min(width, r.slots.numel())
@@ -379,7 +379,7 @@ class TorchBackend:
         if out is None:
             out, steps_run = self._decode_each(job, tokens, base, steps, all_slots, max(lengths),
                                                null, eos, deadline, adapter)
-        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_steps)):
+        for i, (req_id, r, n) in enumerate(zip(job.req_ids, rows, job.num_tokens)):
             n = min(n, steps_run)
             r.num_fed += n
             r.last_token = out[i, n - 1]

@@ -1,1 +1,1 @@
-"""Checkpoints: openpi-PyTorch and LeRobot weights read and written, openpi JAX converted."""
+"""Checkpoints: openpi-PyTorch and LeRobot weights read and written (openpi JAX: tools/convert)."""

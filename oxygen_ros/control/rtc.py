@@ -8,7 +8,7 @@ the new chunk toward the previous chunk's points for the same times (the guidanc
 ``Y``), under a soft mask ``W`` over the new chunk: the first ``d`` points, executed before the
 new chunk arrives, are frozen to the previous chunk (the prefix), the next ones are pulled with
 exponentially decaying weights, the rest is free. The guided sampler, the torch math that
-denoises with ``Y`` and ``W`` and the guidance weight ``beta``, is ``model/rtc.py``; this
+denoises with ``Y`` and ``W`` and the guidance weight ``beta``, is ``model/guidance.py``; this
 module decides ``Y``, ``W`` and ``d``, in numpy (no torch, no ROS):
 
 - :func:`soft_mask`, the paper's eq. 5 with hold-last padding past the previous chunk's end;
@@ -121,7 +121,7 @@ class PreviousChunk:
 @dataclass(frozen=True, slots=True)
 class GuidanceTarget:
     """
-    What RTC guides one new chunk toward (the sampler's ``model.rtc.RtcGuidance``, in numpy).
+    What RTC guides one new chunk toward (the sampler's ``model.guidance.RtcGuidance``, in numpy).
 
     :ivar target: ``float32 [H, A]`` ``Y``, normalized model space; 0 where ``soft_mask`` is 0.
     :ivar soft_mask: ``float64 [H]`` ``W`` (:func:`soft_mask`).

@@ -13,7 +13,7 @@ naively can jump where they disagree. Two remedies, chosen by the node's ``chunk
   points, which the robot executes before the chunk can arrive (``d`` = the inference delay
   in steps, measured), are frozen to the previous chunk, the next ones are soft-masked with
   exponentially decaying weights, the rest is free. Its policy (soft mask, target, delay) is
-  ``rtc.py`` beside this module, its guided sampler ``model/rtc.py``.
+  ``rtc.py`` beside this module, its guided sampler ``model/guidance.py``.
 
 This module holds the choice and the temporal ensemble. Pure numpy, no ROS, no torch.
 """

@@ -31,9 +31,10 @@ from oxygen_ros.engine.loading import (
     LoadedModel)
 from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, TextOutput
 from oxygen_ros.engine.text_states import TextStates
+from oxygen_ros.engine.warm_texts import warm_texts
+from oxygen_ros.model.guidance import RtcGuidance
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import RtcGuidance
 from oxygen_ros.observation import Observation
 from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
 from oxygen_ros.sched.request_queue import QueueFullError
@@ -395,30 +396,18 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:
         """
-        Run full cycles with a text request of each kind of context in use.
+        Run full cycles with a text request of each kind of context in use, then a full batch.
 
         Fills caches, warms every text path (own prompt, suffix on the action prefix, the
-        memory adapter) and gives the cost model its first measurements. With ``config.rtc``
-        one guided cycle follows (the same frame again: every point guided), so that the first
-        guided cycle of the robot does not pay the guided path's cold start, and its inference
-        delay is measured on a warm path.
+        memory adapter), gives the cost model its first measurements, then decodes up to
+        ``max_running_requests`` questions of the whole budget at once: a burst's largest batch
+        and context, its memory there before the first burst (``docs/robustness.md#soak``).
+        With ``config.rtc`` a guided cycle follows: the robot's first guided one runs warm.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
-        limit = self.config.max_waiting_requests
-        self.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
-        try:
-            req_ids = {self.submit_text(task, max_tokens=2, question='what is on the table?'
-                                        if task is TextTask.ANSWER else None)
-                       for task in tasks.values()}
-        finally:
-            self.set_max_waiting_requests(limit)
-        for _ in range(3):
-            out = self.step(observation)
-            req_ids -= {t.req_id for t in out.texts}
-            if not req_ids:
-                break
-        for req_id in req_ids:
-            self.abort(req_id)
+        warm_texts(self, observation, list(tasks.values()), 2)
+        warm_texts(self, observation, [TextTask.ANSWER] * self.config.max_running_requests,
+                   self.model_cfg.decode_budget, as_the_pool_holds=True)
         if self.config.rtc:
             self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0

@@ -99,7 +99,7 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
     if config.quantization is Quantization.NONE:
         return LoadedModel(model)
     from oxygen_ros.backends.fp8_gate import check_fp8_actions
-    from oxygen_ros.backends.parity_probe import model_copy
+    from oxygen_ros.backends.parity import model_copy
     from oxygen_ros.model.fp8 import (
         describe_quantization, fp8_kernel, Fp8Unsupported, quantized_copy)
 

@@ -151,15 +151,6 @@ class KVCacheManager:
     def lookup(self, key: Hashable) -> Segment | None:
         return self._segments.get(key)
 
-    def owner_table(self, owner: str) -> tuple[tuple[Segment, ...], tuple[int, ...]]:
-        """
-        Return the prefix chain and private blocks of ``owner``.
-
-        :raises KeyError: unknown owner.
-        """
-        table = self._owners[owner]
-        return table.segments, table.block_ids
-
     def blocks_needed(self, chain: Sequence[SegmentSpec], num_private_tokens: int) -> int:
         """Return blocks ``allocate`` would take now for this chain (hits cost nothing)."""
         new = sum(self.blocks_for(spec.num_tokens) for spec in chain
@@ -223,14 +214,14 @@ class KVCacheManager:
         :raises KeyError: unknown owner.
         """
         table = self._owners.pop(owner)
-        self.pool.decref(table.block_ids)
+        self.pool.free(table.block_ids)
         freed: list[Segment] = []
         for seg in reversed(table.segments):
             seg.ref_cnt -= 1
             assert seg.ref_cnt >= 0
             if seg.ref_cnt == 0:
                 del self._segments[seg.key]
-                self.pool.decref(seg.block_ids)
+                self.pool.free(seg.block_ids)
                 freed.append(seg)
         return tuple(freed)
 

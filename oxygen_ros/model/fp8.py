@@ -66,7 +66,7 @@ def scaled_mm_kernel(enabled: bool) -> Iterator[None]:
 
     Off, they multiply as ``DEQUANT`` does (the weights' rounding only): the fast path's
     warm-up compiles a step again so where its FP8 product fails to build, capture or pass
-    the gate (``backends/warmup.py``). Read while tracing: Dynamo guards on it.
+    the gate (``backends/fast_path/warmup.py``). Read while tracing: Dynamo guards on it.
     """
     global _scaled_mm_enabled
     before, _scaled_mm_enabled = _scaled_mm_enabled, enabled

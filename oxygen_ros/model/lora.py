@@ -185,7 +185,7 @@ class SuffixLoRA(nn.Module):
     def folded(self, input_scales: list[torch.Tensor],
                post_scales: list[torch.Tensor]) -> SuffixLoRA:
         """
-        Return the adapter for norm-folded layers (``model/folding.py``).
+        Return the adapter for norm-folded layers (``backends/fast_path/folding.py``).
 
         A folded layer feeds the bare ``x̂`` to Q/K/V and gate/up; the adapter's ``A`` of those
         two then carries the norm scale: ``A diag(1 + w)`` (float32, rounded once).

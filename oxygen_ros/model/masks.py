@@ -42,15 +42,4 @@ def text_ar(attention: PrefixAttention) -> int:
     return 1 if attention is PrefixAttention.CAUSAL_TEXT else 0
 
 
-def suffix_ar(horizon: int, device: torch.device | str = 'cpu') -> torch.Tensor:
-    """
-    Return the ar flags of the π0.5 action suffix: ``[1, 0, ..., 0]`` (int64 ``[H]``).
-
-    Actions see the whole valid prefix and each other; the prefix never sees them.
-    """
-    ar = torch.zeros(horizon, dtype=torch.int64, device=device)
-    ar[0] = 1
-    return ar
-
-
-__all__ = ['make_attn_mask', 'suffix_ar', 'text_ar']
+__all__ = ['make_attn_mask', 'text_ar']

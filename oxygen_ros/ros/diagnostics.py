@@ -29,6 +29,7 @@ import numpy as np
 from oxygen_ros.control.action_space import ClipCount
 from oxygen_ros.engine.config import QUANTIZATION_FALLBACK
 from oxygen_ros.engine.outputs import CycleStats
+from oxygen_ros.ros.heap import HeapFigures
 from oxygen_ros.ros.observation_cache import InputIssue
 from std_msgs.msg import Header
 
@@ -75,6 +76,8 @@ class EngineDiagnostics:
         self._ticks: deque[_Tick] = deque()
         self.security = 'off'
         """DDS security as the node started (``SecuritySettings.describe``)."""
+        self._heap: HeapFigures | None = None
+        self._trims = (0, 0, 0.0)
         self.reset(preset, random_weights)
 
     def reset(self, preset: str, random_weights: bool, action_space: str = '',
@@ -111,6 +114,19 @@ class EngineDiagnostics:
             self._memory_adapter = 'none'
             self.quantization = 'none'
             """The weights' quantization as it runs (``Engine.describe_quantization``)."""
+
+    def record_heap(self, figures: HeapFigures | None, trims: int, released: int,
+                    last_trim_s: float) -> None:
+        """
+        Record the process's memory (``heap.HeapTrimmer``: kept across ``reset``).
+
+        :param figures: RSS and glibc malloc's figures (None: not glibc; shown as ``n/a``).
+        :param trims: ``malloc_trim`` calls so far; ``released``: the RSS bytes they freed;
+            ``last_trim_s``: how long the last one took.
+        """
+        with self._lock:
+            self._heap = figures
+            self._trims = (trims, released, last_trim_s)
 
     def set_text_setup(self, contexts: str, adapter: str) -> None:
         """Record what each text task reads and the memory adapter (``Engine.describe_*``)."""
@@ -318,6 +334,7 @@ class EngineDiagnostics:
             ('KV use (%)', f'{100 * self._kv_fraction():.1f}'),
             ('KV used (MiB)', f'{(s.kv_used_bytes if s else 0) / _MIB:.2f}'),
         ]
+        values += self._memory_values()
         values += [(f'rejected: {issue.value}', str(self._rejections[issue]))
                    for issue in InputIssue]
         values += [('last rejection', self._last_rejection),
@@ -331,6 +348,16 @@ class EngineDiagnostics:
         if self._failure:
             values.append(('engine error', self._failure))
         return values
+
+    def _memory_values(self) -> list[tuple[str, str]]:
+        h = self._heap
+        sizes = ('RSS', 'rss'), ('malloc arenas', 'arenas'), ('malloc in use', 'in_use'), \
+            ('malloc free', 'free'), ('malloc mmapped', 'mmapped')
+        return [(f'{label} (MiB)', 'n/a' if h is None else f'{getattr(h, name) / _MIB:.1f}')
+                for label, name in sizes] + [
+            ('malloc trims', str(self._trims[0])),
+            ('malloc trimmed (MiB)', f'{self._trims[1] / _MIB:.1f}'),
+            ('malloc last trim (ms)', f'{1e3 * self._trims[2]:.2f}')]
 
 
 def status_values(status: DiagnosticStatus) -> dict[str, str]:

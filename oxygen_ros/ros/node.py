@@ -1,13 +1,13 @@
 """
 The ROS 2 lifecycle node ``oxygen`` (``docs/topics.md``): observations in, action chunks out.
 
-Threads (one ``MultiThreadedExecutor``): subscriptions only store the newest message in an
+Threads (``executor.NodeExecutor``): subscriptions only store the newest message in an
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
-own MutuallyExclusive group runs the control cycle (``control_cycle``), the only code touching
-the engine; finished texts go through a queue to a guard condition in the text group, which
-publishes them and ``/diagnostics``, so publishing never delays the action timer. Lifecycle
-services, parameter changes (``param_handler``) and the autostart timer use the default group.
-The executor is ``executor.NodeExecutor``.
+own MutuallyExclusive group, on a thread of its own (``oxygen_control``), runs the control
+cycle (``control_cycle``), the only code touching the engine; finished texts go through a
+queue to a guard condition in the text group, which publishes them and ``/diagnostics`` and
+gives malloc's free pages back after a burst (``heap``), so none of it delays the action
+timer. Lifecycle services, parameter changes and the autostart timer use the default group.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
 (``ask_action``) shares the engine's one waiting queue and its goals always get a result; a
@@ -38,8 +38,8 @@ from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.endpoints import (
     ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
-from oxygen_ros.ros.executor import NodeExecutor, spin
-from oxygen_ros.ros.heap import release_freed_memory
+from oxygen_ros.ros.executor import call_on, NodeExecutor, spin
+from oxygen_ros.ros.heap import HeapTrimmer, POLL_PERIOD_S, release_freed_memory
 from oxygen_ros.ros.images.transport import camera_input, ImageTransport
 from oxygen_ros.ros.observation_cache import ObservationCache, synthetic_observation
 from oxygen_ros.ros.output_publishers import OutputPublishers
@@ -92,7 +92,9 @@ class OxygenNode(LifecycleNode):
             OnChange.WAITING_BOUND: self._apply_waiting_bound})
         self.finished = threading.Event()
         """Set once the node reached the finalized state (main exits then)."""
-        self._control_group = MutuallyExclusiveCallbackGroup()
+        self.control_group = MutuallyExclusiveCallbackGroup()
+        """The control timer's group: ``main`` pins it to a thread (``executor.NodeExecutor``),
+        where configure builds the engine too (``executor.call_on``)."""
         self._text_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
@@ -111,6 +113,8 @@ class OxygenNode(LifecycleNode):
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
+        self._heap = HeapTrimmer()
+        self._heap_timer = self.create_timer(POLL_PERIOD_S, self._poll_heap, self._text_group)
         self._text_out = TextOutputs(self._pubs.publish_text, AskAction(
             self, self._texts, ReentrantCallbackGroup()), on_error=self._texts.record_error)
         self._autostart = None
@@ -138,7 +142,7 @@ class OxygenNode(LifecycleNode):
         security = self._security.problem()
         if security is not None:
             return self._configure_failed(f'DDS security: {security}')
-        self._log_security()
+        self.get_logger().info(self._security.start_line(self.context.get_domain_id()))
         try:
             engine_cfg, cfg = self._params.configs()
             cycle = ControlCycle(cfg, self.get_logger(), self._diag, self._texts, self._pubs,
@@ -152,8 +156,9 @@ class OxygenNode(LifecycleNode):
             if cfg.torch_threads:
                 import torch  # loaded by the engine anyway
                 torch.set_num_threads(cfg.torch_threads)
-            engine = Engine(engine_cfg)
-            engine.warmup(synthetic_observation(engine.model_cfg, cfg.instruction))
+            engine = call_on(self.executor, self.control_group, lambda: Engine(engine_cfg))
+            call_on(self.executor, self.control_group, lambda: engine.warmup(
+                synthetic_observation(engine.model_cfg, cfg.instruction)))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
             return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
@@ -176,7 +181,7 @@ class OxygenNode(LifecycleNode):
         self._pubs.create(cycle.publisher_keys)
         self._text_out.frame_id = cfg.frame_id
         self._texts.connect(engine)
-        sensor = qos_profile(QosRole.SENSOR_DATA)
+        sensor = qos_profile(QosRole.SENSOR_DATA, depth=1)  # the newest image: all it uses
         self._subs = []
         for slot in cfg.cameras:
             kind = cfg.transport(slot)
@@ -194,16 +199,6 @@ class OxygenNode(LifecycleNode):
                                      callback_group=self._input_group)]
         self._diag.set_state('inactive', self._now_s())
         return super().on_configure(state)
-
-    def _log_security(self) -> None:
-        if self._security.enabled:
-            self.get_logger().info(f'DDS security: {self._security.describe()} (keystore '
-                                   f'{self._security.keystore})')
-        else:
-            domain = self.context.get_domain_id()
-            self.get_logger().info(
-                f'DDS security off: any participant on ROS domain {domain} can send '
-                'instructions and read the outputs (docs/security.md)')
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
         self.get_logger().error(f'configure failed: {reason}')
@@ -224,7 +219,7 @@ class OxygenNode(LifecycleNode):
         self._texts.start(now)
         self._cycle.reset(self._engine)
         self._timer = self.create_timer(cfg.control_period_s, self._control_tick,
-                                        self._control_group)
+                                        self.control_group)
         self._diag.set_state('active', now)
         self.get_logger().info(f'active: {cfg.control_rate_hz:g} Hz')
         result = self._pubs.activate(lambda: super(OxygenNode, self).on_activate(state))
@@ -293,10 +288,7 @@ class OxygenNode(LifecycleNode):
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
                 device = engine.config.device
                 del engine
-                if device.startswith('cuda'):
-                    import torch
-                    torch.cuda.empty_cache()
-                release_freed_memory()  # the engine's host memory back to the OS
+                release_freed_memory(device)  # the engine's memory back to the OS
         self._pubs.destroy()
 
     # -- subscriptions: store only, never raise ---------------------------------------------
@@ -387,6 +379,12 @@ class OxygenNode(LifecycleNode):
     def _publish_texts(self) -> None:
         self._text_out.handle(self._texts.take())
 
+    def _poll_heap(self) -> None:
+        cfg = self._params.config
+        mib = cfg.malloc_trim_mb if cfg else self.get_parameter('malloc_trim_mb').value
+        heap = self._heap
+        self._diag.record_heap(heap.poll(mib), heap.trims, heap.released, heap.last_trim_s)
+
     def _publish_diagnostics(self) -> None:
         cfg = self._params.config
         rate = cfg.control_rate_hz if cfg else self.get_parameter('control_rate_hz').value
@@ -425,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.fatal(f'not starting: {security.middleware_failure(exc)}')
         rclpy.try_shutdown()
         return 1
-    executor = NodeExecutor(num_threads=4)
+    executor = NodeExecutor(num_threads=4, pinned={'oxygen_control': node.control_group})
     executor.add_node(node)
     spinner = threading.Thread(target=spin, args=(executor,), name='executor')
     spinner.start()

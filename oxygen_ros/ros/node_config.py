@@ -61,6 +61,7 @@ class NodeConfig:
     autostart: bool = True
     torch_threads: int = 0
     diagnostics_period: float = 1.0
+    malloc_trim_mb: float = 4.0
     max_waiting_requests: int = 16
     compressed_cameras: tuple[str, ...] = ()
     """Camera slots subscribed on ``<topic>/compressed`` (``image_transport.<slot>``)."""

@@ -246,6 +246,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec('autostart', True, 'configure and activate right after start', into=NODE),
     ParamSpec('diagnostics_period', 1.0, 'seconds between /diagnostics messages', (0.05, 60.0),
               into=NODE, on_change=OnChange.DIAGNOSTICS_PERIOD),
+    ParamSpec('malloc_trim_mb', 4.0, 'give the free pages glibc malloc holds back to the OS '
+              '(malloc_trim, off the control cycle, 5-30 s apart) once RSS has grown this many '
+              'MiB above its level after the previous trim and malloc holds as much free: '
+              'after a burst of text requests (docs/robustness.md#soak); 0 = never',
+              (0.0, 1_000_000.0), into=NODE, on_change=OnChange.NEXT_CYCLE),
     *(ParamSpec(f'image_transport.{slot}', ImageTransport.RAW.value,
                 f"how the {slot} camera's images arrive: 'raw' (sensor_msgs/Image on its "
                 "topic) or 'compressed' (sensor_msgs/CompressedImage, JPEG or PNG, on <its "

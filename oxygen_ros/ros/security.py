@@ -151,6 +151,13 @@ class SecuritySettings:
             return 'off'
         return f'enforce, enclave {self.enclave}'
 
+    def start_line(self, domain_id: int) -> str:
+        """Return the line the node logs at configure: security on (and where) or off."""
+        if self.enabled:
+            return f'DDS security: {self.describe()} (keystore {self.keystore})'
+        return (f'DDS security off: any participant on ROS domain {domain_id} can send '
+                'instructions and read the outputs (docs/security.md)')
+
 
 __all__ = ['ENABLE_VAR', 'ENCLAVE_FILES', 'ENCLAVE_OVERRIDE_VAR', 'ENCLAVE_ROOT', 'ENFORCE',
            'KEYSTORE_VAR', 'NODE_ENCLAVE', 'NO_PLUGINS_MARKER', 'OBSERVER_ENCLAVE',

@@ -63,11 +63,17 @@ def qos_role(topic: str, msgtype: str) -> QosRole:
     return QosRole.RELIABLE
 
 
-def qos_profile(role: QosRole) -> QoSProfile:
-    """Return the rclpy QoS profile of a role (a new object each call)."""
+def qos_profile(role: QosRole, depth: int | None = None) -> QoSProfile:
+    """
+    Return the rclpy QoS profile of a role (a new object each call).
+
+    :param depth: keep the last ``depth`` samples instead of the role's depth (sensor data
+        only: the node's camera readers keep 1, the newest, all it uses; each sample kept
+        holds a buffer of the largest image for good: ``docs/robustness.md#soak``).
+    """
     if role is QosRole.SENSOR_DATA:
         base = qos_profile_sensor_data
-        return QoSProfile(history=base.history, depth=base.depth,
+        return QoSProfile(history=base.history, depth=depth or base.depth,
                           reliability=base.reliability, durability=base.durability)
     if role is QosRole.LATCHED:
         return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,

@@ -96,24 +96,6 @@ def actions_to_trajectory(positions: np.ndarray, joint_names: Sequence[str],
     return msg
 
 
-def trajectory_to_actions(msg: JointTrajectory, field: str = 'positions') -> np.ndarray:
-    """
-    Return the positions (or another per-point field) of a ``JointTrajectory`` as an array.
-
-    :param field: ``positions``, ``velocities``, ``accelerations`` or ``effort``.
-    :returns: ``float64 [H, A]`` in the message's joint order.
-    :raises ValueError: if a point's ``field`` does not match ``joint_names`` in length.
-    """
-    width = len(msg.joint_names)
-    rows = []
-    for i, point in enumerate(msg.points):
-        values = getattr(point, field)
-        if len(values) != width:
-            raise ValueError(f'point {i} has {len(values)} {field} for {width} joint names')
-        rows.append(np.asarray(values, dtype=np.float64))
-    return np.stack(rows) if rows else np.zeros((0, width))
-
-
 def axis_angle_to_quaternion(rotvec: np.ndarray) -> np.ndarray:
     """
     Return unit quaternions ``(x, y, z, w)`` of axis-angle rotation vectors.
@@ -173,5 +155,4 @@ def ee_deltas_to_multidof(translations: np.ndarray, rotations: np.ndarray, joint
     return msg
 
 
-__all__ = ['actions_to_trajectory', 'axis_angle_to_quaternion', 'ee_deltas_to_multidof',
-           'trajectory_to_actions']
+__all__ = ['actions_to_trajectory', 'axis_angle_to_quaternion', 'ee_deltas_to_multidof']

@@ -12,7 +12,7 @@ job                   what the backend does
 ``SuffixJob``         the causal suffixes of new text requests on their roots, one batch
 ``DenoiseJob``        10 Euler steps of the action expert reading a prefix chain -> chunk
 ``SeedJob``           LM head on the last prefix token of new text requests -> first token
-``DecodeJob``         ``num_steps`` batched greedy steps over text requests of any frames
+``DecodeJob``         ``num_tokens`` batched greedy steps over text requests of any frames
 ====================  =========================================================================
 
 A plan may hold the frames of several robots (one each, those due this cycle). Their action
@@ -142,7 +142,11 @@ class SeedJob:
 @dataclass(frozen=True, slots=True)
 class DecodeJob:
     """
-    Batched greedy decoding: row i runs ``num_steps[i]`` steps, the batch ``max(num_steps)``.
+    Batched greedy decoding: row i decodes ``num_tokens[i]`` tokens, one greedy step each.
+
+    ``num_tokens[i]`` is the row's share of k this cycle (``tokens_per_cycle``, less where its
+    budget ends or the deadline shrank k; vLLM's ``num_scheduled_tokens``); the batch runs
+    ``max_steps = max(num_tokens)`` steps.
 
     A row whose steps are done (or that produced ``eos_token_id``) keeps its place in the
     batch; its K/V goes to the null block and its tokens are dropped. The backend may stop
@@ -152,24 +156,24 @@ class DecodeJob:
         the next control tick (OXYGEN plans with an action deadline); the backend may stop
         between steps once the next one would end after it, and always runs the first.
         Steps not run are decoded in a later cycle. None: every planned step runs.
-    :raises ValueError: a row without a step (``num_steps[i] < 1``: the backend would have no
-        token to feed next) or ``num_steps`` not one per row.
+    :raises ValueError: a row without a token (``num_tokens[i] < 1``: the backend would have no
+        token to feed next) or ``num_tokens`` not one per row.
     """
 
     req_ids: tuple[str, ...]
-    num_steps: tuple[int, ...]
+    num_tokens: tuple[int, ...]
     eos_token_id: int | None
     deadline: float | None = None
     kind: JobKind = field(default=JobKind.DECODE, init=False)
 
     def __post_init__(self) -> None:
-        if len(self.num_steps) != len(self.req_ids) or min(self.num_steps, default=1) < 1:
+        if len(self.num_tokens) != len(self.req_ids) or min(self.num_tokens, default=1) < 1:
             raise ValueError(f'a decode job needs >= 1 step for each of its rows, got steps '
-                             f'{self.num_steps} for rows {self.req_ids}')
+                             f'{self.num_tokens} for rows {self.req_ids}')
 
     @property
     def max_steps(self) -> int:
-        return max(self.num_steps, default=0)
+        return max(self.num_tokens, default=0)
 
 
 Job = VisionJob | PrefillJob | SuffixJob | DenoiseJob | SeedJob | DecodeJob
@@ -221,10 +225,6 @@ class SchedulerOutput:
     freed_seg_ids: frozenset[int] = frozenset()
     tokens_per_cycle: int = 0
     block_size: int = 16
-
-    @classmethod
-    def make_empty(cls, cycle_id: int = 0) -> SchedulerOutput:
-        return cls(cycle_id=cycle_id, frame_ids=(), jobs=())
 
     @property
     def frame_id(self) -> int | None:

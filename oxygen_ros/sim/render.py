@@ -14,8 +14,6 @@ import os
 import mujoco
 import numpy as np
 
-HEADLESS_BACKENDS = ('egl', 'osmesa')
-
 
 class CameraRenderer:
     """
@@ -54,4 +52,4 @@ class CameraRenderer:
         self._renderer.close()
 
 
-__all__ = ['CameraRenderer', 'HEADLESS_BACKENDS']
+__all__ = ['CameraRenderer']

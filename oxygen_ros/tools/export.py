@@ -3,8 +3,8 @@
 
 Writes ``<graph>.onnx``, the shared ``weights.bin`` and ``manifest.json`` (every input and
 output with shape and dtype, preset, opset, weights SHA-256) into ``--out``. The experimental
-TensorRT backend (``backends/experimental/``, never run on TensorRT) builds its engines from
-such a directory (it exports one itself when it has none).
+TensorRT backend (``tools/tensorrt/``, never run on TensorRT) builds its engines from such a
+directory (it exports one itself when it has none).
 A checkpoint that does not fit the preset fails with the checkpoint loader's message (which
 names the disagreeing dimensions and the preset that would fit).
 """
@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     import torch
 
-    from oxygen_ros.config import get_preset
-    from oxygen_ros.backends.experimental.onnx_export import export_graphs, WeightStorage
-    from oxygen_ros.backends.experimental.onnx_graphs import GraphName
-    from oxygen_ros.model.pi05 import build_model
     from oxygen_ros.checkpoint.weights import CheckpointError, load_checkpoint
+    from oxygen_ros.config import get_preset
+    from oxygen_ros.model.pi05 import build_model
+    from oxygen_ros.tools.tensorrt.onnx_export import export_graphs, WeightStorage
+    from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
 
     cfg = get_preset(args.preset)
     if args.prefix_attention:

@@ -4,16 +4,16 @@ from dataclasses import replace
 
 import numpy as np
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import ATTENTION_ENV, AttentionBackend, CompileMode, Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import FastPathModel
+from oxygen_ros.backends.fast_path.paged_attention import use_paged_kernel
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.flex import prefill_attention
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
-from oxygen_ros.model.paged_attention import use_paged_kernel
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
 from paged_cases import interpreted_kernel
@@ -80,7 +80,7 @@ def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(
         return gm.forward
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
                                     max_decode_tokens=model.cfg.decode_budget)
-    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+    fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DECODE, Step.SUFFIX])
     pool = KVCache(model.cfg.vlm, 1024)
     torch._dynamo.reset()
@@ -121,7 +121,7 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
                                     max_decode_tokens=model.cfg.decode_budget)
-    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+    fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DENOISE, Step.GUIDED_DENOISE], camera_counts=(1,),
                          guided=True)
     fast.shapes = replace(fast.shapes, denoise=fast.shapes.denoise[:1])  # one bucket: speed
@@ -181,7 +181,7 @@ def test_flex_runs_vision_and_the_prefill_on_the_fast_path(tiny_models, mode):
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
                                     max_decode_tokens=model.cfg.decode_budget)
-    fast = CompiledModel(model, CompileMode.DEFAULT, limits, backend=record,
+    fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
     pool = KVCache(model.cfg.vlm, 1024)
     torch._dynamo.reset()

@@ -10,18 +10,19 @@ from dataclasses import replace
 import logging
 
 import numpy as np
-from oxygen_ros.backends import fast_backend, fp8_gate
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
+from oxygen_ros.backends import fp8_gate
 from oxygen_ros.backends.config import BackendKind, CompileMode, Quantization
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path import backend as fast_backend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.folding import FoldedGemmaLayer
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.backends.fp8_gate import action_chunks, check_fp8_actions, probe_inputs
-from oxygen_ros.backends.parity_probe import float32_copy, model_copy
+from oxygen_ros.backends.parity import float32_copy, model_copy
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import load_model
-from oxygen_ros.model.folding import FoldedGemmaLayer
 from oxygen_ros.model.fp8 import fp8_kernel_of, Fp8Kernel, quantized_copy
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.common.workload import make_observation
@@ -121,7 +122,7 @@ def test_a_shared_model_must_be_quantized_as_the_config_says(models, tokenizer):
 def test_the_fast_path_without_the_unquantized_reference_runs_eagerly_loudly(models, caplog):
     limits = EngineLimits.for_model(FP8.model_config(), num_slots=2048, max_batch=2,
                                     max_decode_tokens=8)
-    fast = CompiledModel(models[Fp8Kernel.SCALED_MM], CompileMode.DEFAULT, limits,
+    fast = FastPathModel(models[Fp8Kernel.SCALED_MM], CompileMode.DEFAULT, limits,
                          backend='aot_eager')
     assert not fast.fold_norms
     fast.warmup(KVCache(FP8.model_config().vlm, 2048), progress=False)
@@ -140,7 +141,7 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate_and_reports_the_fallback
                   tokenizer=tokenizer)
     eager = Engine(FP8, model=loaded.model, tokenizer=tokenizer)
     backend = fast.backend
-    assert isinstance(backend, CompiledTorchBackend) and backend.model.fallbacks == {}
+    assert isinstance(backend, FastPathBackend) and backend.model.fallbacks == {}
     assert set(backend.model.parity) >= {'vision', 'prefill', 'denoise', 'decode'}
     assert set(fast.fallbacks) == {QUANTIZATION_FALLBACK}
     assert fast.describe_quantization() == 'fp8 e4m3, per-channel scales, dequant: 25 linears'

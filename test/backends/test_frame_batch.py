@@ -16,7 +16,7 @@ from oxygen_ros.backends.frame_batch import plan_calls
 from oxygen_ros.backends.interface import FrameInputs
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
-from oxygen_ros.model.rtc import RtcGuidance
+from oxygen_ros.model.guidance import RtcGuidance
 from oxygen_ros.sched.output import (
     DenoiseJob, JobKind, PrefillJob, SegmentKind, VisionJob)
 from oxygen_ros.sched.request import FrameSpec, Request, RequestKind, TextContext

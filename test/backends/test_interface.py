@@ -9,15 +9,15 @@ kinds, defaults and annotations) as the protocol's.
 
 import inspect
 
-from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.interface import Backend, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.lora import SuffixLoRA
+from oxygen_ros.tools.tensorrt.tensorrt_backend import TensorRTBackend
 import pytest
 
-BACKENDS = [TorchBackend, CompiledTorchBackend, TensorRTBackend]
+BACKENDS = [TorchBackend, FastPathBackend, TensorRTBackend]
 
 
 def _parameters(function) -> list[tuple]:

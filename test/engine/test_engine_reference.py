@@ -112,8 +112,8 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
     def spy_decode_step(tokens, positions, *args):
         logits = type(model).decode_step(model, tokens, positions, *args)
         job, step = current['job'], current['step']
-        for i, (req_id, num_steps) in enumerate(zip(job.req_ids, job.num_steps)):
-            if step < num_steps:                              # rows with a step left
+        for i, (req_id, num_tokens) in enumerate(zip(job.req_ids, job.num_tokens)):
+            if step < num_tokens:                              # rows with a step left
                 row = backend._rows[req_id]
                 records.append((req_id, int(positions[i]) - row.num_prefix_tokens + 1,
                                 logits[i].clone()))

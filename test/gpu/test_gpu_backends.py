@@ -8,12 +8,12 @@ and see new inputs. ``cpu`` cases (``make test``, ``test/devices.py``): the same
 calls with ``aot_eager`` for Inductor and nothing captured (the engine of each compile mode
 runs there as ``cuda-graphs``: eager kernels in the static calls; ``default`` with
 ``aot_eager``, which ``reduce-overhead`` is on the CPU, is the engine test of
-``test/backends/test_fast_path.py``); the steps gated, the graphs' buffers and the fallbacks
-are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never wait for
-the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using CUDA,
-TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals the
-torch backend and comes from the disk cache the second time (its graphs run in onnxruntime
-on the CPU: ``test/backends/experimental``). Timings on full size: ``oxygen_bench gpu
+``test/backends/fast_path/test_fast_path.py``); the steps gated, the graphs' buffers and the
+fallbacks are the GPU's. CUDA only, each saying why (``devices.cuda_only``): the calls never
+wait for the host (``torch.cuda.set_sync_debug_mode``), capture survives another thread using
+CUDA, TensorRT parses and builds our graphs, executes on torch's buffers and stream, equals
+the torch backend and comes from the disk cache the second time (its graphs run in
+onnxruntime on the CPU: ``test/tools/tensorrt``). Timings on full size: ``oxygen_bench gpu
 --session N`` (docs/gpu.md, "The GPU session", whose second command runs this file).
 """
 
@@ -23,13 +23,13 @@ import time
 
 from devices import compiler, cuda_only, DEVICES
 import numpy as np
-from oxygen_ros.backends import fast_backend
-from oxygen_ros.backends.graph_builder import Step
+from oxygen_ros.backends.fast_path import backend as fast_backend
+from oxygen_ros.backends.fast_path.graph_builder import Step
+from oxygen_ros.backends.fast_path.paged_attention import decode_attention
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.loading import build_model, load_tokenizer
-from oxygen_ros.model.paged_attention import decode_attention
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
 import pytest
@@ -79,7 +79,7 @@ ENGINE_CASES = [
     *(pytest.param('cuda', c, m, id=f'cuda-{c.value}-{m.value}', marks=CUDA_CASE)
       for c in FAST for m in PrefixAttention),
     # the CPU: cuda-graphs (eager kernels in the static calls); default with aot_eager (and
-    # reduce-overhead, which is default there) is test/backends/test_fast_path.py's
+    # reduce-overhead, which is default there) is test/backends/fast_path/test_fast_path.py's
     *(pytest.param('cpu', CompileMode.CUDA_GRAPHS, m, id=f'cpu-cuda-graphs-{m.value}')
       for m in PrefixAttention),
 ]
@@ -278,7 +278,7 @@ def test_tensorrt_bfloat16_engine_is_close_to_torch_bfloat16(tokenizer, tmp_path
 @cuda_only("TensorRT's engines in a CUDA graph")
 @needs_trt
 def test_denoise_cuda_graph_equals_plain_loop(tokenizer, tmp_path, monkeypatch):
-    from oxygen_ros.backends.experimental.tensorrt_backend import TensorRTBackend
+    from oxygen_ros.tools.tensorrt.tensorrt_backend import TensorRTBackend
 
     monkeypatch.setenv('OXYGEN_ROS_CACHE', str(tmp_path))
     mode = PrefixAttention.CAUSAL_TEXT

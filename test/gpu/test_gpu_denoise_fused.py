@@ -1,16 +1,16 @@
 """
 The fused denoise as the GPU runs it, its body checked on the CPU too.
 
-``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what the CPU interpreter cannot
-show: the kernels of ``model/denoise_fused.py`` built by Triton for this GPU equal their
-eager references in float32 and bfloat16 at π0.5's shapes (8 query heads on 1 kv head, head
-dim 256, 15 and 50 action tokens, expert width 1024), and the fast path's denoise with them
-(AUTO, compiled for CUDA) is one CUDA graph per prefix bucket that passes the parity gate and
-equals eager. ``cpu`` cases (``make test``, ``test/devices.py``): the same calls in Triton's
-interpreter (float16 for bfloat16; π0.5's contexts cut to 130 slots), the fast path's denoise
-with ``aot_eager`` and ``AttentionBackend.TRITON`` on a narrow float32 model with π0.5's 8
-query heads on 1 kv head (head dim 32, 2 Euler steps, one prefix bucket: the interpreter runs
-every kernel launch of every step in Python), no capture. Timing: ``oxygen_bench gpu
+``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what the CPU interpreter cannot show: the
+kernels of ``backends/fast_path/denoise_fused.py`` built by Triton for this GPU equal their eager
+references in float32 and bfloat16 at π0.5's shapes (8 query heads on 1 kv head, head dim 256, 15
+and 50 action tokens, expert width 1024), and the fast path's denoise with them (AUTO, compiled for
+CUDA) is one CUDA graph per prefix bucket that passes the parity gate and equals eager. ``cpu``
+cases (``make test``, ``test/devices.py``): the same calls in Triton's interpreter (float16 for
+bfloat16; π0.5's contexts cut to 130 slots), the fast path's denoise with ``aot_eager`` and
+``AttentionBackend.TRITON`` on a narrow float32 model with π0.5's 8 query heads on 1 kv head (head
+dim 32, 2 Euler steps, one prefix bucket: the interpreter runs every kernel launch of every step in
+Python), no capture. Timing: ``oxygen_bench gpu
 --session 3`` (``ms.denoise_10_steps``, ``warmup.denoise_attention``).
 """
 
@@ -18,15 +18,14 @@ from dataclasses import replace
 
 from devices import compiler, DEVICES, half, triton_kernels
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
-from oxygen_ros.backends.parity import check_parity
-from oxygen_ros.backends.parity_probe import float32_copy
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import FastPathModel
+from oxygen_ros.backends.fast_path.paged_attention import denoise_attention
+from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import GemmaConfig, get_preset
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.model.layers import AdaRMSNorm, gated_residual
-from oxygen_ros.model.paged_attention import denoise_attention
 from oxygen_ros.model.pi05 import build_model
 from paged_cases import gathered_attention, make_inputs
 import pytest
@@ -38,7 +37,7 @@ CPU_CONTEXT = 130
 
 def _kernels(device):
     paged_decode = triton_kernels(device)
-    from oxygen_ros.model.kernels import adarms
+    from oxygen_ros.backends.fast_path.kernels import adarms
     return paged_decode.paged_attention, adarms
 
 
@@ -110,7 +109,7 @@ def test_the_fused_denoise_is_one_cuda_graph_that_passes_the_gate(device):
     limits = EngineLimits.for_model(cfg, num_slots=2048, max_batch=2,
                                     max_decode_tokens=cfg.decode_budget)
     attention = AttentionBackend.AUTO if cuda else AttentionBackend.TRITON
-    fast = CompiledModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=compiler(device),
+    fast = FastPathModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=compiler(device),
                          only=[Step.DENOISE], camera_counts=(1,), attention=attention)
     if not cuda:                                  # one prefix bucket: the interpreter's time
         fast.shapes = replace(fast.shapes, denoise=fast.shapes.denoise[:1])

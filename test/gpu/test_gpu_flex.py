@@ -16,9 +16,9 @@ path's symbolic lengths, docs/gpu.md#prefill-and-vision), the fast path's prefil
 
 from devices import compiler, DEVICES
 from oxygen_ros.backends.attention import sdpa_context
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import FastPathModel
 from oxygen_ros.config import GemmaConfig, get_preset, PrefixAttention
 from oxygen_ros.model.flex import prefill_attention, prefix_attention, prefix_block_mask
 from oxygen_ros.model.kv_cache import KVCache
@@ -98,7 +98,7 @@ def test_the_fast_path_prefill_with_flex_is_captured_and_passes_the_gate(mode, d
     limits = EngineLimits.for_model(cfg, num_slots=2048, max_batch=2,
                                     max_decode_tokens=cfg.decode_budget)
     attention = AttentionBackend.AUTO if cuda else AttentionBackend.FLEX
-    fast = CompiledModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=record,
+    fast = FastPathModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=record,
                          only=[Step.PREFILL], camera_counts=(2,), attention=attention)
     with sdpa_context(attention):                 # as the backend warms up and runs
         fast.warmup(KVCache(cfg.vlm, 2048, dtype=torch.bfloat16, device=device),

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from devices import compiler, CUDA
 import numpy as np
-from oxygen_ros.backends import fast_backend, fp8_gate
+from oxygen_ros.backends import fp8_gate
+from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.config import CAMERA_SLOTS
 from oxygen_ros.engine.config import CompileMode, EngineConfig
 from oxygen_ros.engine.engine import Engine

@@ -3,7 +3,7 @@ RTC's guided denoise as the GPU runs it, its body checked on the CPU too.
 
 ``cuda`` cases (``pytest -m gpu``; skipped without CUDA), what CPU CI cannot see: Inductor's
 Triton kernels for the guided step (the velocity and its vector-Jacobian product,
-``model.rtc.GuidedDenoiseCall``) inside a captured CUDA graph, equal to the eager reference
+``model.guidance.GuidedDenoiseCall``) inside a captured CUDA graph, equal to the eager reference
 (``rtc.guided_denoise``, autograd) within the parity gate, in float32 and bfloat16, replayed
 on a prefix and a guidance it never saw at the warm-up. ``cpu`` cases (``make test``,
 ``test/devices.py``): the same step traced with ``aot_eager``, called (not captured) on the
@@ -11,17 +11,16 @@ same new prefix and guidance, held to the same gate.
 """
 
 from devices import compiler, DEVICES
-from oxygen_ros.backends.buckets import EngineLimits
-from oxygen_ros.backends.compiled import CompiledModel
 from oxygen_ros.backends.config import CompileMode, Step
-from oxygen_ros.backends.parity import check_parity
-from oxygen_ros.backends.parity_probe import float32_copy
+from oxygen_ros.backends.fast_path.buckets import EngineLimits
+from oxygen_ros.backends.fast_path.model import FastPathModel
+from oxygen_ros.backends.parity import check_parity, float32_copy
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.rtc import soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.loading import build_model
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import pytest
 import torch
 
@@ -48,7 +47,7 @@ def guided_graph_against_eager(dtype, device='cuda', compile_mode=CompileMode.RE
     model = build_model(cfg, cfg.model_config())
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=1,
                                     max_decode_tokens=model.cfg.decode_budget)
-    comp = CompiledModel(model, compile_mode, limits, backend=backend,
+    comp = FastPathModel(model, compile_mode, limits, backend=backend,
                          only=[Step.GUIDED_DENOISE], guided=True)
     pool = KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype, device=model.device)
     comp.warmup(pool, progress=False)

@@ -14,7 +14,7 @@ def test_pool_allocates_in_order_and_refuses_when_short():
     assert pool.allocate(3) == [1, 2, 3]
     assert pool.allocate(2) is None          # only block 4 is left: nothing taken
     assert pool.num_free_blocks == 1
-    assert pool.decref([2]) == 1
+    assert pool.free([2]) == 1
     assert pool.allocate(2) == [4, 2]        # freed blocks are reused last
     assert pool.peak_used_blocks == 4
     pool.check_consistency()

@@ -10,6 +10,7 @@ static shapes (torch 2.13's template does not build at the prefill's symbolic le
 docs/limits.md).
 """
 
+from oxygen_ros.backends.fast_path.static_calls import PrefillCall, VisionCall
 from oxygen_ros.config import get_preset, PrefixAttention
 from oxygen_ros.model.flex import (
     flex_kernels, prefill_attention, prefix_attention, prefix_block_mask, prefix_row_mask)
@@ -17,7 +18,6 @@ from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.layers import attention, AttentionMask
 from oxygen_ros.model.masks import make_attn_mask
 from oxygen_ros.model.pi05 import build_model
-from oxygen_ros.model.static_calls import PrefillCall, VisionCall
 import pytest
 import torch
 from torch._dynamo.backends.registry import lookup_backend

@@ -7,10 +7,10 @@ from oxygen_ros.model.flow import euler_times, sincos_time_embedding
 from oxygen_ros.model.layers import (AdaRMSNorm, apply_rope, attention, AttentionMask,
                                      MASK_ALIGN, matmul_short_queries, QueryLayout, RMSNorm,
                                      rope_cos_sin)
-from oxygen_ros.model.masks import make_attn_mask, suffix_ar
+from oxygen_ros.model.masks import make_attn_mask
 from oxygen_ros.model.pi05 import Pi05Model
 import pytest
-from reference import eager_attention
+from reference import eager_attention, suffix_ar
 import torch
 import torch.nn.functional as F  # noqa: N812
 

@@ -1,8 +1,8 @@
 """Causal suffixes on a cached root (OxyGen's language suffix) and the suffix-only LoRA."""
 
 from oxygen_adapter import oxygen_arrays
+from oxygen_ros.backends.fast_path.folding import fold_adapter, fold_layers
 from oxygen_ros.config import get_preset, PrefixAttention
-from oxygen_ros.model.folding import fold_adapter, fold_layers
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows, from_oxygen_arrays, RowLoRA
 from oxygen_ros.model.pi05 import Pi05Model

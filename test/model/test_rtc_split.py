@@ -10,10 +10,10 @@ of the prefix K/V, no key or value gradient of its rows, no per-step dtype conve
 
 from oxygen_ros.config import get_preset
 from oxygen_ros.model.denoise import split_prefix_attention
+from oxygen_ros.model.guidance import guidance_weights, GuidedDenoiseCall
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.layers import attention, AttentionMask, matmul_short_queries, QueryLayout
 from oxygen_ros.model.pi05 import build_model
-from oxygen_ros.model.rtc import guidance_weights, GuidedDenoiseCall
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd

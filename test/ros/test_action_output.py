@@ -5,12 +5,13 @@ import math
 import numpy as np
 from oxygen_ros.config import ActionSpace
 from oxygen_ros.control.action_space import ClipCount
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.engine.outputs import ActionChunk
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.action_output import ACTION_CHUNK, ChunkOutput, EE_DELTA_CHUNK
 from oxygen_ros.ros.node_config import build_configs
 from oxygen_ros.ros.param_spec import ParameterError
-from oxygen_ros.ros.trajectories import axis_angle_to_quaternion, trajectory_to_actions
+from oxygen_ros.ros.trajectories import axis_angle_to_quaternion
 import pytest
 from trajectory_msgs.msg import JointTrajectory, MultiDOFJointTrajectory
 import yaml
@@ -34,8 +35,8 @@ def test_droid_chunks_carry_positions_in_positions_and_velocities_in_velocities(
     actions = np.tile(row, (15, 1))
     [(key, msg)] = out.messages(ActionChunk(actions, STAMP, 3, state)).messages
     assert key == ACTION_CHUNK and isinstance(msg, JointTrajectory)
-    positions = trajectory_to_actions(msg)
-    velocities = trajectory_to_actions(msg, 'velocities')
+    positions = trajectory_from_msg(msg).positions
+    velocities = trajectory_from_msg(msg).velocities
     dt = 0.0666666667
     np.testing.assert_allclose(velocities[:, :7], 3.0 * actions[:, :7], rtol=1e-6)
     np.testing.assert_allclose(positions[:, :7], state[:7] + 3.0 * actions[0, :7] * dt *
@@ -53,8 +54,8 @@ def test_droid_limits_clip_and_count():
     actions[:, 0] = 1.0  # 3 rad/s: above joint_1's 2.175 rad/s, and into its 2.8973 limit
     actions[:, 7] = 1.5  # gripper beyond 1.0
     messages = ChunkOutput(cfg).messages(ActionChunk(actions, STAMP, 0, state))
-    positions = trajectory_to_actions(messages.messages[0][1])
-    velocities = trajectory_to_actions(messages.messages[0][1], 'velocities')
+    positions = trajectory_from_msg(messages.messages[0][1]).positions
+    velocities = trajectory_from_msg(messages.messages[0][1]).velocities
     assert positions[:, 0].max() == pytest.approx(2.8973)
     assert np.abs(velocities[:, 0]).max() <= 2.175 + 1e-9
     np.testing.assert_allclose(positions[:, 7], 1.0)
@@ -74,7 +75,7 @@ def test_libero_chunks_go_to_a_multidof_trajectory_and_the_gripper_to_the_joint_
     (k1, grip), (k2, ee) = messages.messages
     assert (k1, k2) == (ACTION_CHUNK, EE_DELTA_CHUNK)
     assert list(grip.joint_names) == ['gripper']
-    np.testing.assert_allclose(trajectory_to_actions(grip), 1.0)
+    np.testing.assert_allclose(trajectory_from_msg(grip).positions, 1.0)
     assert isinstance(ee, MultiDOFJointTrajectory) and list(ee.joint_names) == ['end_effector']
     assert ee.header.frame_id == 'world' and len(ee.points) == 10
     tf = ee.points[1].transforms[0]
@@ -94,7 +95,7 @@ def test_aloha_and_demo_chunks_are_positions_only():
         actions = np.full((4, n), 0.3, np.float32)
         [(key, msg)] = ChunkOutput(cfg).messages(
             ActionChunk(actions, STAMP, 0, np.zeros(len(cfg.joint_names)))).messages
-        np.testing.assert_allclose(trajectory_to_actions(msg), 0.3, rtol=1e-6)
+        np.testing.assert_allclose(trajectory_from_msg(msg).positions, 0.3, rtol=1e-6)
         assert all(len(p.velocities) == 0 for p in msg.points)
 
 

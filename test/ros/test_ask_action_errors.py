@@ -23,7 +23,7 @@ from oxygen_ros_interfaces.action import Ask
 import pytest
 import rclpy
 from rclpy.action import ActionClient
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.context import Context
 
 pytestmark = pytest.mark.ros
@@ -127,6 +127,32 @@ def test_the_node_executor_logs_a_callback_exception_and_goes_on(ros_domain_id, 
     err = capfd.readouterr().err
     assert 'a callback raised RuntimeError: boom; the node goes on' in err
     assert 'Traceback' in err and 'in boom' in err
+
+
+def test_a_pinned_group_runs_on_its_own_thread_and_the_others_on_the_pool(ros_domain_id):
+    context = Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    node = rclpy.create_node('executor_pin_test', context=context)
+    pinned, other = MutuallyExclusiveCallbackGroup(), ReentrantCallbackGroup()
+    ran = {'pinned': [], 'other': []}
+    for name, group in (('pinned', pinned), ('other', other)):
+        for _ in range(3):  # several timers at once: the pool's workers take turns
+            node.create_timer(0.02, lambda n=name: ran[n].append(
+                threading.current_thread().name), group)
+    executor = NodeExecutor(num_threads=3, context=context, pinned={'control': pinned})
+    executor.add_node(node)
+    thread = threading.Thread(target=spin, args=(executor,), daemon=True)
+    thread.start()
+    try:
+        threading.Event().wait(1.0)
+    finally:
+        context.try_shutdown()
+        executor.shutdown(timeout_sec=5.0)
+        thread.join(timeout=5.0)
+        node.destroy_node()
+    assert len(ran['pinned']) >= 30 and len(ran['other']) >= 30
+    assert set(ran['pinned']) == {'control_0'}
+    assert 'control_0' not in ran['other'] and len(set(ran['other'])) >= 2
 
 
 def test_finished_goals_leave_the_status_after_the_result_timeout(

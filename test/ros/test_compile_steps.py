@@ -11,15 +11,15 @@ import logging
 import time
 
 import numpy as np
-from oxygen_ros.backends import fast_backend
 from oxygen_ros.backends.config import Step
+from oxygen_ros.backends.fast_path import backend as fast_backend
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.engine.config import CompileMode
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.node_config import build_configs
 from oxygen_ros.ros.param_spec import ParameterError
 from oxygen_ros.ros.params import SPECS
-from oxygen_ros.ros.trajectories import trajectory_to_actions
 import pytest
 from rclpy.lifecycle import TransitionCallbackReturn
 from ros_inputs import image, joint_state
@@ -79,19 +79,19 @@ def _run(node, frames):
             break
         node._control_tick()
         node._publish_texts()
-    return [trajectory_to_actions(c) for c in chunks], [a.data for a in answers]
+    return [trajectory_from_msg(c).positions for c in chunks], [a.data for a in answers]
 
 
 def test_a_node_with_only_decode_eager_equals_the_eager_node(rclpy_context, monkeypatch,
                                                              caplog):
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
     eager = _node(rclpy_context)
-    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.compiled'):
+    with caplog.at_level(logging.INFO, logger='oxygen_ros.backends.fast_path.model'):
         stable = _node(rclpy_context, f'compile_mode:={CompileMode.DEFAULT.value}',
                        f'compile_steps:=[{",".join(STABLE)}]')
     try:
         engine = stable._engine
-        compiled = engine.backend.compiled
+        compiled = engine.backend.fast_path
         assert engine.fallbacks == {}
         assert set(compiled.graph_counts()) == {'vision', 'prefill', 'suffix', 'denoise', 'seed'}
         assert Step.DECODE not in compiled.steps() and Step.DECODE_STEPS not in compiled.steps()

@@ -16,11 +16,11 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 import numpy as np
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.images.raw import rgb_to_image
 from oxygen_ros.ros.stamps import duration_to_ns, ns_to_stamp, stamp_to_ns
-from oxygen_ros.ros.trajectories import trajectory_to_actions
 from oxygen_ros.tools.bag.make_demo import JOINT_NAMES
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
@@ -158,7 +158,7 @@ def check_chunk(msg):
     assert list(msg.joint_names) == ACTION_JOINTS and msg.header.frame_id == 'base_link'
     assert [duration_to_ns(p.time_from_start) for p in msg.points] == \
         [i * ACTION_DT_NS for i in range(HORIZON)]
-    actions = trajectory_to_actions(msg)
+    actions = trajectory_from_msg(msg).positions
     assert actions.shape == (HORIZON, 7) and np.isfinite(actions).all()
 
 
@@ -220,7 +220,7 @@ def test_replay_gives_chunks_answers_memory_and_a_recorded_bag(ros_node, ros_pro
             bag.setdefault(conn.topic, []).append(deserialize_message(bytes(raw), cls))
 
     def key(msg):
-        return stamp_to_ns(msg.header.stamp), trajectory_to_actions(msg).tobytes()
+        return stamp_to_ns(msg.header.stamp), trajectory_from_msg(msg).positions.tobytes()
 
     recorded_keys, live_keys = [key(m) for m in bag['/oxygen/action_chunk']], \
         [key(m) for m in chunks.msgs]

@@ -10,12 +10,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from lxml import etree
 import numpy as np
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.resources import share_dir
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.images.compressed import Codec, rgb_to_compressed
 from oxygen_ros.ros.images.transport import compressed_topic
 from oxygen_ros.ros.stamps import duration_to_ns, ns_to_stamp, stamp_to_ns
-from oxygen_ros.ros.trajectories import trajectory_to_actions
 from oxygen_ros.tools.bag.make_demo import DemoBagConfig, JOINT_NAMES, write_demo_bag
 from oxygen_ros.tools.bag.topics import (
     CAMERA_TOPICS, INSTRUCTION_TOPIC, JOINT_STATES_TOPIC, qos_profile, QosRole)
@@ -100,7 +100,7 @@ def test_compressed_cameras_act_refuse_a_truncated_frame_and_replay(
     for msg in chunks.msgs:
         assert [duration_to_ns(p.time_from_start) for p in msg.points] == \
             [i * 50_000_000 for i in range(4)]
-        assert np.isfinite(trajectory_to_actions(msg)).all()
+        assert np.isfinite(trajectory_from_msg(msg).positions).all()
     assert proc.popen.poll() is None
     assert proc.stop() == 0, proc.output()
 

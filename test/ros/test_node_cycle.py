@@ -10,12 +10,12 @@ import threading
 import time
 
 import numpy as np
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.control_cycle import CYCLE_SLACK
 from oxygen_ros.ros.diagnostics import Level, status_values
 from oxygen_ros.ros.executor import NodeExecutor
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.ros.trajectories import trajectory_to_actions
 from oxygen_ros.transforms.prompt import TextTask
 import pytest
 import rclpy
@@ -65,7 +65,7 @@ def test_node_cycle_by_hand(tiny_node):
     node._texts.ask_topic('   ', time.monotonic())  # refused on arrival: answered at once
     node._control_tick()
     [chunk] = published
-    actions = trajectory_to_actions(chunk)
+    actions = trajectory_from_msg(chunk).positions
     assert actions.shape == (4, 7) and np.isfinite(actions).all()
     assert list(chunk.joint_names) == JOINTS[:7] and chunk.header.frame_id == 'base_link'
     assert [p.time_from_start.nanosec for p in chunk.points] == [0, 50_000_000, 100_000_000,
@@ -141,8 +141,8 @@ def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):
         feed(node, node._now_ns(), positions=joints)
         node._control_tick()
         [chunk] = published
-        positions = trajectory_to_actions(chunk)
-        velocities = trajectory_to_actions(chunk, 'velocities')
+        positions = trajectory_from_msg(chunk).positions
+        velocities = trajectory_from_msg(chunk).velocities
         np.testing.assert_allclose(positions[0], joints[:7])  # point 0: the observed joints
         np.testing.assert_allclose(np.diff(positions, axis=0), velocities[:-1] * 0.05)
         assert np.abs(velocities).max() <= 0.01 + 1e-12  # random weights: well above 0.01

@@ -7,6 +7,7 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
 from oxygen_ros.engine.outputs import CycleStats
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
+from oxygen_ros.ros.heap import HeapFigures
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.observation_cache import (
     InputIssue, ObservationCache, RejectedInput, synthetic_observation)
@@ -247,6 +248,23 @@ def test_diagnostics_failure_and_states():
     assert status_values(status)['engine error'] == 'RuntimeError: boom'
     diag.reset('tiny', False)
     assert diag.status(7.0, 10.0, 0.5).level == Level.OK.octet
+
+
+def test_diagnostics_memory_section():
+    diag = EngineDiagnostics('tiny')
+    keys = ['RSS (MiB)', 'malloc arenas (MiB)', 'malloc in use (MiB)', 'malloc free (MiB)',
+            'malloc mmapped (MiB)', 'malloc trims', 'malloc trimmed (MiB)',
+            'malloc last trim (ms)']
+    values = status_values(diag.status(0.0, 10.0, 0.5))
+    assert [values[k] for k in keys] == ['n/a'] * 5 + ['0', '0.0', '0.00']  # not glibc yet
+    mib = 1 << 20
+    diag.record_heap(HeapFigures(rss=500 * mib, arenas=300 * mib, in_use=210 * mib + mib // 2,
+                                 free=90 * mib, mmapped=82 * mib), 3, 45 * mib, 0.0012)
+    diag.reset('tiny', False)  # configure again: the process's memory is still reported
+    values = status_values(diag.status(1.0, 10.0, 0.5))
+    assert [values[k] for k in keys] == ['500.0', '300.0', '210.5', '90.0', '82.0', '3', '45.0',
+                                         '1.20']
+    assert list(values).index('RSS (MiB)') == list(values).index('KV used (MiB)') + 1
 
 
 def test_synthetic_observation_has_the_model_shapes():

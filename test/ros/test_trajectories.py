@@ -2,8 +2,9 @@
 
 from builtin_interfaces.msg import Duration, Time
 import numpy as np
+from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.ros.stamps import duration_to_ns, stamp_to_ns
-from oxygen_ros.ros.trajectories import actions_to_trajectory, trajectory_to_actions
+from oxygen_ros.ros.trajectories import actions_to_trajectory
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from trajectory_msgs.msg import JointTrajectory
@@ -24,7 +25,7 @@ def test_actions_to_trajectory_exact_times_and_values():
         i * 20_000_000 for i in range(50)]
     assert msg.points[49].time_from_start == Duration(sec=0, nanosec=980_000_000)
     msg = deserialize_message(serialize_message(msg), JointTrajectory)
-    np.testing.assert_array_equal(trajectory_to_actions(msg), actions.astype(np.float64))
+    np.testing.assert_array_equal(trajectory_from_msg(msg).positions, actions.astype(np.float64))
 
 
 def test_actions_to_trajectory_long_horizon_crosses_seconds():

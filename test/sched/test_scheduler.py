@@ -38,7 +38,7 @@ def test_oxygen_causal_text_shares_the_image_segment_and_decodes_after_the_actio
     assert new.num_prefix_tokens == IMG + len(SUBTASK_PROMPT)
     assert len(new.block_ids) == 1               # budget 6 -> 5 fed tokens -> one 8-slot block
     assert seed.req_ids == ('t0',)
-    assert decode.req_ids == ('t0',) and decode.num_steps == (2,)   # k=3, seed is one of them
+    assert decode.req_ids == ('t0',) and decode.num_tokens == (2,)   # k=3, seed is one of them
     run(sched, out)
     # the action let go of its prompt segment; the image segment lives on for the subtask
     assert sched.kv.num_segments == 2
@@ -72,7 +72,7 @@ def test_isolated_gives_every_job_its_own_vision_and_prefill_and_decodes_to_comp
     assert len({j.emb_id for j in out.jobs_of(JobKind.VISION)}) == 3
     assert all(p.segment_kind is SegmentKind.FULL for p in out.jobs_of(JobKind.PREFILL))
     decodes = out.jobs_of(JobKind.DECODE)
-    assert [(d.req_ids, d.num_steps) for d in decodes] == [(('t0',), (5,)), (('m0',), (3,))]
+    assert [(d.req_ids, d.num_tokens) for d in decodes] == [(('t0',), (5,)), (('m0',), (3,))]
     finished = run(sched, out)
     assert [(r.req_id, r.num_output_tokens, r.finish_reason) for r in finished] == [
         ('t0', 6, FinishReason.LENGTH), ('m0', 4, FinishReason.LENGTH)]
@@ -117,7 +117,7 @@ def test_requests_of_different_frames_decode_in_one_batch():
     sched.add_request(text('b', budget=6))
     out = sched.schedule(frame(1))
     decode, = out.jobs_of(JobKind.DECODE)
-    assert decode.req_ids == ('a', 'b') and decode.num_steps == (2, 1)
+    assert decode.req_ids == ('a', 'b') and decode.num_tokens == (2, 1)
     new, = out.new_requests
     assert new.frame_id == 1
     assert sched.requests['a'].frame_id == 0
@@ -161,7 +161,7 @@ def test_deadline_shrinks_k_with_measured_times():
     # 100 ms period: 10 vision + (32+5+4) prefill + 20 denoise + 1 seed = 72 ms -> 28 ms left
     out = sched.schedule(frame(0, deadline=0.100), now=0.0)
     assert out.tokens_per_cycle == 2                     # floor(28 / 10)
-    assert out.jobs_of(JobKind.DECODE)[0].num_steps == (1,)
+    assert out.jobs_of(JobKind.DECODE)[0].num_tokens == (1,)
     run(sched, out)
     # a tight deadline never starves the action but k stays >= min_tokens_per_cycle
     out = sched.schedule(frame(1, deadline=0.050), now=0.0)

@@ -99,7 +99,7 @@ def test_text_is_admitted_onto_its_own_robots_frame_and_decodes_with_every_robot
     out = sched.schedule([frame(2, robot='b')])
     assert out.frame_ids == (2,) and [d.req_id for d in out.new_requests] == ['b1']
     decode, = out.jobs_of(C)
-    assert decode.req_ids == ('a0', 'b0', 'a1', 'b1') and decode.num_steps == (2, 2, 2, 1)
+    assert decode.req_ids == ('a0', 'b0', 'a1', 'b1') and decode.num_tokens == (2, 2, 2, 1)
     run(sched, out)
 
 

@@ -59,7 +59,7 @@ def test_the_root_is_freed_with_its_last_reader_and_decoding_crosses_frames():
     sched.add_request(on_root('b', budget=2))
     out = sched.schedule(frame(1))
     decode, = out.jobs_of(JobKind.DECODE)
-    assert decode.req_ids == ('a', 'b') and decode.num_steps == (2, 1)
+    assert decode.req_ids == ('a', 'b') and decode.num_tokens == (2, 1)
     run(sched, out)
     assert {s.key.frame_id for s in sched.kv._segments.values()} == {0}   # b finished
     run(sched, sched.schedule(frame(2)))

@@ -121,15 +121,15 @@ def test_run_model_rejects_unknown_images(capsys):
 
 def test_bench_warms_the_fast_path_up_once_for_both_policies(tmp_path, monkeypatch):
     """Both policies share one compiled model: one warm-up, one KV pool, two halves."""
-    from oxygen_ros.backends.compiled import CompiledModel
+    from oxygen_ros.backends.fast_path.model import FastPathModel
 
     warmups = []
-    real = CompiledModel.warmup
+    real = FastPathModel.warmup
 
     def counted(self, pool, **kw):
         warmups.append(pool)
         return real(self, pool, **kw)
-    monkeypatch.setattr(CompiledModel, 'warmup', counted)
+    monkeypatch.setattr(FastPathModel, 'warmup', counted)
     out = tmp_path / 'bench.json'
     code = engine.main(['--preset', 'tiny', '--cameras', '2', '--frames', '3',
                         '--decode-budget', '6', '--tokens-per-cycle', '2', '--max-running', '4',

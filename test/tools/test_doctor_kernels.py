@@ -1,14 +1,14 @@
 """
 ``oxygen_doctor``'s Triton-build and FP8 checks: the engine's own checks, one home each.
 
-The doctor asks ``model.kernels.device_check.check_device`` (what the fast path's warm-up runs,
-for the configured preset and dtype) and ``model.fp8.probe_scaled_mm`` (what FP8 weights ask at
-load); these tests hold the findings to what those return on this CPU.
+The doctor asks ``backends.fast_path.kernels.device_check.check_device`` (what the fast path's
+warm-up runs, for the configured preset and dtype) and ``model.fp8.probe_scaled_mm`` (what FP8
+weights ask at load); these tests hold the findings to what those return on this CPU.
 """
 
+from oxygen_ros.backends.fast_path.kernels.device_check import check_device
 from oxygen_ros.engine.config import EngineConfig, Quantization
 from oxygen_ros.model import fp8
-from oxygen_ros.model.kernels.device_check import check_device
 from oxygen_ros.tools.doctor import kernel_checks
 from oxygen_ros.tools.doctor.findings import Level
 

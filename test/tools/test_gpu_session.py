@@ -302,12 +302,12 @@ def test_test_outcomes_are_read_with_and_without_xdist_and_when_cut_off():
 def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
     """A fast path's ``dropped`` (feature -> reason) reaches the bench's and start's JSON."""
     from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
-    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
     from oxygen_ros.backends.torch_backend import TorchBackend
     from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
-    backend = CompiledTorchBackend.create(
+    backend = FastPathBackend.create(
         BackendConfig(compile_mode=CompileMode.DEFAULT), model, 64, backend='aot_eager',
         progress=False, only=(Step.SEED,), precompile=False)
     record = warmup_summary(backend)
@@ -316,7 +316,7 @@ def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
     assert record['warmup_s'] > 0 and 'seed' in record['phases'] and record['gate']['seed']
     json.dumps(record)                                              # JSON as it is
     reason = 'CompilationError: Both operands must be same dtype. Got fp64 and fp32'
-    backend.compiled.dropped = {'paged_attention': reason}   # as a fast path that dropped it
+    backend.fast_path.dropped = {'paged_attention': reason}   # as a fast path that dropped it
     assert warmup_summary(backend)['dropped'] == {'paged_attention': reason}
     assert dropped_features(TorchBackend(model, 64, 16)) == {}      # eager: nothing to drop
 

@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from oxygen_ros.backends.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.tools.bench import thor_projection
 from oxygen_ros.tools.bench.gpu_components import Workload
+from oxygen_ros.tools.bench.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.tools.bench.roofline import bound_ms, component_costs
 import pytest
 

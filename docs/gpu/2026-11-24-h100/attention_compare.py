@@ -11,8 +11,8 @@ import time
 
 from oxygen_ros.backends.attention import sdpa_context
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-from oxygen_ros.backends.parity_probe import float32_copy
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
+from oxygen_ros.backends.fast_path.parity_probe import float32_copy
 from oxygen_ros.tools.bench.gpu_components import run_components, Workload
 import torch
 from torch.profiler import profile, ProfilerActivity
@@ -28,7 +28,7 @@ for att in ('matmul', 'auto'):
     config = BackendConfig(compile_mode=mode, device=dev, max_running_requests=8,
                            decode_budget=30, attention=attention)
     t = time.perf_counter()
-    backend = CompiledTorchBackend.create(
+    backend = FastPathBackend.create(
         config, model, work.num_blocks(), progress=False, camera_counts=(3,),
         only=[Step.DENOISE, Step.DECODE], reference=reference,
         **({} if dev == 'cuda' else {'backend': 'aot_eager'}))

@@ -8,7 +8,7 @@ repository root: ``PYTHONPATH=$PWD python3 <this file>`` (output: ``auto_default
 import time
 
 from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.tools.bench.gpu_components import Workload
 import torch
 from torch.profiler import profile, ProfilerActivity
@@ -20,8 +20,8 @@ config = BackendConfig(compile_mode=CompileMode.REDUCE_OVERHEAD, device=dev,
                        attention=AttentionBackend.resolve(None))
 print('attention', config.attention, flush=True)
 t = time.perf_counter()
-backend = CompiledTorchBackend.create(config, model, work.num_blocks(), progress=False,
-                                      camera_counts=(3,), only=[Step.DENOISE])
+backend = FastPathBackend.create(config, model, work.num_blocks(), progress=False,
+                                 camera_counts=(3,), only=[Step.DENOISE])
 print('warmup s', round(time.perf_counter() - t, 1), 'fallbacks', backend.model.fallbacks,
       {s: r.describe() for s, r in backend.model.parity.items()}, flush=True)
 fast = backend.model

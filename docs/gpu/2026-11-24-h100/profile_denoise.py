@@ -8,7 +8,7 @@ import os
 import time
 
 from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
-from oxygen_ros.backends.fast_backend import CompiledTorchBackend
+from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.tools.bench.gpu_components import Workload
 import torch
@@ -103,8 +103,8 @@ with torch.inference_mode():
 config = BackendConfig(compile_mode=CompileMode.REDUCE_OVERHEAD, device=dev,
                        max_running_requests=8, decode_budget=30)
 t = time.perf_counter()
-backend = CompiledTorchBackend.create(config, model, work.num_blocks(), progress=False,
-                                      camera_counts=(3,), only=[Step.DENOISE])
+backend = FastPathBackend.create(config, model, work.num_blocks(), progress=False,
+                                 camera_counts=(3,), only=[Step.DENOISE])
 print('warmup denoise only s', time.perf_counter() - t, backend.model.fallbacks, flush=True)
 fast = backend.model
 with torch.inference_mode():

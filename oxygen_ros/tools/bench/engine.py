@@ -300,7 +300,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
                 probe.measure_decode('decode_b', decode_batch, cache, slots)
         finally:
             if blocks is not None:
-                oxygen.scheduler.kv.pool.decref(blocks)
+                oxygen.scheduler.kv.pool.free(blocks)
 
     records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
                for pol in engines}

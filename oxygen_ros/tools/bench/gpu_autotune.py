@@ -27,8 +27,8 @@ def autotune_components(ctx: Any) -> bool:
     import torch
 
     from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
-    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
     a, work = ctx.args, ctx.workload()
@@ -39,14 +39,14 @@ def autotune_components(ctx: Any) -> bool:
     for name, steps in (('default', ''), ('max_autotune', 'vision,prefill')):
         os.environ[MAX_AUTOTUNE_ENV] = steps
         torch._dynamo.reset()
-        backend = CompiledTorchBackend.create(
+        backend = FastPathBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             only=(Step.VISION, Step.PREFILL), camera_counts=(work.cameras,),
             reference=reference)
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),
                       'dropped': dropped_features(backend),
-                      'gate': {s: r.describe() for s, r in backend.compiled.parity.items()},
+                      'gate': {s: r.describe() for s, r in backend.fast_path.parity.items()},
                       'ms': _time_vision_prefill(backend, work)}
         ctx.save('autotune', runs)
         del backend
@@ -59,7 +59,7 @@ def _time_vision_prefill(backend, work) -> dict:
 
     from oxygen_ros.tools.bench.gpu_components import timed_ms
 
-    fast, cfg, dev = backend.compiled, backend.compiled.cfg, work.device
+    fast, cfg, dev = backend.fast_path, backend.fast_path.cfg, work.device
     gen = torch.Generator().manual_seed(work.seed)
     size = cfg.vision.image_size
     images = (torch.rand(1, work.cameras, 3, size, size, generator=gen) * 2 - 1).to(

@@ -2,7 +2,7 @@
 The model calls of a control cycle, timed one by one, and the action path's parity (GPU session).
 
 What ``gpu_phases`` measures for ``oxygen_bench gpu``: on the model (eager) or the fast path
-(``CompiledModel``), the median wall time of each call the engine makes (vision, prefill of
+(``FastPathModel``), the median wall time of each call the engine makes (vision, prefill of
 the whole prefix, two text requests' causal suffixes on it, the 10-step denoise, RTC's guided
 10-step denoise where asked, a decode step at several batch sizes over a long context, the LM
 head), the outputs of one untimed pass, and the parity of the fast path's outputs against
@@ -95,7 +95,7 @@ def run_components(model: Any, cache: Any, work: Workload, *, timed: bool = True
     """
     Run (and time) the calls the engine makes on ``model`` over ``cache``.
 
-    :param model: ``Pi05Model`` or ``CompiledModel`` (calls with token masks None, as the
+    :param model: ``Pi05Model`` or ``FastPathModel`` (calls with token masks None, as the
         backend makes them; decode through ``greedy_calls``, as the engine decodes).
     :param guided: also RTC's guided denoise (``guided_denoise_10_steps``, output
         ``guided_actions``) on the same prefix and noise, guided as the bench's probe guides
@@ -201,19 +201,19 @@ def time_decode_attention(work: Workload) -> dict:
     """
     Time the attention of one decode step alone, every layer: the paged kernel vs the gather.
 
-    The paged Triton kernel (``model/kernels/paged_decode.py``, the context read in place)
-    against what decode did before it (per layer ``index_select`` of the context, ``cat`` of
-    the new K/V, matrix-product attention with its float32 K, PyTorch's eager kernels): each
-    as ``depth`` calls (one per layer) captured in one CUDA graph, as inside the decode
-    graph, median of ``repeats`` replays at each decode batch over ``decode_ctx`` slots.
+    The paged Triton kernel (``backends/fast_path/kernels/paged_decode.py``, the context read in
+    place) against what decode did before it (per layer ``index_select`` of the context, ``cat`` of
+    the new K/V, matrix-product attention with its float32 K, PyTorch's eager kernels): each as
+    ``depth`` calls (one per layer) captured in one CUDA graph, as inside the decode graph, median
+    of ``repeats`` replays at each decode batch over ``decode_ctx`` slots.
 
     :returns: per batch ``b<B>``: ``paged_us``, ``gathered_us``, ``kv_bytes`` (context K and
         V read per step) and ``paged_gb_per_s``; ``{'skipped': why}`` off CUDA.
     """
     import torch
 
+    from oxygen_ros.backends.fast_path.paged_attention import load_kernel, paged_attention
     from oxygen_ros.model.layers import attention, AttentionMask, matmul_short_queries
-    from oxygen_ros.model.paged_attention import load_kernel, paged_attention
 
     if not work.device.startswith('cuda'):
         return {'skipped': 'timed on CUDA only (on the CPU the kernel runs interpreted)'}
@@ -279,7 +279,7 @@ def time_prefix_attention(work: Workload, compiler: str = 'inductor') -> dict:
     import torch
     from torch.nn.attention import sdpa_kernel, SDPBackend
 
-    from oxygen_ros.backends.buckets import bucket_for, prompt_buckets
+    from oxygen_ros.backends.fast_path.buckets import bucket_for, prompt_buckets
     from oxygen_ros.model.flex import prefix_attention, prefix_block_mask
     from oxygen_ros.model.layers import attention, AttentionMask
     from oxygen_ros.model.masks import make_attn_mask, text_ar
@@ -409,7 +409,7 @@ def denoise_entry(ms: dict[str, float], cfg: Any, used: str) -> dict:
     :param ms: ``run_components``' medians (``denoise_10_steps``).
     :param cfg: the model's ``ModelConfig``.
     :param used: ``paged_attention.denoise_attention``: ``'fused'`` (the Triton kernels of
-        ``model/denoise_fused.py``) or ``'gathered'``.
+        ``backends/fast_path/denoise_fused.py``) or ``'gathered'``.
     :returns: ``used``, ``layer_steps`` (expert depth x Euler steps) and
         ``us_per_layer_step`` (None where the denoise was not timed).
     """
@@ -448,10 +448,10 @@ def roofline_entry(ms: dict[str, float], work: Workload, gpu_name: str, *,
     """
     Return each component beside its bound on ``gpu_name`` and the paper-workload cycle.
 
-    :param fp8_weights: the bounds of FP8 weights (``model/roofline.py``).
+    :param fp8_weights: the bounds of FP8 weights (``call_costs.py``).
     """
-    from oxygen_ros.backends.gpu_specs import lookup_gpu
     from oxygen_ros.engine.config import DTYPE_BYTES
+    from oxygen_ros.tools.bench.gpu_specs import lookup_gpu
     from oxygen_ros.tools.bench.roofline import component_costs, paper_cycle, roofline
 
     costs = component_costs(work.model_config(), cameras=work.cameras,

@@ -101,8 +101,8 @@ def environment(ctx: PhaseContext) -> bool:
     """Record the machine and software; fail when the device asked for is not there."""
     import torch
 
-    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
     from oxygen_ros.tools.common.machine import cpu_name
+    from oxygen_ros.transforms.tokenizer import default_tokenizer_path
 
     dev = ctx.args.device
     env = {'device': dev, 'device_name': 'cpu', 'driver': None, 'gpu_memory_gib': None,
@@ -281,7 +281,7 @@ def compiled_components(ctx: PhaseContext) -> bool:
     With real-time chunking on (``rtc``): the guided denoise is compiled, captured and gated
     with the rest, timed beside the plain one and held against eager's guided denoise.
     """
-    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.tools.bench.gpu_components import (
         time_decode_attention, time_prefix_attention)
 
@@ -312,7 +312,7 @@ def fp8_components(ctx: PhaseContext) -> bool:
     import torch
 
     from oxygen_ros.backends.fp8_gate import check_fp8_actions
-    from oxygen_ros.backends.parity_probe import float32_copy
+    from oxygen_ros.backends.parity import float32_copy
     from oxygen_ros.model.fp8 import describe_quantization, fp8_kernel, quantized_copy
 
     work = ctx.workload()
@@ -345,11 +345,11 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     """
     from oxygen_ros.backends.attention import sdpa_context
     from oxygen_ros.backends.config import AttentionBackend, BackendConfig, CompileMode
-    from oxygen_ros.backends.fast_backend import CompiledTorchBackend
-    from oxygen_ros.backends.graph_builder import Kernels
+    from oxygen_ros.backends.fast_path.backend import FastPathBackend
+    from oxygen_ros.backends.fast_path.graph_builder import Kernels
+    from oxygen_ros.backends.fast_path.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
-    from oxygen_ros.model.paged_attention import decode_attention, denoise_attention
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
     from oxygen_ros.tools.bench.warmup_summary import warmup_summary
@@ -360,10 +360,10 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
                            max_running_requests=max(work.decode_batches), decode_budget=30,
                            attention=attention, rtc=True, tokens_per_cycle=K_STEPS)
     with _Recompiles() as recompiles:
-        backend = CompiledTorchBackend.create(
+        backend = FastPathBackend.create(
             config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
-    fast, report = backend.compiled, backend.warmup_report
+    fast, report = backend.fast_path, backend.warmup_report
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks
     with sdpa_context(attention):
         paged = decode_attention(fast.device, compiled)

@@ -1,13 +1,12 @@
 """
 ``oxygen_bench kernels``: the model's Triton kernels built as Inductor builds them, per GPU target.
 
-Every kernel launch of every preset's callers (a decode step, a causal suffix, the fused
-denoise), in each dtype, typed as the installed torch types a ``wrap_triton`` kernel's
-arguments, analysed by torch's mutation analysis and compiled with ``triton.compile`` for each
-target, on this machine, with or without that GPU (``model/kernels/builds.py``). Prints one
-line per kernel x variant x dtype x target (registers, bytes spilled, what it writes) and
-exits 1 when any failed. Run it without ``TRITON_INTERPRET`` (the interpreter's kernels are
-not the compiler's).
+Every kernel launch of every preset's callers (a decode step, a causal suffix, the fused denoise),
+in each dtype, typed as the installed torch types a ``wrap_triton`` kernel's arguments, analysed by
+torch's mutation analysis and compiled with ``triton.compile`` for each target, on this machine,
+with or without that GPU (``backends/fast_path/kernels/builds.py``). Prints one line per kernel x
+variant x dtype x target (registers, bytes spilled, what it writes) and exits 1 when any failed.
+Run it without ``TRITON_INTERPRET`` (the interpreter's kernels are not the compiler's).
 
 Usage::
 
@@ -51,7 +50,7 @@ def run(targets: Sequence[int], presets: Sequence[str], dtypes: Sequence[str], *
     """Build one launch of each kind for every target; return each build as a dict."""
     import torch
 
-    from oxygen_ros.model.kernels.builds import build, launch_kinds, model_launches
+    from oxygen_ros.backends.fast_path.kernels.builds import build, launch_kinds, model_launches
 
     launches = launch_kinds(launch for p in presets for d in dtypes
                             for launch in model_launches(get_preset(p), getattr(torch, d)))

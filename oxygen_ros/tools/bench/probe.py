@@ -30,10 +30,10 @@ from typing import Callable
 
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.config import PrefixAttention
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.lora import AdapterRows, SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 

@@ -1,8 +1,8 @@
 """
 Rooflines and targets for ``oxygen_bench gpu``: measured times beside their bounds (pure).
 
-Each measured component gets its FLOPs and bytes (``model/roofline.py``), its bound on the GPU
-it ran on (``backends/gpu_specs.py``) and the fraction of the bound reached. The Jetson AGX
+Each measured component gets its FLOPs and bytes (``call_costs.py``), its bound on the GPU
+it ran on (``gpu_specs.py``) and the fraction of the bound reached. The Jetson AGX
 Thor column is a PROJECTION, not a measurement: Thor's bound divided by the fraction of the
 bound reached here (same software efficiency assumed; Thor's 273 GB/s makes the memory-bound
 calls ~12x slower than on an H100). ``show`` holds the figures against the targets
@@ -11,11 +11,11 @@ calls ~12x slower than on an H100). ``show`` holds the figures against the targe
 
 from __future__ import annotations
 
-from oxygen_ros.backends.gpu_specs import GpuSpec, JETSON_AGX_THOR
 from oxygen_ros.config import ModelConfig
-from oxygen_ros.model.roofline import (
+from oxygen_ros.tools.bench.call_costs import (
     CallCost, decode_cost, denoise_cost, gemma_layer_linear_params, prefill_cost, seed_cost,
     vision_cost)
+from oxygen_ros.tools.bench.gpu_specs import GpuSpec, JETSON_AGX_THOR
 
 TARGETS_MS = {'vision': 3.0, 'prefill': 8.0, 'denoise_10_steps': 4.5, 'decode_step_b1': 2.5,
               'decode_step_b8': 2.2}
@@ -36,7 +36,7 @@ def component_costs(cfg: ModelConfig, *, cameras: int, prompt_tokens: int,
     """
     Return the work of each component ``gpu_components`` times, by its name there.
 
-    :param fp8_weights: the large linears in FP8 (``model/roofline.py``).
+    :param fp8_weights: the large linears in FP8 (``call_costs.py``).
     """
     prefix = cameras * cfg.image_tokens_per_camera + prompt_tokens
     kw = {'dtype_bytes': dtype_bytes, 'fp8_weights': fp8_weights}
@@ -175,21 +175,5 @@ def show(report: dict) -> dict[str, dict]:
     return out
 
 
-def format_table(rows: dict[str, dict], gpu: GpuSpec | None) -> str:
-    """Return a text table: component, ms, bound, % of bound, Thor bound / projection."""
-    head = (f"{'component':18} {'ms':>8} {'GFLOP':>9} {'GB':>7} {'bound ms':>9} {'% bound':>8}"
-            f" {'Thor bound':>11} {'Thor proj.':>11}")
-    lines = [f'roofline on {gpu.name if gpu else "an unknown GPU (no bound)"}; Thor column '
-             'PROJECTED, not measured', head]
-    for name, r in rows.items():
-        def f(v: float | None, spec: str) -> str:
-            return format(v, spec) if v is not None else '-'
-        lines.append(f"{name:18} {f(r['ms'], '8.2f')} {r['gflop']:9.1f} {r['gbytes']:7.2f} "
-                     f"{f(r.get('bound_ms'), '9.2f')} {f(r.get('pct_of_bound'), '7.0f')}% "
-                     f"{r['thor']['bound_ms']:11.2f} "
-                     f"{f(r['thor'].get('projected_ms'), '11.2f')}")
-    return '\n'.join(lines)
-
-
 __all__ = ['COLD_WARMUP_S', 'GUIDED_VS_PLAIN', 'PIPELINE_TARGETS', 'TARGETS_MS', 'bound_ms',
-           'component_costs', 'format_table', 'paper_cycle', 'roofline', 'show']
+           'component_costs', 'paper_cycle', 'roofline', 'show']

@@ -4,8 +4,8 @@ How far RTC with the Jacobian on the first k Euler steps lands from exact RTC, o
 ``oxygen_bench engine --rtc-jacobian-steps K`` reports it beside the guided denoise's time
 (docs/action_semantics.md#the-cost-of-exact-guidance): the chunk sampled with
 ``RtcGuidance.jacobian_steps = K`` against the one sampled with the Jacobian at every step, both
-eager (autograd, ``model.rtc.guided_denoise``), from the same noise toward the same target. The
-target is what RTC guides toward in steady state: the policy's own chunk for this observation
+eager (autograd, ``model.guidance.guided_denoise``), from the same noise toward the same target.
+The target is what RTC guides toward in steady state: the policy's own chunk for this observation
 from other noise, advanced by a third of the chunk (the points executed since it started), its
 first third frozen (the inference delay) and the rest of what it covers soft-masked
 (``control.rtc.soft_mask``). Figures are in normalized model units, as the model samples.
@@ -14,9 +14,9 @@ first third frozen (the inference delay) and the rest of what it covers soft-mas
 from __future__ import annotations
 
 from oxygen_ros.control.rtc import soft_mask
+from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import PrefixKV
 from oxygen_ros.model.pi05 import Pi05Model
-from oxygen_ros.model.rtc import guided_denoise, RtcGuidance
 import torch
 
 

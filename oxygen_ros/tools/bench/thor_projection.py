@@ -3,8 +3,8 @@ Jetson AGX Thor latency PROJECTED from a measured GPU run, with bf16 and with FP
 
 Per component of the GPU session (``gpu_components``): the efficiency reached on the GPU that
 ran, ``bound / measured`` (at most 1), and Thor's projected time ``Thor bound / efficiency``,
-each bound from the config's bytes and FLOPs (``model/roofline.py``) and the peaks of
-``backends/gpu_specs.py``: bf16 weights, and FP8 weights (the quantized linears read at 1
+each bound from the config's bytes and FLOPs (``call_costs.py``) and the peaks of
+``gpu_specs.py``: bf16 weights, and FP8 weights (the quantized linears read at 1
 byte per weight, their GEMMs at the FP8 rate; ``model/fp8.py``). The same measured efficiency
 serves both. Assumed, not measured: that Thor's software reaches the fraction of its bound the
 H100's did, and that FP8 kernels reach the fraction bf16 ones did (FP8 has never run on a GPU
@@ -25,9 +25,9 @@ import json
 from pathlib import Path
 import sys
 
-from oxygen_ros.backends.gpu_specs import GpuSpec, JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.engine.config import DTYPE_BYTES
 from oxygen_ros.tools.bench.gpu_components import Workload
+from oxygen_ros.tools.bench.gpu_specs import GpuSpec, JETSON_AGX_THOR, lookup_gpu
 from oxygen_ros.tools.bench.roofline import bound_ms, component_costs
 
 TOKENS_PER_CYCLE = 5

@@ -36,7 +36,7 @@ def warmup_summary(backend: Any) -> dict:
         (hits, misses, the configuration's artifact file loaded; None: no Inductor).
     """
     report = backend.warmup_report
-    fast = getattr(backend, 'compiled', None)
+    fast = getattr(backend, 'fast_path', None)
     cache = report.compile_cache
     return {
         'warmup_s': report.seconds,

@@ -11,7 +11,7 @@ Definitions (all in **sim time**):
   (**resumed after a hold**).
 - **hold time**: sim time the executor held its last point because no fresher chunk had taken
   over (after the first chunk).
-- **boundary jump** (``control.boundary_metrics``): at each switch, ``|p_new(t_s) -
+- **boundary jump** (``boundary_metrics``): at each switch, ``|p_new(t_s) -
   p_prev(t_s)|``, the max over the arm joints (rad).
 - **boundary / interior jerk**: ``|third difference| / h^3`` of the commanded arm positions
   sampled every ``h`` (the joint-command period), max over the arm joints; boundary = the
@@ -29,8 +29,8 @@ import math
 from typing import Sequence
 
 import numpy as np
-from oxygen_ros.control.boundary_metrics import boundary_jerk
 from oxygen_ros.sim.reports import EXECUTOR_STATUS, SIMULATION_STATUS
+from oxygen_ros.tools.demo.boundary_metrics import boundary_jerk
 from oxygen_ros.tools.demo.sim_bag import SimRun
 from oxygen_ros.units import NS_PER_S
 

@@ -3,10 +3,10 @@
 
 The Triton and FP8 checks are the ones the engine itself runs (one home each): the fast path's
 warm-up builds the project's Triton kernels for the device with
-``model.kernels.device_check.check_device`` (for the configured preset and dtype) and the FP8
-weights ask ``model.fp8.probe_scaled_mm`` at load whether row-wise scaled ``torch._scaled_mm``
-runs there. Around them: which Triton torch's wheel
-requires (its ``Requires-Dist``) against the installed one, and the ptxas overrides Triton reads
+``backends.fast_path.kernels.device_check.check_device`` (for the configured preset and dtype) and
+the FP8 weights ask ``model.fp8.probe_scaled_mm`` at load whether row-wise scaled
+``torch._scaled_mm`` runs there. Around them: which Triton torch's wheel requires (its
+``Requires-Dist``) against the installed one, and the ptxas overrides Triton reads
 (``TRITON_PTXAS_PATH``, and for compute capability >= 10, Jetson Thor's 11.0 included,
 ``TRITON_PTXAS_BLACKWELL_PATH``: docs/gpu.md#jetson-agx-thor).
 """
@@ -59,8 +59,8 @@ def check_triton_pin(environ: Mapping[str, str] = os.environ) -> Finding:
 
 def check_triton_build(config: EngineConfig) -> Finding:
     """Return whether the project's Triton kernels build for the configured device and model."""
+    from oxygen_ros.backends.fast_path.kernels.device_check import check_device
     from oxygen_ros.engine.loading import torch_dtype
-    from oxygen_ros.model.kernels.device_check import check_device
     result = check_device(config.device, config.model_config(), torch_dtype(config.dtype))
     if result.ok:
         return Finding('triton build', Level.OK, f'{result.target}: {len(result.lines)} '
