@@ -10,6 +10,8 @@ setup(
     name=PACKAGE,
     version='0.1.0',
     packages=find_packages(include=[PACKAGE, f'{PACKAGE}.*']),
+    # the declaration of every parameter, read at import (oxygen_ros/parameters/__init__.py)
+    package_data={f'{PACKAGE}.parameters': ['oxygen_parameters.yaml']},
     data_files=[
         ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
         (f'share/{PACKAGE}', ['package.xml']),

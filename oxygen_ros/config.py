@@ -1,5 +1,11 @@
 """
-Model presets: the π0.5 architecture at full size and at reduced sizes.
+Model presets: the π0.5 architecture at full and reduced sizes, and what each preset adds.
+
+``ModelConfig`` is the network only (what fixes tensor shapes). A ``Preset`` names a network,
+the robot policy it drives (``oxygen_ros.policies``: cameras, state and action spaces,
+grippers, prompt format, transforms), the checkpoint's asset id and the default budget of a
+text request (a serving limit), as openpi's ``TrainConfig`` pairs a model config with a data
+config and a robot's ``policies/*_policy.py``.
 
 Pure Python (stdlib only) so that every layer, including the torch-free ``kv`` and ``sched``
 packages, can read sizes from one place. Full-size numbers come from openpi
@@ -15,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 import difflib
 import enum
-from typing import Sequence
+from typing import Mapping, Sequence, TypeVar
 
 CAMERA_SLOTS: tuple[str, ...] = ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')
 """openpi image keys (``src/openpi/models/model.py`` ``IMAGE_KEYS``): every π0.5 checkpoint
@@ -60,9 +66,9 @@ class PrefixAttention(str, enum.Enum):
 
 class ActionSpace(str, enum.Enum):
     """
-    What the robot-unit action dims of a preset mean (after openpi's output transforms).
+    What the robot-unit action dims of a robot mean (after openpi's output transforms).
 
-    Dims listed in ``ModelConfig.gripper_dims`` are gripper positions (or commands) in every
+    Dims listed in ``RobotPolicy.gripper_dims`` are gripper positions (or commands) in every
     space.
     """
 
@@ -77,19 +83,6 @@ class ActionSpace(str, enum.Enum):
     Per-step end-effector deltas (LIBERO, robosuite ``OSC_POSE``): dims 0-2 translation, 3-5
     axis-angle rotation, then the grippers; each point is applied once, relative to the pose
     reached before it (not cumulative from the observation).
-    """
-
-
-class RobotAdapter(str, enum.Enum):
-    """Robot-specific transforms beyond (un)normalization (openpi ``policies/*_policy.py``)."""
-
-    NONE = 'none'
-    """State and actions pass through (openpi ``DroidInputs``/``LiberoInputs`` only repack)."""
-
-    ALOHA = 'aloha'
-    """
-    ``AlohaInputs``/``AlohaOutputs`` with ``adapt_to_pi`` and ``DeltaActions``/
-    ``AbsoluteActions`` over ``make_bool_mask(6, -1, 6, -1)`` (openpi ``LeRobotAlohaDataConfig``).
     """
 
 
@@ -145,7 +138,7 @@ class GemmaConfig:
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     """
-    Everything that fixes tensor shapes, plus the prompt and camera conventions.
+    The network: everything that fixes tensor shapes (a preset's robot and serving are apart).
 
     :raises ValueError: if the two experts cannot share one attention (different depth,
         heads, kv heads or head dim:
@@ -154,24 +147,12 @@ class ModelConfig:
     """
 
     name: str
+    """The preset that sizes it."""
     vision: VisionConfig
     vlm: GemmaConfig
     expert: GemmaConfig
     action_horizon: int
     """H: action tokens per chunk (openpi ``action_horizon``)."""
-    state_dim: int
-    """Robot state dims before padding to ``action_dim`` (in the prompt if PI05_STATE)."""
-    robot_action_dim: int
-    """Action dims kept after unnormalizing (openpi robot ``Outputs``)."""
-    cameras: tuple[str, ...]
-    """The camera slots this preset feeds; other slots of ``CAMERA_SLOTS`` are masked."""
-    asset_id: str
-    """``assets/<asset_id>/norm_stats.json`` inside a checkpoint."""
-    prompt_format: PromptFormat = PromptFormat.PI05_STATE
-    action_space: ActionSpace = ActionSpace.JOINT_POSITION
-    gripper_dims: tuple[int, ...] = ()
-    """Robot action dims that are gripper positions (or commands) whatever the space."""
-    robot_adapter: RobotAdapter = RobotAdapter.NONE
     prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
     vocab_size: int = PALIGEMMA_VOCAB_SIZE
     action_dim: int = 32
@@ -180,8 +161,6 @@ class ModelConfig:
     """Prompt slots (openpi ``max_token_len``; longer prompts: ``docs/model.md#presets``)."""
     num_denoise_steps: int = 10
     """Euler steps of flow matching, t from 1 (noise) to 0 (``docs/model.md#flow-matching``)."""
-    decode_budget: int = 30
-    """Default max generated tokens of a text request."""
     min_period: float = 4e-3
     max_period: float = 4.0
     rope_base: float = 10_000.0
@@ -202,31 +181,7 @@ class ModelConfig:
         if v.head_dim % 2:
             raise ValueError(
                 f'preset {self.name!r}: RoPE needs an even head_dim, got {v.head_dim}')
-        unknown = set(self.cameras) - set(CAMERA_SLOTS)
-        if unknown or not self.cameras:
-            raise ValueError(f'preset {self.name!r}: cameras must be a non-empty subset of '
-                             f'{CAMERA_SLOTS}, got {self.cameras}')
-        if not 0 < self.state_dim <= self.action_dim:
-            raise ValueError(f'preset {self.name!r}: state_dim {self.state_dim} not in '
-                             f'1..{self.action_dim}')
-        if not 0 < self.robot_action_dim <= self.action_dim:
-            raise ValueError(f'preset {self.name!r}: robot_action_dim {self.robot_action_dim} '
-                             f'not in 1..{self.action_dim}')
-        if len(set(self.gripper_dims)) != len(self.gripper_dims) or \
-                not all(0 <= d < self.robot_action_dim for d in self.gripper_dims):
-            raise ValueError(f'preset {self.name!r}: gripper_dims {self.gripper_dims} must be '
-                             f'distinct dims in 0..{self.robot_action_dim - 1}')
-        if self.action_space is ActionSpace.EE_DELTA and \
-                not is_ee_delta_layout(self.robot_action_dim, self.gripper_dims):
-            raise ValueError(f'preset {self.name!r}: ee_delta actions are 3 translation + 3 '
-                             f'rotation dims followed by the gripper dims, got '
-                             f'robot_action_dim {self.robot_action_dim}, gripper_dims '
-                             f'{self.gripper_dims}')
-        if self.robot_adapter is RobotAdapter.ALOHA and (
-                self.state_dim != 14 or self.robot_action_dim != 14):
-            raise ValueError(f'preset {self.name!r}: the ALOHA adapter needs 14 state and '
-                             f'action dims, got {self.state_dim} and {self.robot_action_dim}')
-        for attr in ('action_horizon', 'max_token_len', 'num_denoise_steps', 'decode_budget'):
+        for attr in ('action_horizon', 'max_token_len', 'num_denoise_steps', 'action_dim'):
             if getattr(self, attr) < 1:
                 raise ValueError(f'preset {self.name!r}: {attr} must be >= 1, '
                                  f'got {getattr(self, attr)}')
@@ -235,10 +190,9 @@ class ModelConfig:
     def num_layers(self) -> int:
         return self.vlm.depth
 
-    @property
-    def max_prefix_tokens(self) -> int:
-        """Return the longest prefix: every camera's image tokens and a full prompt."""
-        return len(self.cameras) * self.image_tokens_per_camera + self.max_token_len
+    def prefix_tokens(self, num_cameras: int) -> int:
+        """Return the longest prefix of ``num_cameras`` images: their tokens and a full prompt."""
+        return num_cameras * self.image_tokens_per_camera + self.max_token_len
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """Return K+V bytes of one cached token, all layers (pi05 in bf16: 18 KiB)."""
@@ -253,73 +207,89 @@ class ModelConfig:
         return replace(self, **changes)
 
 
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """
+    A preset: a network, the robot it drives, its checkpoint's assets, a serving default.
+
+    :ivar model: the network.
+    :ivar robot: its robot policy, by name (``oxygen_ros.policies.get_robot``).
+    :ivar asset_id: ``assets/<asset_id>/norm_stats.json`` inside a checkpoint.
+    :ivar decode_budget: the default max tokens of a text request (the node's and the
+        engine's ``decode_budget`` when they give none).
+    :raises ValueError: a budget < 1, or a model named otherwise.
+    """
+
+    name: str
+    model: ModelConfig
+    robot: str
+    asset_id: str
+    decode_budget: int
+
+    def __post_init__(self) -> None:
+        if self.decode_budget < 1:
+            raise ValueError(f'preset {self.name!r}: decode_budget must be >= 1, got '
+                             f'{self.decode_budget}')
+        if self.model.name != self.name:
+            raise ValueError(f'preset {self.name!r}: its model is named {self.model.name!r}')
+
+
 _FULL_VISION = VisionConfig()
 _GEMMA_2B = GemmaConfig(width=2048, depth=18, num_heads=8, num_kv_heads=1, head_dim=256,
                         mlp_dim=16_384)
 _GEMMA_300M = GemmaConfig(width=1024, depth=18, num_heads=8, num_kv_heads=1, head_dim=256,
                           mlp_dim=4096)
 
-_PRESETS: dict[str, ModelConfig] = {}
+_PRESETS: dict[str, Preset] = {}
 
 
-def _register(cfg: ModelConfig) -> ModelConfig:
-    if cfg.name in _PRESETS:
-        raise ValueError(f'duplicate preset {cfg.name!r}')
-    _PRESETS[cfg.name] = cfg
-    return cfg
+def _register(preset: Preset) -> Preset:
+    if preset.name in _PRESETS:
+        raise ValueError(f'duplicate preset {preset.name!r}')
+    _PRESETS[preset.name] = preset
+    return preset
 
 
-_register(ModelConfig(
-    name='pi05_droid', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
-    action_horizon=15, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='droid',
-    action_space=ActionSpace.JOINT_VELOCITY, gripper_dims=(7,), full_size=True))
-_register(ModelConfig(
-    name='pi05_libero', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
-    action_horizon=10, state_dim=8, robot_action_dim=7,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='physical-intelligence/libero',
-    prompt_format=PromptFormat.PI0, action_space=ActionSpace.EE_DELTA, gripper_dims=(6,),
-    full_size=True))
-_register(ModelConfig(
-    name='pi05_base', vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
-    action_horizon=50, state_dim=14, robot_action_dim=14, cameras=CAMERA_SLOTS,
-    asset_id='trossen', gripper_dims=(6, 13), robot_adapter=RobotAdapter.ALOHA,
-    full_size=True))
+def _full_size(name: str, action_horizon: int) -> ModelConfig:
+    return ModelConfig(name=name, vision=_FULL_VISION, vlm=_GEMMA_2B, expert=_GEMMA_300M,
+                       action_horizon=action_horizon, full_size=True)
+
+
+_register(Preset('pi05_droid', _full_size('pi05_droid', 15), robot='droid', asset_id='droid',
+                 decode_budget=30))
+_register(Preset('pi05_libero', _full_size('pi05_libero', 10), robot='libero',
+                 asset_id='physical-intelligence/libero', decode_budget=30))
+_register(Preset('pi05_base', _full_size('pi05_base', 50), robot='aloha', asset_id='trossen',
+                 decode_budget=30))
 # CPU benchmark size (~90 M parameters, most of them the 257152-row tied embedding, as in
 # the real model where it is 16 %): same architecture, same token counts per camera.
-_register(ModelConfig(
+_register(Preset('small', ModelConfig(
     name='small',
     vision=VisionConfig(width=384, depth=6, num_heads=6, mlp_dim=1536),
     vlm=GemmaConfig(width=256, depth=6, num_heads=4, num_kv_heads=1, head_dim=64, mlp_dim=2048),
     expert=GemmaConfig(width=128, depth=6, num_heads=4, num_kv_heads=1, head_dim=64,
                        mlp_dim=512),
-    action_horizon=10, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='small', gripper_dims=(7,)))
+    action_horizon=10), robot='panda', asset_id='small', decode_budget=30))
 # ROS demo size: holds >= 5 Hz with two cameras on a 2-core CPU (config/demo.yaml).
-_register(ModelConfig(
+_register(Preset('demo', ModelConfig(
     name='demo',
     vision=VisionConfig(patch_size=28, width=128, depth=4, num_heads=4, mlp_dim=512),
     vlm=GemmaConfig(width=64, depth=4, num_heads=4, num_kv_heads=1, head_dim=32, mlp_dim=256),
     expert=GemmaConfig(width=64, depth=4, num_heads=4, num_kv_heads=1, head_dim=32,
                        mlp_dim=256),
-    action_horizon=10, state_dim=8, robot_action_dim=8,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='demo', gripper_dims=(7,),
-    decode_budget=16))
+    action_horizon=10), robot='panda', asset_id='demo', decode_budget=16))
 # Test size (< 5 M parameters, 4.1 M of them the embedding): 64 tokens per camera.
-_register(ModelConfig(
+_TINY = ModelConfig(
     name='tiny',
     vision=VisionConfig(patch_size=28, width=32, depth=2, num_heads=2, mlp_dim=64),
     vlm=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
     expert=GemmaConfig(width=16, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=32),
-    action_horizon=4, state_dim=8, robot_action_dim=7,
-    cameras=('base_0_rgb', 'left_wrist_0_rgb'), asset_id='tiny', max_token_len=64,
-    decode_budget=8))
+    action_horizon=4, max_token_len=64)
+_register(Preset('tiny', _TINY, robot='test_arm', asset_id='tiny', decode_budget=8))
 # Test size of pi05_base's ALOHA layout (three cameras, 14 state and action dims, openpi's
 # AlohaInputs/AlohaOutputs): the tiny model; 96 prompt slots hold 14 state bins.
-_register(_PRESETS['tiny'].with_overrides(
-    name='tiny_aloha', state_dim=14, robot_action_dim=14, cameras=CAMERA_SLOTS,
-    asset_id='tiny_aloha', gripper_dims=(6, 13), robot_adapter=RobotAdapter.ALOHA,
-    max_token_len=96))
+_register(Preset('tiny_aloha', _TINY.with_overrides(name='tiny_aloha', max_token_len=96),
+                 robot='aloha', asset_id='tiny_aloha', decode_budget=8))
 
 
 def preset_names() -> tuple[str, ...]:
@@ -327,23 +297,35 @@ def preset_names() -> tuple[str, ...]:
     return tuple(_PRESETS)
 
 
-def get_preset(name: str) -> ModelConfig:
+def get_preset(name: str) -> Preset:
     """
     Return the preset called ``name``.
 
     :raises ValueError: unknown name, with the closest match suggested.
     """
+    return by_name(_PRESETS, name, 'preset')
+
+
+T = TypeVar('T')
+
+
+def by_name(table: Mapping[str, T], name: str, what: str) -> T:
+    """
+    Return ``table[name]``, the registry of ``what`` (presets, robots).
+
+    :raises ValueError: unknown name, with the closest match suggested and every name listed.
+    """
     try:
-        return _PRESETS[name]
+        return table[name]
     except KeyError:
-        close = difflib.get_close_matches(name, _PRESETS, n=1)
+        close = difflib.get_close_matches(name, table, n=1)
         hint = f' (did you mean {close[0]!r}?)' if close else ''
-        raise ValueError(f'unknown preset {name!r}{hint}; known: {", ".join(_PRESETS)}') from None
+        raise ValueError(f'unknown {what} {name!r}{hint}; known: {", ".join(table)}') from None
 
 
 __all__ = [
     'ActionSpace', 'BOS_ID', 'CAMERA_SLOTS', 'EE_DELTA_DIMS', 'EOS_ID', 'GemmaConfig',
-    'ModelConfig', 'PAD_ID', 'PALIGEMMA_VOCAB_SIZE', 'PrefixAttention', 'PromptFormat',
-    'RobotAdapter', 'VisionConfig',
-    'get_preset', 'preset_names',
+    'ModelConfig', 'PAD_ID', 'PALIGEMMA_VOCAB_SIZE', 'Preset', 'PrefixAttention',
+    'PromptFormat', 'VisionConfig',
+    'by_name', 'get_preset', 'preset_names',
 ]

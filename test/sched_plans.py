@@ -1,6 +1,7 @@
-"""Scheduler test helpers: small plans over a fake backend (stdlib only, no model)."""
+"""Scheduler test helpers: small plans over a fake backend (no model)."""
 
 from oxygen_ros.config import PrefixAttention
+from oxygen_ros.parameters import declared_config
 from oxygen_ros.sched.output import DecodeJob, RunnerOutput, SeedJob
 from oxygen_ros.sched.request import FrameSpec, Request, RequestKind
 from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
@@ -11,10 +12,19 @@ IMG = 32          # image tokens per frame in these tests
 EOS = 1
 
 
-def make(policy=Policy.OXYGEN, mode=PrefixAttention.CAUSAL_TEXT, num_blocks=64, k=3, **kw):
-    cfg = SchedulerConfig(num_blocks=num_blocks, max_prefix_tokens=IMG + 8, policy=policy,
-                          prefix_attention=mode, block_size=8, tokens_per_cycle=k, **kw)
-    return Scheduler(cfg)
+def settings(**changes) -> SchedulerConfig:
+    """Return the scheduler's declared settings with ``changes`` (as ``EngineConfig`` does)."""
+    return declared_config(SchedulerConfig, 'scheduler', **{'block_size': 8, **changes})
+
+
+def make(policy=Policy.OXYGEN, mode=PrefixAttention.CAUSAL_TEXT, num_blocks=64, k=3,
+         eos_token_id=EOS, cost=None, **kw):
+    """Return a scheduler of a pool of ``num_blocks`` 8-token blocks (no EOS: ``None``)."""
+    cfg = settings(policy=policy, tokens_per_cycle=k, stop_on_eos=eos_token_id is not None,
+                   **kw)
+    return Scheduler(cfg, num_blocks=num_blocks, max_prefix_tokens=IMG + 8,
+                     prefix_attention=mode, eos_token_id=EOS if eos_token_id is None else
+                     eos_token_id, cost=cost)
 
 
 def frame(i, deadline=None, prompt=ACTION_PROMPT, robot=''):

@@ -41,7 +41,7 @@ def model_for(cfg: EngineConfig):
 
 def engine_for(layout: Layout, tokenizer, **config) -> Engine:
     """Return a fresh engine (its own KV pool, frame 0) on the layout's shared model."""
-    cfg = EngineConfig(preset=PRESETS[layout], seed=SEED, **config)
+    cfg = EngineConfig.create(preset=PRESETS[layout], seed=SEED, **config)
     return Engine(cfg, model=model_for(cfg), tokenizer=tokenizer)
 
 

@@ -1,6 +1,11 @@
-"""Layers import in one direction only, and nothing heavy happens at import (docs/design.md)."""
+"""
+Layers import one way, the engine is the only door, nothing heavy happens at import.
+
+docs/design.md draws the layers and the engine's door (its public API).
+"""
 
 import ast
+import importlib
 import json
 import os
 from pathlib import Path
@@ -17,19 +22,22 @@ LAYERS = {
     'kv': set(),
     'sched': {'kv', 'config'},
     'model': {'config'},
-    'transforms': {'config', 'observation', 'resources'},
+    'transforms': {'config', 'observation', 'resources', 'policies'},
     'checkpoint': {'model', 'transforms', 'config'},
-    'backends': {'model', 'transforms', 'kv', 'sched', 'config', 'resources'},
+    'backends': {'model', 'kv', 'sched', 'config', 'resources'},
     'engine': {'backends', 'model', 'transforms', 'checkpoint', 'kv', 'sched', 'control',
-               'config', 'observation', 'resources'},
-    'ros': {'engine', 'transforms', 'kv', 'sched', 'control', 'config', 'observation',
-            'resources', 'signals', 'units'},
-    'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units'},
-    'serve': {'engine', 'transforms', 'config', 'observation'},
+               'config', 'observation', 'resources', 'parameters', 'policies'},
+    'ros': {'engine', 'control', 'config', 'resources', 'signals', 'units', 'parameters',
+            'policies'},
+    'sim': {'ros', 'control', 'config', 'resources', 'signals', 'units', 'parameters'},
+    'serve': {'engine', 'config', 'policies'},
     'tools': {'sim', 'ros', 'serve', 'engine', 'backends', 'checkpoint', 'model', 'transforms',
-              'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units'},
+              'kv', 'sched', 'control', 'config', 'observation', 'resources', 'signals', 'units',
+              'parameters', 'policies'},
     'control': {'config', 'units'},
     'config': set(),
+    'parameters': set(),
+    'policies': {'config'},
     'observation': set(),
     'resources': set(),
     'signals': set(),
@@ -37,6 +45,53 @@ LAYERS = {
 }
 """Which other parts of oxygen_ros each part may import (any import: top level, in a function
 or under TYPE_CHECKING)."""
+
+DOOR = 'oxygen_ros.engine'
+"""The engine's public API (``engine/__init__.py``): the one module a driver imports of the
+engine and of what lies behind it."""
+BEHIND_THE_DOOR = {'engine', 'backends', 'checkpoint', 'kv', 'model', 'observation', 'sched',
+                   'transforms'}
+"""The parts reached through ``oxygen_ros.engine`` only: the engine's own modules, and the
+layers it is built on (the observation's types come through the door too)."""
+DRIVERS = ['oxygen_ros.ros', 'oxygen_ros.serve', 'oxygen_ros.sim', 'oxygen_ros.tools']
+"""Whatever drives the engine: the node, the policy server, the simulator and the tools (the
+demo, the stress tests, the bags, ``oxygen_ask``, the engine and serve benchmarks,
+``oxygen_run``): each of their modules imports nothing behind the door but the door itself,
+unless ``MEASURES`` names it."""
+MEASURES = {
+    'oxygen_ros.tools.bench.engine_parts': "the engine benchmark's parts beneath its two "
+                                           'engines: the backend they share, the memory '
+                                           'adapter, the component probe on their frame',
+    'oxygen_ros.tools.bench.probe': "the model's calls timed alone on an engine's frame",
+    'oxygen_ros.tools.bench.rtc_deviation': "RTC's guided denoise on the model, K steps vs all",
+    'oxygen_ros.tools.bench.serve_messages': "the client's side of the serve benchmark: its "
+                                             'images resized as openpi clients resize them',
+    'oxygen_ros.tools.bench.start': "a start timed: the fast path's warm-up narrowed "
+                                    '(engine.loading.make_backend_for and its options)',
+    'oxygen_ros.tools.bench.model': "the model's entry points timed (oxygen_bench model)",
+    'oxygen_ros.tools.bench.kernels': 'the kernel builds timed (oxygen_bench kernels)',
+    'oxygen_ros.tools.bench.thor_projection': "the model's bytes and a GPU's specs",
+    'oxygen_ros.tools.bench.gpu_components': 'kernels, attention and graphs timed alone',
+    'oxygen_ros.tools.bench.gpu_phases': "the GPU session's phases: the fast path, its "
+                                         'kernels and the FP8 gate, each measured',
+    'oxygen_ros.tools.bench.gpu_autotune': "the fast path's max-autotune, step by step",
+    'oxygen_ros.tools.bench.gpu_session': "the GPU session's tokenizer file",
+    'oxygen_ros.tools.doctor': 'the install checked: the fast-path steps it can name',
+    'oxygen_ros.tools.doctor.kernel_checks': "the device's kernels checked (FP8, Triton)",
+    'oxygen_ros.tools.doctor.model_files': 'the checkpoint, tokenizer and norm stats checked',
+    'oxygen_ros.tools.convert': 'openpi JAX checkpoints converted (oxygen_convert): the '
+                                'checkpoint layouts and the model they are written for',
+    'oxygen_ros.tools.export': "the model's graphs exported to ONNX (oxygen_export)",
+    'oxygen_ros.tools.fetch.tokenizer': 'the tokenizer file fetched where the transforms load '
+                                        'it, and checked',
+    'oxygen_ros.tools.tensorrt': 'the ONNX export and the TensorRT backend (the plugin of '
+                                 '``backend: tensorrt``): a backend, built on the core '
+                                 'backends and the model',
+}
+"""The tools that measure, check, convert or export the layers themselves (benchmarks of the
+model's components and kernels, ``oxygen_doctor``, ``oxygen_convert``, ``oxygen_export``,
+``oxygen_fetch``, the TensorRT plugin): each may import the layers it measures, and what it is
+for. A package (``tools/convert/``, ``tools/tensorrt/``) stands for all its modules."""
 
 EXPERIMENTAL = 'oxygen_ros.tools.tensorrt'
 """The ONNX export and the TensorRT backend, beside ``oxygen_export``: built on the core
@@ -119,8 +174,10 @@ def test_the_policy_server_runs_without_ros_and_its_command_line_without_torch()
 
 def test_package_and_configs_import_nothing_heavy():
     loaded = loaded_after_import(['oxygen_ros', 'oxygen_ros.config', 'oxygen_ros.resources',
-                                  'oxygen_ros.units'])
+                                  'oxygen_ros.units', 'oxygen_ros.parameters'])
     assert not {'torch', 'rclpy', 'numpy'} & loaded
+    # the robot policies: numpy transforms, no torch, no ROS (openpi's policies/ likewise)
+    assert not {'torch', 'rclpy'} & loaded_after_import(of('oxygen_ros.policies'))
 
 
 def test_control_is_plain_python_reusable_on_a_robot():
@@ -307,3 +364,40 @@ def test_backends_import_no_ros_no_engine_and_tensorrt_only_when_selected():
     assert not {'rclpy', 'tensorrt', 'pycuda'} & loaded
     assert not [m for m in loaded if m.startswith(('oxygen_ros.engine', 'oxygen_ros.ros',
                                                    'oxygen_ros.tools'))]
+
+
+def _behind_the_door(module: str) -> bool:
+    return module != DOOR and _part(module) in BEHIND_THE_DOOR
+
+
+def _within(module: str, names) -> bool:
+    return any(module == name or module.startswith(name + '.') for name in names)
+
+
+def test_the_engine_is_the_only_door():
+    graph = import_graph()
+    drivers = [m for m in graph if _within(m, DRIVERS)]
+    assert len(drivers) > 100                     # the node, the server, the sim, the tools
+    through = sorted(f'{src} -> {dst}' for src in drivers if not _within(src, MEASURES)
+                     for dst in graph[src] if _behind_the_door(dst))
+    assert through == []
+    assert [m for m in drivers if DOOR in graph[m]]   # the door is used
+    # every tool listed measures the layers: none is listed that keeps to the door
+    assert sorted(name for name in MEASURES if not any(
+        _behind_the_door(dst) for src in graph if _within(src, [name])
+        for dst in graph[src])) == []
+    assert set(MEASURES) <= set(graph)
+
+
+def test_the_door_names_what_it_exports_and_costs_nothing_at_import():
+    import oxygen_ros.engine as door
+
+    assert not {'torch', 'numpy', 'rclpy'} & loaded_after_import([DOOR])
+    assert not {'torch', 'rclpy'} & loaded_after_import(
+        ['oxygen_ros.engine.config'])                      # a config costs no model
+    for name in door.__all__:           # each from the module the table names, which defines it
+        value = getattr(door, name)
+        assert value is getattr(importlib.import_module(door._EXPORTS[name]), name)
+        assert getattr(value, '__module__', door._EXPORTS[name]) == door._EXPORTS[name], name
+    with pytest.raises(AttributeError, match="no attribute 'Scheduler'"):
+        door.Scheduler  # noqa: B018 (behind the door)

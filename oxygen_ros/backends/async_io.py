@@ -13,7 +13,6 @@ import time
 from typing import Callable, Sequence
 
 import numpy as np
-from oxygen_ros.transforms.images import ImageResize, resize_on_device
 import torch
 
 
@@ -49,20 +48,26 @@ def block_slots(block_ids: tuple[int, ...], num_tokens: int, block_size: int,
 
 class CameraUpload:
     """
-    Camera images to the device through persistent pinned buffers, resized there if uint8.
+    Camera images to the device through persistent pinned buffers.
 
     One pinned host buffer and one device buffer per camera, kept while the camera's image
     size stays the same: a frame costs one host copy into pinned memory and one asynchronous
-    upload per camera, no allocation of either (``TorchBackend``'s vision job). Before a host
-    buffer is written again, the upload that read it last is waited for (its event), so a
-    slow upload is never overwritten. On the CPU the arrays are used as they are.
+    upload per camera, no allocation of either (the engine's frame inputs,
+    ``engine/frame_inputs.py``). Before a host buffer is written again, the upload that read
+    it last is waited for (its event), so a slow upload is never overwritten. On the CPU the
+    arrays are used as they are.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._buffers: dict[int, tuple[torch.Tensor, torch.Tensor, object]] = {}
 
-    def _to_device(self, i: int, array: np.ndarray) -> torch.Tensor:
+    def upload(self, i: int, array: np.ndarray) -> torch.Tensor:
+        """
+        Return camera ``i``'s image on the device (its device buffer; on the CPU the array).
+
+        :param array: any dtype and shape; the camera's buffers follow a change of either.
+        """
         src = torch.from_numpy(array)
         if self.device.type != 'cuda':
             return src
@@ -79,20 +84,6 @@ class CameraUpload:
         event.record()
         self._buffers[i] = (host, dev, event)
         return dev
-
-    def upload(self, images: tuple[np.ndarray, ...], resize: ImageResize,
-               size: int) -> torch.Tensor:
-        """
-        Return the cameras as the vision tower's input on the device.
-
-        :param images: per camera ``float32 [3, S, S]`` in [-1, 1] or ``uint8 [H, W, 3]``
-            (resized on the device: ``transforms.images.resize_on_device``).
-        :returns: ``float32 [1, N, 3, S, S]``.
-        """
-        out = [self._to_device(i, img) if img.dtype != np.uint8 else
-               resize_on_device(self._to_device(i, img), size, resize)
-               for i, img in enumerate(images)]
-        return torch.stack(out)[None]
 
 
 class JobClock:
@@ -120,32 +111,33 @@ class JobClock:
 
 class ChunkDelivery:
     """
-    A cycle's action chunks to the host and to the caller, as soon as each call's are there.
+    A cycle's action chunks to the host, handed back as soon as each call's are there.
 
-    :param on_actions: called with each frame's id and chunk ``[1, H, A]`` on the host.
-    :param defer: hand a call's chunks over after the next call is queued (CUDA with graph
+    :param defer: hand a call's chunks back after the next call is queued (CUDA with graph
         replays: the device keeps working while the host publishes); else at once.
-    :ivar chunks: the chunks handed over so far, by frame id.
+    :ivar chunks: the chunks handed back so far, by frame id.
     """
 
-    def __init__(self, on_actions: Callable[[int, torch.Tensor], None] | None, *,
-                 defer: bool) -> None:
+    def __init__(self, *, defer: bool) -> None:
         self.chunks: dict[int, torch.Tensor] = {}
-        self._on_actions = on_actions
         self._defer = defer
         self._pending: tuple[Sequence[int], torch.Tensor, object] | None = None
 
-    def after_call(self, actions: torch.Tensor | None, frame_ids: Sequence[int]) -> None:
+    def after_call(self, actions: torch.Tensor | None,
+                   frame_ids: Sequence[int]) -> list[tuple[int, torch.Tensor]]:
         """
-        Hand over the previous call's chunks if deferred; start copying this call's.
+        Start copying this call's chunks; return those ready now (``(frame_id, chunk)``).
+
+        Ready are the previous call's where deferred, else this call's (the host waits for
+        their copy).
 
         :param actions: ``[B, H, A]`` chunks this call made (None: it made none).
         :param frame_ids: their frames, row by row.
+        :returns: each ready frame's id and its chunk ``[1, H, A]`` on the host.
         """
-        if self._pending is not None:
-            self._deliver()
+        ready = self._deliver() if self._pending is not None else []
         if actions is None:
-            return
+            return ready
         if actions.device.type != 'cuda':
             self._pending = (frame_ids, actions, None)
         else:
@@ -154,24 +146,21 @@ class ChunkDelivery:
             event = torch.cuda.Event()
             event.record()
             self._pending = (frame_ids, host, event)
-        if not self._defer:
-            self._deliver()
+        return ready if self._defer else ready + self._deliver()
 
-    def finish(self) -> None:
-        """Hand over what is still pending (the end of the cycle)."""
-        if self._pending is not None:
-            self._deliver()
+    def finish(self) -> list[tuple[int, torch.Tensor]]:
+        """Return what is still pending (the end of the cycle), as :meth:`after_call`."""
+        return self._deliver() if self._pending is not None else []
 
-    def _deliver(self) -> None:
+    def _deliver(self) -> list[tuple[int, torch.Tensor]]:
         assert self._pending is not None
         frame_ids, host, event = self._pending
         self._pending = None
         if event is not None:
             event.synchronize()  # type: ignore[attr-defined]
-        for row, frame_id in enumerate(frame_ids):
-            self.chunks[frame_id] = chunk = host[row:row + 1]
-            if self._on_actions is not None:
-                self._on_actions(frame_id, chunk)
+        ready = [(frame_id, host[row:row + 1]) for row, frame_id in enumerate(frame_ids)]
+        self.chunks.update(ready)
+        return ready
 
 
 class TokenCopy:

@@ -21,8 +21,12 @@ their context; no FlexAttention).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from typing import Generator, TypeVar
 
 from oxygen_ros.backends.config import AttentionBackend
+
+Y = TypeVar('Y')
+R = TypeVar('R')
 
 
 def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
@@ -62,4 +66,21 @@ def sdpa_context(backend: AttentionBackend) -> AbstractContextManager:
     return stack
 
 
-__all__ = ['sdpa_context']
+def in_each_step(backend: AttentionBackend,
+                 steps: Generator[Y, None, R]) -> Generator[Y, None, R]:
+    """
+    Run the generator ``steps`` (a backend's plan) with :func:`sdpa_context` around each step.
+
+    The switch is in force while the plan runs, not while its caller holds what it yielded
+    (the action chunk), as ``torch.inference_mode`` decorates a generator.
+    """
+    while True:
+        with sdpa_context(backend):
+            try:
+                item = next(steps)
+            except StopIteration as done:
+                return done.value
+        yield item
+
+
+__all__ = ['in_each_step', 'sdpa_context']

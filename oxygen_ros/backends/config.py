@@ -1,9 +1,9 @@
 """
-Backend choices and the part of the engine configuration a backend needs (no torch).
+Backend choices and the backend's settings, ``BackendConfig`` (no torch).
 
-``engine.config.EngineConfig`` holds these fields too and hands a ``BackendConfig`` to
-``factory.make_backend`` (``EngineConfig.backend_config()``), so that backends never import
-the engine.
+``engine.config.EngineConfig`` holds a ``BackendConfig`` (``config.backend``) and hands it to
+``factory.make_backend`` with the scheduler's settings (``config.scheduler``: the block size,
+the decode batch, k), so that backends never import the engine.
 """
 
 from __future__ import annotations
@@ -95,15 +95,15 @@ class AttentionBackend(enum.Enum):
     (``model/layers.py``, ``matmul_short_queries``) and leaves the prefill's to PyTorch's
     choice; AUTO does so only where compiled for CUDA (why: ``docs/gpu.md#attention-kernel``).
     TRITON runs the decode steps, causal suffixes and denoise of the fast path with the paged
-    attention kernel (``model/paged_attention.py``: the context read in place from the KV pool, no
-    gather; the denoise with the fused norms of ``model/denoise_fused.py``), in graphs of eager
-    kernels too, the prefill's prefix with SDPA, and the rest as AUTO; AUTO uses those kernels
-    where compiled for CUDA with Triton importable. The eager model and RTC's guided denoise always
-    gather. FLEX runs the prefill's prefix attention and SigLIP's attention with PyTorch's
-    FlexAttention where they are compiled (``model/flex.py``: one flash-style kernel, the prefix
-    mask a block mask of per-row vectors), and the rest as AUTO; AUTO does so for the prefix where
-    compiled for CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the eager
-    model, graphs of eager kernels) both keep SDPA.
+    attention kernel (``fast_path/paged_attention.py``: the context read in place from the KV pool,
+    no gather; the denoise with the fused norms of ``fast_path/denoise_fused.py``), in graphs of
+    eager kernels too, the prefill's prefix with SDPA, and the rest as AUTO; AUTO uses those
+    kernels where compiled for CUDA with Triton importable. The eager model and RTC's guided
+    denoise always gather. FLEX runs the prefill's prefix attention and SigLIP's attention with
+    PyTorch's FlexAttention where they are compiled (``model/flex.py``: one flash-style kernel, the
+    prefix mask a block mask of per-row vectors), and the rest as AUTO; AUTO does so for the prefix
+    where compiled for CUDA, and leaves SigLIP's attention to PyTorch's SDPA choice. Eagerly (the
+    eager model, graphs of eager kernels) both keep SDPA.
     """
 
     AUTO = 'auto'
@@ -169,7 +169,7 @@ def parse_compile_steps(names: Iterable[str | Step]) -> frozenset[Step] | None:
     """
     Return the steps the fast path compiles, from ``Step`` values or ``all``; None: every step.
 
-    The steps left out run eagerly when the fast path is on (``CompiledModel(only=...)``), which
+    The steps left out run eagerly when the fast path is on (``FastPathModel(only=...)``), which
     is not a fallback: nothing was asked. Jetson Thor's "stable mode" of OxyGen (compiled
     vision, prefill and denoise, eager one-token text decode) is every step but ``decode`` and
     ``decode_steps`` (docs/gpu.md#compiled-decode-off-alone).
@@ -202,35 +202,57 @@ def parse_compile_steps(names: Iterable[str | Step]) -> frozenset[Step] | None:
 @dataclass(frozen=True, slots=True)
 class BackendConfig:
     """
-    What ``factory.make_backend`` needs (see ``EngineConfig`` for each field).
+    The backend's settings: ``EngineConfig.backend``.
 
-    :ivar decode_budget: default max tokens of a text request (None: the preset's).
+    No defaults of its own: each field is declared once, with its default and description, in
+    ``oxygen_ros/parameters/oxygen_parameters.yaml`` (``backend``, ``device``,
+    ``compile_mode``, ``compile_steps``, ``rtc_jacobian_steps``; ``attention_backend``,
+    ``trt_precision``, ``engine_cache_dir``, ``rtc``), and ``EngineConfig`` builds this config
+    from there.
+
+    :ivar kind: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
+    :ivar device: torch device (``cpu``, ``cuda``, ``cuda:N``): the weights and the KV pool.
+    :ivar compile_mode: the torch backend's fast path (``compiled.py``); AUTO: compiled
+        kernels in CUDA graphs on CUDA, eager on the CPU.
+    :ivar compile_steps: the steps the fast path compiles (``parse_compile_steps``, names or
+        ``('all',)`` given); None: every step. The others run eagerly.
+    :ivar attention: the attention kernel (:class:`AttentionBackend`); None given:
+        ``$OXYGEN_ROS_ATTENTION``, else AUTO.
+    :ivar trt_precision: TensorRT precision mode: ``graph``, ``fp16``, ``bf16``, ``fp8``.
     :ivar engine_cache_dir: exported graphs and TensorRT engines (None: the default cache).
     :ivar rtc: chunks are guided (real-time chunking): the fast path compiles, captures and
         gates the guided denoise too.
     :ivar rtc_jacobian_steps: the guided denoise's ``RtcGuidance.jacobian_steps`` (None:
         every Euler step).
-    :ivar tokens_per_cycle: k, decode steps per text request per cycle: the fast path
-        compiles a decode graph of k steps (``Step.DECODE_STEPS``) where k > 1.
-    :ivar compile_steps: the steps the fast path compiles (``parse_compile_steps``); None:
-        every step. The others run eagerly.
+    :raises ValueError: an unknown attention backend, compile step or TensorRT precision (the
+        message lists the choices).
     """
 
-    backend: BackendKind = BackendKind.TORCH
-    compile_mode: CompileMode = CompileMode.AUTO
-    device: str = 'cpu'
-    block_size: int = 16
-    max_running_requests: int = 32
-    decode_budget: int | None = None
-    trt_precision: str = 'graph'
-    engine_cache_dir: str | None = None
-    attention: AttentionBackend = AttentionBackend.AUTO
-    rtc: bool = False
-    rtc_jacobian_steps: int | None = None
-    tokens_per_cycle: int = 1
-    compile_steps: frozenset[Step] | None = None
+    kind: BackendKind
+    device: str
+    compile_mode: CompileMode
+    compile_steps: frozenset[Step] | None
+    attention: AttentionBackend
+    trt_precision: str
+    engine_cache_dir: str | None
+    rtc: bool
+    rtc_jacobian_steps: int | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'kind', BackendKind(self.kind))
+        object.__setattr__(self, 'compile_mode', CompileMode(self.compile_mode))
+        object.__setattr__(self, 'attention', AttentionBackend.resolve(self.attention))
+        if self.compile_steps is not None:
+            object.__setattr__(self, 'compile_steps', parse_compile_steps(self.compile_steps))
+        if self.trt_precision not in TRT_PRECISIONS:
+            raise ValueError(f'trt_precision must be one of {", ".join(TRT_PRECISIONS)}, got '
+                             f'{self.trt_precision!r}')
+
+
+TRT_PRECISIONS = ('graph', 'fp16', 'bf16', 'fp8')
+"""TensorRT precision modes (``experimental/trt_profiles.TrtPrecision``)."""
 
 
 __all__ = ['ALL_STEPS', 'ATTENTION_ENV', 'AttentionBackend', 'BackendConfig', 'BackendKind',
            'CompileMode', 'MAX_AUTOTUNE_ENV', 'Quantization', 'Step', 'max_autotune_steps',
-           'parse_compile_steps']
+           'TRT_PRECISIONS', 'parse_compile_steps']

@@ -22,24 +22,32 @@ from oxygen_ros.backends.interface import Backend
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.sched.scheduler import SchedulerConfig
 
 BACKEND_PLUGINS = 'oxygen_ros.backends'
 """Entry point group of the backends beyond torch: ``name = module:function`` where
-``function(config: BackendConfig, model: Pi05Model, num_blocks: int) -> Backend``."""
+``function(config: BackendConfig, model: Pi05Model, num_blocks: int, *, scheduler:
+SchedulerConfig, max_decode_tokens: int, max_cameras: int) -> Backend`` (as
+:func:`make_backend`'s)."""
 
-PluginFactory = Callable[[BackendConfig, Pi05Model, int], Backend]
+PluginFactory = Callable[..., Backend]
 
 
 def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+                 scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                  adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
     """
-    Build the backend ``config.backend`` for ``model`` with a pool of ``num_blocks`` blocks.
+    Build the backend ``config.kind`` for ``model`` with a pool of ``num_blocks`` blocks.
 
     ``config.compile_mode`` (AUTO resolved for the device) other than NONE puts every
     per-cycle model call of the torch backend on the fast path (``fast_path/model.py``:
     static shapes, CUDA graphs, parity-gated, warm-up included, loud eager fallback); a
     plugin backend ignores it (TensorRT's engines are compiled already).
 
+    :param scheduler: the scheduler's settings the backend reads: the block size, the largest
+        decode batch (``max_running_requests``) and k (``tokens_per_cycle``).
+    :param max_decode_tokens: the most tokens a text request decodes (the decode budget).
+    :param max_cameras: the most valid cameras of a frame (the robot's).
     :param adapter: the memory adapter (OxyGen's suffix LoRA, ``model/lora.py``); the torch
         backend only.
     :param fast_path: options of ``FastPathBackend.create`` (``only``,
@@ -50,18 +58,21 @@ def make_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
         or run here (TensorRT: the message says what to install).
     :raises ValueError: an adapter with a plugin backend (TensorRT's graphs have no LoRA).
     """
-    if config.backend is BackendKind.TORCH:
+    if config.kind is BackendKind.TORCH:
         if config.compile_mode.resolve(config.device) is CompileMode.NONE:
-            return TorchBackend(model, num_blocks, config.block_size,
+            return TorchBackend(model, num_blocks, scheduler.block_size,
                                 attention=config.attention, adapter=adapter)
         from oxygen_ros.backends.fast_path.backend import FastPathBackend
-        return FastPathBackend.create(config, model, num_blocks, adapter=adapter,
-                                      **fast_path)
+        return FastPathBackend.create(config, model, num_blocks, scheduler=scheduler,
+                                      max_decode_tokens=max_decode_tokens,
+                                      max_cameras=max_cameras, adapter=adapter, **fast_path)
     if adapter is not None:
         raise ValueError(f'the memory adapter (suffix LoRA) runs on the torch backend only; '
-                         f'backend {config.backend.value!r} has no LoRA in its graphs: use '
+                         f'backend {config.kind.value!r} has no LoRA in its graphs: use '
                          f'backend torch, or no memory_adapter')
-    return plugin(config.backend.value)(config, model, num_blocks)
+    return plugin(config.kind.value)(config, model, num_blocks, scheduler=scheduler,
+                                     max_decode_tokens=max_decode_tokens,
+                                     max_cameras=max_cameras)
 
 
 def plugin(name: str) -> PluginFactory:

@@ -73,17 +73,18 @@ class ActionCheck:
                 'finite': self.finite, 'passed': self.passed}
 
 
-def probe_inputs(model: Pi05Model, *, seed: int = 0, samples: int = SAMPLES
+def probe_inputs(model: Pi05Model, num_cameras: int, *, seed: int = 0, samples: int = SAMPLES
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     Return the check's inputs, float32 on the CPU.
 
-    :returns: ``images [S, N, 3, size, size]`` in [-1, 1] (every camera slot of the config),
+    :param num_cameras: the robot's cameras (each gets an image).
+    :returns: ``images [S, N, 3, size, size]`` in [-1, 1] (N = ``num_cameras``),
         ``tokens int64 [S, T]``, ``noise [S, H, A]``.
     """
     cfg = model.cfg
     gen = torch.Generator().manual_seed(seed)
-    size, n = cfg.vision.image_size, len(cfg.cameras)
+    size, n = cfg.vision.image_size, num_cameras
     images = torch.rand(samples, n, 3, size, size, generator=gen) * 2 - 1
     tokens = torch.randint(3, 1000, (samples, min(PROMPT_TOKENS, cfg.max_token_len)),
                            generator=gen)
@@ -106,17 +107,19 @@ def action_chunks(model: Pi05Model, images: torch.Tensor, tokens: torch.Tensor,
 
 
 def check_fp8_actions(fp8: Pi05Model, bf16: Pi05Model, reference: Pi05Model, *,
-                      seed: int = 0, factor: float | None = None) -> ActionCheck:
+                      num_cameras: int, seed: int = 0, factor: float | None = None
+                      ) -> ActionCheck:
     """
     Hold the FP8 model's actions against bf16's, both against float32 (module docstring).
 
     :param fp8: the model with FP8 weights (``model/fp8.py``).
     :param bf16: the same weights in bfloat16.
     :param reference: the same weights in float32.
+    :param num_cameras: the robot's cameras (:func:`probe_inputs`).
     :param factor: default :data:`FACTOR`.
     """
     factor = FACTOR if factor is None else factor
-    inputs = probe_inputs(reference, seed=seed)
+    inputs = probe_inputs(reference, num_cameras, seed=seed)
     want = action_chunks(reference, *inputs)
     got = action_chunks(fp8, *inputs)
     base = action_chunks(bf16, *inputs)

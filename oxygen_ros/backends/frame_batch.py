@@ -10,7 +10,7 @@ each run as one batched model call; every other job is a call of its own:
 =======  ================================================================  ============
 jobs     one call when                                                     shape
 =======  ================================================================  ============
-vision   the frames have as many cameras (and one resize filter)           B x N images
+vision   the frames have as many cameras                                   B x N images
 prefill  one segment kind, as many cameras; prompts padded to the longest  B rows
 denoise  unguided (a guided chunk, its own target and mask: alone, after)  B chunks
 =======  ================================================================  ============
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Hashable, Mapping, Sequence, TYPE_CHECKING
 
-from oxygen_ros.backends.async_io import CameraUpload, to_device
+from oxygen_ros.backends.async_io import to_device
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
 from oxygen_ros.sched.output import DenoiseJob, Job, PrefillJob, VisionJob
 import torch
@@ -79,28 +79,12 @@ def _groups(run: list[Job], frames: Mapping[int, FrameInputs]) -> list[tuple[Job
         frame = frames.get(_frame(job))
         if frame is None:  # the caller's check names the missing inputs
             key: Hashable = ('alone', _frame(job))
-        elif isinstance(job, VisionJob):
-            key = (len(frame.images), frame.image_resize)
-        elif isinstance(job, PrefillJob):
-            key = len(frame.images)
+        elif isinstance(job, (VisionJob, PrefillJob)):
+            key = (type(job), frame.images.shape[1])
         else:
             key = 'plain' if frame.guidance is None else ('guided', job.frame_id)
         groups.setdefault(key, []).append(job)
     return [tuple(group) for key, group in sorted(groups.items(), key=lambda kv: kv[0] != 'plain')]
-
-
-def encode_frames(model: Pi05Model, upload: CameraUpload, frames: Sequence[FrameInputs],
-                  dtype: torch.dtype) -> list[torch.Tensor]:
-    """
-    Encode the images of frames with as many cameras each in one vision call.
-
-    :returns: per frame ``[1, N, Ti, W]`` image embeddings.
-    """
-    size = model.cfg.vision.image_size
-    images = upload.upload(tuple(img for f in frames for img in f.images),
-                           frames[0].image_resize, size)
-    embeds = model.encode_images(images.view(len(frames), -1, *images.shape[2:]).to(dtype))
-    return [embeds[b:b + 1] for b in range(len(frames))]
 
 
 def stack_prefixes(prefixes: Sequence[PrefixKV], null_slot: int) -> PrefixKV:
@@ -158,4 +142,4 @@ def prefill_rows(model: Pi05Model, cache: KVCache, jobs: Sequence[PrefillJob],
     return split_rows(out, [job.num_tokens for job in jobs])
 
 
-__all__ = ['encode_frames', 'plan_calls', 'prefill_rows', 'split_rows', 'stack_prefixes']
+__all__ = ['plan_calls', 'prefill_rows', 'split_rows', 'stack_prefixes']

@@ -27,12 +27,9 @@ they too run one at a time, interleaved on one thread (the benchmark's two engin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, runtime_checkable, Sequence, TYPE_CHECKING
-
-from oxygen_ros.transforms.images import ImageResize
+from typing import Generator, Mapping, Protocol, runtime_checkable, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import numpy as np
     from oxygen_ros.backends.config import AttentionBackend
     from oxygen_ros.model.guidance import RtcGuidance
     from oxygen_ros.model.kv_cache import KVCache
@@ -45,25 +42,23 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class FrameInputs:
     """
-    Model inputs of one frame (the engine builds them from an ``Observation``).
+    Model inputs of one frame (the engine makes them from an observation, ``FrameMaker``).
 
     A plan over several robots' frames is executed with one of these per frame.
 
     :ivar frame_id: the frame the plan's vision and denoise jobs name.
-    :ivar images: the valid cameras in ``CAMERA_SLOTS`` order, each ``float32 [3, S, S]`` in
-        [-1, 1] (resized on the host) or ``uint8 [H, W, 3]`` RGB as it came (the backend
-        uploads it and resizes it on its device with ``image_resize``).
+    :ivar images: ``float32 [1, N, 3, S, S]`` in [-1, 1] on the backend's device: the valid
+        cameras in ``CAMERA_SLOTS`` order as the vision tower takes them (prepared, uploaded
+        and resized already).
     :ivar noise: ``float32 [1, H, A]`` initial flow-matching noise of the action chunk
         (host or device).
     :ivar guidance: real-time chunking toward the previous chunk, or None.
-    :ivar image_resize: the checkpoint family's resize filter, for uint8 images.
     """
 
     frame_id: int
-    images: tuple[np.ndarray, ...]
+    images: torch.Tensor
     noise: torch.Tensor
     guidance: RtcGuidance | None = None
-    image_resize: ImageResize = ImageResize.OPENPI
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,27 +207,29 @@ class Backend(Protocol):
         """Return what the warm-up did (read afresh: compile cache counts move on)."""
 
     def execute(self, plan: SchedulerOutput,
-                frames: FrameInputs | Sequence[FrameInputs] | None, *,
-                on_actions: Callable[[int, torch.Tensor], None] | None = None
-                ) -> BackendOutput:
+                frames: FrameInputs | Sequence[FrameInputs] | None
+                ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
         """
-        Run every job of ``plan`` in order, then return the sampled ids and the chunks.
+        Run every job of ``plan`` in order: a generator that yields the chunks, then returns.
 
-        Called once per control cycle with the plan the scheduler just made. The state of
-        ``plan.finished_req_ids`` and ``plan.freed_seg_ids`` is dropped first. The frames'
-        vision, prefills and denoise may run batched (``frame_batch.py``: the same results
-        as one by one). On CUDA the torch backends make the host wait for the device at
-        most once per denoise call (for its chunks) and, at the end, for the token ids.
+        Called once per control cycle with the plan the scheduler just made, and run to its
+        end by the caller. The state of ``plan.finished_req_ids`` and ``plan.freed_seg_ids``
+        is dropped first. It yields ``(frame_id, chunk)`` for each denoised frame (the chunk
+        as in ``BackendOutput.chunks``) as soon as the call that denoised it is done and the
+        chunk is on the host, before the jobs that follow it in the plan, so that the caller
+        can publish it at once and then resume the plan (nothing calls back up: the chunk
+        comes back as a value; a robot's chunk never waits for another robot's guided
+        denoise); a plan without a denoise job yields nothing. The frames' vision, prefills
+        and denoise may run batched (``frame_batch.py``: the same results as one by one). On
+        CUDA the torch backends make the host wait for the device at most once per denoise
+        call (for its chunks) and, at the end, for the token ids.
 
         :param plan: the cycle's plan; its block ids are slots ``block_id * block_size +
             offset`` of the pool.
         :param frames: inputs of ``plan.frame_ids`` (one ``FrameInputs`` alone: one frame);
             required for a frame the plan encodes or denoises, else None.
-        :param on_actions: called in this thread with each frame's id and chunk (as in
-            ``BackendOutput.chunks``) as soon as the call that denoised it is done, before
-            the jobs that follow it in the plan, so that it can be published at once (a
-            robot's chunk never waits for another robot's guided denoise).
-        :returns: the sampled ids, job times and chunks (see :class:`BackendOutput`).
+        :returns: (the generator's return value) the sampled ids, job times and chunks (see
+            :class:`BackendOutput`).
         :raises ValueError: a plan this backend cannot run: another ``block_size`` or a
             vision or denoise job without its frame's inputs (nothing has run then), or
             (TensorRT) a shape outside the engines' optimization profiles. The jobs before

@@ -20,9 +20,11 @@ On CUDA a cycle does not wait for the GPU between jobs: index tensors go up thro
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
 host waits only for the action chunks (once per denoise call: once for one robot) and for the
 sampled token ids at the end, each copied into pinned memory behind an event it waits for.
-Camera images go up through persistent pinned buffers and are resized there
-(``async_io.CameraUpload``). Models that decode greedily on the device (``decode_greedy`` /
-``lm_greedy``, the compiled fast path) return token ids instead of logits.
+The camera images come on the device already (the engine's frame inputs,
+``engine/frame_inputs.py``). ``execute`` is a generator: it yields each frame's action chunk
+the moment it is on the host and goes on with the plan when the caller resumes it, so the
+chunk goes up as a value, never through a callback. Models that decode greedily on the device
+(``decode_greedy`` / ``lm_greedy``, the compiled fast path) return token ids instead of logits.
 """
 
 from __future__ import annotations
@@ -30,14 +32,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 import time
-from typing import Callable, cast, Sequence
+from typing import Callable, cast, Generator, Sequence
 
 from oxygen_ros.backends.async_io import (
-    block_slots, CameraUpload, ChunkDelivery, JobClock, to_device, TokenCopy)
-from oxygen_ros.backends.attention import sdpa_context
+    block_slots, ChunkDelivery, JobClock, to_device, TokenCopy)
+from oxygen_ros.backends.attention import in_each_step
 from oxygen_ros.backends.config import AttentionBackend
-from oxygen_ros.backends.frame_batch import (
-    encode_frames, plan_calls, prefill_rows, stack_prefixes)
+from oxygen_ros.backends.frame_batch import plan_calls, prefill_rows, stack_prefixes
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
@@ -105,7 +106,6 @@ class TorchBackend:
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
-        self._images = CameraUpload(self.device)
         self._tokens = TokenCopy()
 
     @property
@@ -152,31 +152,29 @@ class TorchBackend:
         other = copy.copy(self)
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
-        other._images = CameraUpload(self.device)
         other._tokens = TokenCopy()
         return other
 
-    def execute(self, plan: SchedulerOutput,
-                frames: FrameInputs | Sequence[FrameInputs] | None, *,
-                on_actions: Callable[[int, torch.Tensor], None] | None = None
-                ) -> BackendOutput:
+    def execute(self, plan: SchedulerOutput, frames: FrameInputs | Sequence[FrameInputs] | None
+                ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
         """
         Run every job of ``plan`` in order, with the backend's attention kernel.
 
+        A generator (``interface.Backend.execute``): it yields ``(frame_id, chunk)`` as soon
+        as the call that denoised the frame is done and the chunk is on the host, before the
+        jobs that follow it in the plan, and returns the ``BackendOutput`` when the caller
+        has run it to its end.
+
         :param frames: inputs of ``plan.frame_ids`` (required when the plan has vision or
             denoise jobs).
-        :param on_actions: called with each frame's id and action chunk as soon as the call
-            that denoised it is done, before the jobs that follow it in the plan (so it can
-            be published at once).
         :raises ValueError: the plan needs a frame it was not given (nothing has run).
         """
-        with sdpa_context(self.attention):
-            return self._execute(plan, frames, on_actions)
+        return in_each_step(self.attention, self._execute(plan, frames))
 
     @torch.inference_mode()
     def _execute(self, plan: SchedulerOutput,
-                 frames: FrameInputs | Sequence[FrameInputs] | None,
-                 on_actions: Callable[[int, torch.Tensor], None] | None) -> BackendOutput:
+                 frames: FrameInputs | Sequence[FrameInputs] | None
+                 ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
         if plan.block_size != self.block_size:
             raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
         inputs = _frames_of(plan, frames)
@@ -189,7 +187,7 @@ class TorchBackend:
         marks: list[tuple[JobKind, object, object, dict[str, int]]] = []
         # On CUDA with a graph-replaying model, chunks are handed over after the next call
         # is queued: the GPU keeps working while the host publishes.
-        chunks = ChunkDelivery(on_actions, defer=self._clock.events and self._decode_in_graph)
+        chunks = ChunkDelivery(defer=self._clock.events and self._decode_in_graph)
         for call in plan_calls(plan.jobs, inputs):
             t0 = self._clock.mark()
             job, denoised = call[0], None
@@ -212,9 +210,9 @@ class TorchBackend:
             else:  # pragma: no cover - Job is a closed union
                 raise TypeError(f'unknown job {job!r}')
             marks.append((job.kind, t0, self._clock.mark(), info))
-            chunks.after_call(denoised, [cast(DenoiseJob, j).frame_id for j in call]
-                              if denoised is not None else ())
-        chunks.finish()
+            yield from chunks.after_call(denoised, [cast(DenoiseJob, j).frame_id for j in call]
+                                         if denoised is not None else ())
+        yield from chunks.finish()
         self._embeds.clear()
         tokens = self._tokens.to_host(sampled)
         timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
@@ -226,17 +224,12 @@ class TorchBackend:
     def _vision(self, jobs: tuple[VisionJob, ...], inputs: dict[int, FrameInputs]
                 ) -> dict[str, int]:
         """Encode the images of the frames of ``jobs`` (one call); return the timing's info."""
-        frames = [inputs[job.frame_id] for job in jobs]
-        if len(frames) == 1:
-            frame = frames[0]
-            images = self._images.upload(frame.images, frame.image_resize,
-                                         self.model.cfg.vision.image_size)
-            embeds = [self.model.encode_images(images.to(self.cache.dtype))]
-        else:
-            embeds = encode_frames(self.model, self._images, frames, self.cache.dtype)
-        for job, emb in zip(jobs, embeds):
-            self._embeds[job.emb_id] = emb
-        return {'batch_size': sum(len(f.images) for f in frames)}
+        images = [inputs[job.frame_id].images for job in jobs]
+        embeds = self.model.encode_images(
+            (images[0] if len(images) == 1 else torch.cat(images)).to(self.cache.dtype))
+        for b, job in enumerate(jobs):
+            self._embeds[job.emb_id] = embeds[b:b + 1]
+        return {'batch_size': sum(i.shape[1] for i in images)}
 
     def _denoise(self, jobs: tuple[DenoiseJob, ...], inputs: dict[int, FrameInputs]
                  ) -> torch.Tensor:

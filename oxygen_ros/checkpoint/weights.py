@@ -104,7 +104,7 @@ def openpi_config(cfg: ModelConfig, precision: str,
     openpi's converter keys (action_dim, action_horizon, paligemma_variant,
     action_expert_variant, precision) plus our ``preset`` and ``layout``.
     """
-    base = get_preset('pi05_base')
+    base = get_preset('pi05_base').model
     return {
         'action_dim': cfg.action_dim,
         'action_horizon': cfg.action_horizon,
@@ -287,7 +287,8 @@ def _preset_hint(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]]) -> list[s
     if not diff:
         return []
     matches = [name for name in preset_names()
-               if all(config_dims(get_preset(name)).get(k) == v for k, v in found.items())]
+               if all(config_dims(get_preset(name).model).get(k) == v
+                      for k, v in found.items())]
     hint = (f'the checkpoint matches preset {" / ".join(repr(m) for m in matches)}'
             if matches else 'no registered preset matches these dimensions')
     return [f'  wrong preset? {"; ".join(diff)}; {hint}']

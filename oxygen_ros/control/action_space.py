@@ -15,7 +15,7 @@ What a chunk's numbers mean depends on the policy (``config.ActionSpace``):
   scaled to SI units (m, rad) by the controller's scale (robosuite's ``OSC_POSE`` maps its
   input range [-1, 1] to at most 0.05 m and 0.5 rad per step).
 
-Gripper dims (``ModelConfig.gripper_dims``) are positions (or commands) in every space.
+Gripper dims (``RobotPolicy.gripper_dims``) are positions (or commands) in every space.
 
 Limits clip every chunk before it leaves the node, and every clipped value is counted:
 

@@ -1,183 +1,143 @@
 """
 Engine configuration (no torch); what the engine hands back per cycle is in ``outputs.py``.
 
-``EngineConfig`` is what the node's parameters and the benchmark's flags map onto; what a
+``EngineConfig`` is what the node's parameters and the benchmark's flags map onto: its
+settings, the scheduler's (``config.scheduler``) and the backend's (``config.backend``), each
+declared once with its default in ``oxygen_ros/parameters/oxygen_parameters.yaml``. What a
 cycle's caller asks of real-time chunking is ``control.rtc.RtcRequest``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-from oxygen_ros.backends.config import (  # noqa: F401 (ALL_STEPS: for the node's parameters)
-    ALL_STEPS, AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps,
-    parse_compile_steps, Quantization, Step)
+from oxygen_ros.backends.config import (  # noqa: F401 (the node's and the tools' names)
+    AttentionBackend, BackendConfig, BackendKind, CompileMode, max_autotune_steps,
+    parse_compile_steps, Quantization)
 from oxygen_ros.config import get_preset, ModelConfig, PrefixAttention, PromptFormat
+from oxygen_ros.parameters import coerce, declared, declared_config, field_types, load
+from oxygen_ros.policies import preset_robot, RobotPolicy
 from oxygen_ros.sched.request import TextContext
-from oxygen_ros.sched.scheduler import Policy, SchedulerConfig
+from oxygen_ros.sched.scheduler import SchedulerConfig
 from oxygen_ros.transforms.images import ImageResize
 from oxygen_ros.transforms.prompt import TextTask
 
-
-MAX_STATE_PROMPT_PAD = 256
-"""Largest ``state_prompt_pad`` (LeRobot pads to ``max_state_dim``, 32)."""
 
 DTYPE_BYTES = {'float32': 4, 'bfloat16': 2}
 """Bytes per element of the engine's dtypes (weights and KV cache)."""
 QUANTIZATION_FALLBACK = 'quantization'
 """Key of a quantization fallback in ``Engine.fallbacks`` (beside the compiled steps')."""
+T = TypeVar('T')
+
+
+ENGINE_CONFIGS = ('engine', 'scheduler', 'backend')
+"""The ``config`` names of the declaration that ``EngineConfig`` and its sub-configs hold."""
 
 
 @dataclass(frozen=True, slots=True)
+@declared('engine')
 class EngineConfig:
     """
-    Everything needed to build an ``Engine``.
+    Everything needed to build an ``Engine``: its settings, the scheduler's and the backend's.
 
-    :param preset: model preset (``oxygen_ros.config.preset_names()``).
-    :param checkpoint: directory with ``model.safetensors`` (openpi-PyTorch or LeRobot
-        layout) and ``assets/<asset_id>/norm_stats.json``; None: random weights (logged).
-    :param tokenizer: ``paligemma_tokenizer.model`` path; None: the fetched default.
-    :param norm_stats: ``norm_stats.json`` path overriding the checkpoint's (openpi's or
-        LeRobot's; ``transforms/conventions.py``).
-    :param prompt_format: the action prompt's format; None: the checkpoint family's (LeRobot:
-        with the state, or as its processor says), else the preset's.
-    :param state_prompt_pad: zero-pad the normalized state to this many dims before binning
-        it into the prompt (LeRobot <= v0.4.4 fine-tunes: 32); 0: no padding (openpi,
-        LeRobot >= v0.5.0).
-    :param quantile_eps: added to ``q99 - q01`` by the quantile normalization; None: the
-        stats' family's (openpi 1e-6, LeRobot 0).
-    :param image_resize: the resize-with-pad filter (``transforms/images.py``); None: the
-        checkpoint family's (openpi: Pillow's; LeRobot: ``F.interpolate``'s).
-    :param resize_on_device: uint8 camera images go up as they came and are resized and
-        scaled on the backend's device; None: on CUDA.
-    :param dtype: ``float32`` or ``bfloat16``.
-    :param quantization: ``none``, or ``fp8``: the large linears' weights in E4M3 with
-        per-output-channel scales, quantized at load (``model/fp8.py``; docs/gpu.md "FP8
-        weights"): on CUDA it needs compute capability >= 8.9 and dtype ``bfloat16`` (the
-        FP8 GEMM writes bf16), on the CPU the weight-only reference path runs (a reported
-        fallback); at load the FP8 actions are held to the rule of
-        ``backends/fp8_gate.py`` (at most 1.5x bf16's error against float32), else the
-        unquantized weights run (a reported fallback). Torch backend only.
-    :param backend: ``torch`` or ``tensorrt`` (engines built from our ONNX graphs).
-    :param compile_mode: the torch backend's fast path (``backends/compiled.py``); AUTO:
-        compiled kernels in CUDA graphs on CUDA, eager on the CPU.
-    :param compile_steps: which per-cycle model calls take the fast path when it is on: step
-        names (``Step`` values) or ``('all',)``; None: every step. The others run eagerly
-        (``backends/config.py`` ``parse_compile_steps``; e.g. every step but ``decode`` and
-        ``decode_steps``: OxyGen's stable mode on Jetson Thor).
-    :param attention_backend: the attention kernel of the torch backend (``math``,
-        ``efficient``, ``flash``, ``cudnn``, ``matmul``, ``triton``, ``flex``; ``auto``:
-        PyTorch's choice but where compiled for CUDA; ``backends/config.py``
-        ``AttentionBackend``); None: ``$OXYGEN_ROS_ATTENTION``, else ``auto``.
-    :param trt_precision: TensorRT precision mode: ``graph`` (strongly typed, the exported
-        dtype), ``fp16`` / ``bf16`` (TensorRT 10 builder flags), ``fp8`` (not built yet).
-    :param engine_cache_dir: where exported graphs and TensorRT engines are cached (default
-        ``$OXYGEN_ROS_CACHE`` or ``~/.cache/oxygen_ros``).
-    :param prefix_attention: override of the preset's prefix attention mode.
-    :param cameras: override of the preset's camera slots (``CAMERA_SLOTS`` names).
-    :param tokens_per_cycle: k, decode tokens per text request per control cycle.
-    :param decode_budget: default max tokens of a text request (None: the preset's).
-    :param kv_cache_mb: KV pool size in MiB; None sizes it for ``max_running_requests``
-        requests with unshared prefixes plus the action reserve.
-    :param control_period_s: action deadline per cycle (k adapts to it); None: fixed k.
-    :param stop_on_eos: False decodes every request to its budget (OxyGen's benchmarks).
-    :param max_waiting_requests: text requests waiting for admission (the scheduler's one
-        queue); ``Engine.submit_text`` refuses one more (``QueueFullError``).
-    :param seed: random weights and the flow-matching noise of frame i (seeded by seed, i).
-    :param subtask_context: what a subtask request reads (``TextContext``): its own prompt
-        (``Task: {instr}. Subtask: ``, openpi_subtask_generation's, the default) or the
-        action prefix + the suffix ``Subtask: `` (docs/prompts.md).
-    :param answer_context: what an answer reads; default the action prefix + ``Question:
-        {q} Answer: ``.
-    :param memory_context: what a memory note reads; default the action prefix + ``Memory: ``
-        (OxyGen's textual memory, which its adapter was trained on).
-    :param memory_adapter: OxyGen's textual-memory LoRA (``.npz``, ``model/lora.py``),
-        active on the suffix and decoded tokens of memory requests; None: none.
-    :param memory_adapter_alpha: the alpha it was trained with (OxyGen's: 16).
-    :param rtc: chunks will be guided (the node's ``chunk_smoothing: rtc``): a backend that
-        cannot guide is refused, the fast path compiles the guided denoise too and
-        ``Engine.warmup`` runs a guided cycle.
-    :param rtc_jacobian_steps: RTC's Euler steps (the first ones) that take the
-        vector-Jacobian product through the action expert; the later ones guide by the error
-        alone, at a plain step's cost (``model.rtc.RtcGuidance.jacobian_steps``; None: every
-        step, RTC as the paper; docs/action_semantics.md#the-cost-of-exact-guidance).
+    Each field is a setting declared once in ``oxygen_ros/parameters/oxygen_parameters.yaml``
+    (its type, default, unit and description there; docs/parameters.md for those that are
+    node parameters), and takes its default from there (``@declared``); the scheduler's
+    settings are ``scheduler`` (``SchedulerConfig``), the backend's ``backend``
+    (``BackendConfig``), built from the declaration too (neither has a default of its own).
+    :meth:`create` takes every setting by its declared name (``tokens_per_cycle``, ``device``,
+    ``backend``) and puts it where it lives.
+
+    Where a field is None it means: ``checkpoint`` random weights (logged), ``tokenizer`` the
+    fetched default, ``norm_stats`` the checkpoint's, ``prompt_format``, ``image_resize``,
+    ``quantile_eps`` the checkpoint family's (``transforms/conventions.py``),
+    ``resize_on_device`` on CUDA, ``prefix_attention``, ``cameras`` and ``decode_budget`` the
+    preset's, ``kv_cache_mb`` a pool sized for ``max_running_requests`` requests with
+    unshared prefixes plus the action reserve, ``memory_adapter`` none.
+
+    ``quantization: fp8`` runs the large linears' weights in E4M3 with per-output-channel
+    scales, quantized at load (``model/fp8.py``; docs/gpu.md "FP8 weights"): on CUDA it needs
+    compute capability >= 8.9 and dtype ``bfloat16`` (the FP8 GEMM writes bf16), on the CPU
+    the weight-only reference path runs (a reported fallback); at load the FP8 actions are
+    held to the rule of ``backends/fp8_gate.py``, else the unquantized weights run (a reported
+    fallback). Torch backend only. The memory adapter (OxyGen's textual-memory LoRA,
+    ``model/lora.py``) is active on the suffix and decoded tokens of memory requests only.
+
+    :raises ValueError: a value out of range or a mix that cannot run (the message says which).
     """
 
-    preset: str = 'small'
-    checkpoint: str | None = None
-    tokenizer: str | None = None
-    norm_stats: str | None = None
-    prompt_format: PromptFormat | None = None
-    state_prompt_pad: int = 0
-    quantile_eps: float | None = None
-    image_resize: ImageResize | None = None
-    resize_on_device: bool | None = None
-    dtype: str = 'float32'
-    quantization: Quantization = Quantization.NONE
-    device: str = 'cpu'
-    backend: BackendKind = BackendKind.TORCH
-    compile_mode: CompileMode = CompileMode.AUTO
-    compile_steps: tuple[str | Step, ...] | frozenset[Step] | None = None
-    attention_backend: AttentionBackend | None = None
-    trt_precision: str = 'graph'
-    engine_cache_dir: str | None = None
-    policy: Policy = Policy.OXYGEN
-    prefix_attention: PrefixAttention | None = None
-    cameras: tuple[str, ...] | None = None
-    tokens_per_cycle: int = 5
-    min_tokens_per_cycle: int = 1
-    decode_budget: int | None = None
-    block_size: int = 16
-    kv_cache_mb: float | None = None
-    max_running_requests: int = 32
-    control_period_s: float | None = None
-    stop_on_eos: bool = True
-    max_waiting_requests: int = 16
-    seed: int = 0
-    subtask_context: TextContext = TextContext.OWN_PROMPT
-    answer_context: TextContext = TextContext.ACTION_PREFIX
-    memory_context: TextContext = TextContext.ACTION_PREFIX
-    memory_adapter: str | None = None
-    memory_adapter_alpha: float = 16.0
-    rtc: bool = False
-    rtc_jacobian_steps: int | None = None
+    preset: str
+    checkpoint: str | None
+    tokenizer: str | None
+    norm_stats: str | None
+    prompt_format: PromptFormat | None
+    state_prompt_pad: int
+    quantile_eps: float | None
+    image_resize: ImageResize | None
+    resize_on_device: bool | None
+    dtype: str
+    quantization: Quantization
+    prefix_attention: PrefixAttention | None
+    cameras: tuple[str, ...] | None
+    decode_budget: int | None
+    kv_cache_mb: float | None
+    seed: int
+    subtask_context: TextContext
+    answer_context: TextContext
+    memory_context: TextContext
+    memory_adapter: str | None
+    memory_adapter_alpha: float
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: declared_config(SchedulerConfig, 'scheduler'))
+    backend: BackendConfig = field(
+        default_factory=lambda: declared_config(BackendConfig, 'backend'))
+
+    @classmethod
+    def create(cls, **settings: object) -> EngineConfig:
+        """
+        Return the config with these settings, every other at its declared default.
+
+        :param settings: by declared name (``preset='tiny'``, ``tokens_per_cycle=2``,
+            ``device='cuda'``, ``backend='torch'``): each goes to the config that holds it.
+        :raises TypeError: a name that is no setting of the engine.
+        :raises ValueError: as the configs refuse a value.
+        """
+        own, sched, backend = _route(settings)
+        return cls(**own, scheduler=declared_config(SchedulerConfig, 'scheduler', **sched),
+                   backend=declared_config(BackendConfig, 'backend', **backend))
+
+    def with_settings(self, **settings: object) -> EngineConfig:
+        """Return a copy with these settings changed (by declared name, as :meth:`create`)."""
+        own, sched, backend = _route(settings)
+        return replace(self, **own, scheduler=_replaced(self.scheduler, sched),
+                       backend=_replaced(self.backend, backend))
 
     def __post_init__(self) -> None:
-        steps = get_preset(self.preset).num_denoise_steps  # raises with a suggestion
-        if self.rtc_jacobian_steps is not None and not 0 <= self.rtc_jacobian_steps <= steps:
+        steps = get_preset(self.preset).model.num_denoise_steps  # raises with a suggestion
+        jacobian = self.backend.rtc_jacobian_steps
+        if jacobian is not None and not 0 <= jacobian <= steps:
             raise ValueError(f'rtc_jacobian_steps must be in 0..{steps} (the Euler steps of '
-                             f'preset {self.preset}), got {self.rtc_jacobian_steps}')
-        AttentionBackend.resolve(self.attention_backend)  # a bad environment fails here
-        if self.compile_steps is not None:
-            object.__setattr__(self, 'compile_steps', parse_compile_steps(self.compile_steps))
-        max_autotune_steps()                                # likewise
-        if self.trt_precision not in ('graph', 'fp16', 'bf16', 'fp8'):
-            raise ValueError(f'trt_precision must be one of graph, fp16, bf16, fp8, got '
-                             f'{self.trt_precision!r}')
+                             f'preset {self.preset}), got {jacobian}')
+        max_autotune_steps()                                # a bad environment fails here
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
-        for name in ('tokens_per_cycle', 'block_size', 'max_running_requests',
-                     'max_waiting_requests'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
         if self.decode_budget is not None and self.decode_budget < 1:
             raise ValueError(f'decode_budget must be >= 1, got {self.decode_budget}')
         if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
             raise ValueError(f'kv_cache_mb must be > 0, got {self.kv_cache_mb}')
-        if self.control_period_s is not None and self.control_period_s <= 0:
-            raise ValueError(f'control_period_s must be > 0, got {self.control_period_s}')
         if not 0 <= self.state_prompt_pad <= MAX_STATE_PROMPT_PAD:
             raise ValueError(f'state_prompt_pad must be in 0..{MAX_STATE_PROMPT_PAD}, got '
                              f'{self.state_prompt_pad}')
         if self.quantile_eps is not None and not 0 <= self.quantile_eps <= 1:
             raise ValueError(f'quantile_eps must be in [0, 1], got {self.quantile_eps}')
         self._check_quantization()
-        if self.prompt_format is not None:
-            object.__setattr__(self, 'prompt_format', PromptFormat(self.prompt_format))
-        if self.image_resize is not None:
-            object.__setattr__(self, 'image_resize', ImageResize(self.image_resize))
+        for name, kind in (('prompt_format', PromptFormat), ('image_resize', ImageResize),
+                           ('prefix_attention', PrefixAttention)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, kind(getattr(self, name)))
         for name in ('subtask_context', 'answer_context', 'memory_context'):
             object.__setattr__(self, name, TextContext(getattr(self, name)))
         if self.memory_adapter:
@@ -185,9 +145,9 @@ class EngineConfig:
                 raise ValueError('memory_adapter is active on the suffix of a memory request '
                                  'only (OxyGen trained it so): it needs memory_context '
                                  "'action_prefix', got 'own_prompt'")
-            if self.backend is not BackendKind.TORCH:
+            if self.backend.kind is not BackendKind.TORCH:
                 raise ValueError(f'memory_adapter runs on the torch backend only (the '
-                                 f'{self.backend.value} graphs have no LoRA)')
+                                 f'{self.backend.kind.value} graphs have no LoRA)')
             if not (self.memory_adapter_alpha > 0 and np.isfinite(self.memory_adapter_alpha)):
                 raise ValueError(f'memory_adapter_alpha must be > 0, got '
                                  f'{self.memory_adapter_alpha}')
@@ -201,11 +161,11 @@ class EngineConfig:
                              f'{self.quantization!r}') from None
         if self.quantization is Quantization.NONE:
             return
-        if self.backend is not BackendKind.TORCH:
+        if self.backend.kind is not BackendKind.TORCH:
             raise ValueError(f"quantization '{self.quantization.value}' runs on the torch backend "
-                             f'only; backend {self.backend.value!r} builds its engines from the '
-                             f'exported graphs (its own precision: trt_precision)')
-        if self.device.startswith('cuda') and self.dtype != 'bfloat16':
+                             f'only; backend {self.backend.kind.value!r} builds its engines from '
+                             f'the exported graphs (its own precision: trt_precision)')
+        if self.backend.device.startswith('cuda') and self.dtype != 'bfloat16':
             raise ValueError(f"quantization '{self.quantization.value}' on CUDA needs dtype "
                              f"'bfloat16', got {self.dtype!r}: the FP8 GEMM with per-token and "
                              f'per-channel scales writes bf16 (float32 output only from cuBLAS '
@@ -217,49 +177,47 @@ class EngineConfig:
                 TextTask.MEMORY: self.memory_context}[TextTask(task)]
 
     def model_config(self) -> ModelConfig:
-        """Return the preset with this config's overrides applied."""
-        cfg = get_preset(self.preset)
-        changes: dict[str, object] = {}
-        if self.prefix_attention is not None:
-            changes['prefix_attention'] = self.prefix_attention
+        """Return the preset's network, with this config's ``prefix_attention``."""
+        cfg = get_preset(self.preset).model
+        if self.prefix_attention is None:
+            return cfg
+        return cfg.with_overrides(prefix_attention=self.prefix_attention)
+
+    def robot(self) -> RobotPolicy:
+        """
+        Return the preset's robot policy, fed by this config's ``cameras``.
+
+        :raises ValueError: cameras that are no non-empty subset of the slots.
+        """
+        robot = preset_robot(self.preset)
+        return robot if self.cameras is None else robot.with_cameras(self.cameras)
+
+    def text_budget(self) -> int:
+        """Return the default budget of a text request: ``decode_budget``, else the preset's."""
         if self.decode_budget is not None:
-            changes['decode_budget'] = self.decode_budget
-        if self.cameras is not None:
-            changes['cameras'] = tuple(self.cameras)
-        return cfg.with_overrides(**changes) if changes else cfg
+            return self.decode_budget
+        return get_preset(self.preset).decode_budget
+
+    def max_prefix_tokens(self) -> int:
+        """Return the longest prefix: the robot's cameras' image tokens and a full prompt."""
+        return self.model_config().prefix_tokens(len(self.robot().cameras))
 
     def pool_blocks(self) -> int:
         """
         Return the KV pool size in blocks (null block included) of an engine of this config.
 
         ``kv_cache_mb`` when given, else room for ``max_running_requests`` requests with
-        unshared prefixes, plus two prefixes (the action path's reserve).
+        unshared prefixes, plus two prefixes per robot (the action path's reserve,
+        ``scheduler.max_robots``).
         """
-        cfg = self.model_config()
+        cfg, block_size = self.model_config(), self.scheduler.block_size
         bytes_per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[self.dtype])
         if self.kv_cache_mb is not None:
-            return int(self.kv_cache_mb * 2**20 // (bytes_per_token * self.block_size))
-        per_prefix = -(-cfg.max_prefix_tokens // self.block_size) + 1
-        per_request = per_prefix + -(-cfg.decode_budget // self.block_size)
-        return 1 + 2 * per_prefix + self.max_running_requests * per_request
-
-    def scheduler_config(self, eos_token_id: int) -> SchedulerConfig:
-        """
-        Return the scheduler's config of an engine of this config.
-
-        :param eos_token_id: the tokenizer's EOS id (ends a text request when
-            ``stop_on_eos``).
-        """
-        cfg = self.model_config()
-        return SchedulerConfig(
-            num_blocks=self.pool_blocks(), max_prefix_tokens=cfg.max_prefix_tokens,
-            policy=self.policy, prefix_attention=cfg.prefix_attention,
-            block_size=self.block_size, tokens_per_cycle=self.tokens_per_cycle,
-            min_tokens_per_cycle=min(self.min_tokens_per_cycle, self.tokens_per_cycle),
-            adapt_tokens_per_cycle=self.control_period_s is not None,
-            max_running_requests=self.max_running_requests,
-            max_waiting_requests=self.max_waiting_requests,
-            eos_token_id=eos_token_id if self.stop_on_eos else None)
+            return int(self.kv_cache_mb * 2**20 // (bytes_per_token * block_size))
+        per_prefix = -(-self.max_prefix_tokens() // block_size) + 1
+        per_request = per_prefix + -(-self.text_budget() // block_size)
+        return 1 + 2 * self.scheduler.max_robots * per_prefix + \
+            self.scheduler.max_running_requests * per_request
 
     def rtc_note(self) -> str:
         """
@@ -268,18 +226,38 @@ class EngineConfig:
         E.g. ``' (the Jacobian on 5 of 10 Euler steps)'``; '' without RTC or with the
         Jacobian at every step.
         """
-        if not self.rtc or self.rtc_jacobian_steps is None:
+        rtc, jacobian = self.backend.rtc, self.backend.rtc_jacobian_steps
+        if not rtc or jacobian is None:
             return ''
-        steps = get_preset(self.preset).num_denoise_steps
-        return f' (the Jacobian on {self.rtc_jacobian_steps} of {steps} Euler steps)'
+        steps = get_preset(self.preset).model.num_denoise_steps
+        return f' (the Jacobian on {jacobian} of {steps} Euler steps)'
 
-    def backend_config(self) -> BackendConfig:
-        """Return the fields a backend needs (``backends.factory.make_backend``)."""
-        return BackendConfig(
-            backend=self.backend, compile_mode=self.compile_mode, device=self.device,
-            block_size=self.block_size, max_running_requests=self.max_running_requests,
-            decode_budget=self.decode_budget, trt_precision=self.trt_precision,
-            engine_cache_dir=self.engine_cache_dir,
-            attention=AttentionBackend.resolve(self.attention_backend), rtc=self.rtc,
-            rtc_jacobian_steps=self.rtc_jacobian_steps, tokens_per_cycle=self.tokens_per_cycle,
-            compile_steps=self.compile_steps)
+
+def _route(settings: dict[str, object]) -> tuple[dict, dict, dict]:
+    """Return ``settings`` split by the config that holds each: engine, scheduler, backend."""
+    split: dict[str, dict] = {config: {} for config in ENGINE_CONFIGS}
+    for name, value in settings.items():
+        spec = _SETTINGS.get(name)
+        if spec is None:
+            raise TypeError(f'{name!r} is no setting of the engine; the settings: '
+                            f'{", ".join(sorted(_SETTINGS))}')
+        config = next(c for c in ENGINE_CONFIGS if c in spec.configs)
+        split[config][spec.field] = value
+    own = split['engine']
+    hints = field_types(EngineConfig)
+    return ({k: coerce(hints[k], v) for k, v in own.items()}, split['scheduler'],
+            split['backend'])
+
+
+def _replaced(config: T, changes: dict[str, object]) -> T:
+    """Return ``config`` with ``changes`` (coerced to its fields' types), or itself."""
+    if not changes:
+        return config
+    hints = field_types(type(config))
+    return replace(config, **{k: coerce(hints[k], v) for k, v in changes.items()})
+
+
+_SETTINGS = {spec.name: spec for spec in load() if set(spec.configs) & set(ENGINE_CONFIGS)}
+"""Every setting an ``EngineConfig`` holds, by declared name."""
+MAX_STATE_PROMPT_PAD = int(_SETTINGS['state_prompt_pad'].limits[1])
+"""Largest ``state_prompt_pad``, its declared bound (LeRobot pads to ``max_state_dim``, 32)."""

@@ -3,46 +3,52 @@ The engine loop: observations and text requests in, action chunks and finished t
 
 One ``step`` is one control cycle: prepare the newest observation, let the scheduler plan the
 cycle (OxyGen or isolated: it admits waiting text requests onto the frame), run the plan on
-the backend, and turn the results into robot-unit actions and text pieces. The engine knows
-nothing of ROS; the node calls ``step`` from its control timer.
+the backend, and turn the results into robot-unit actions and text pieces. ``begin`` is the
+same cycle in two parts (``cycle.Cycle``): the action chunk as soon as it is denoised, then
+the text, so that a caller publishes the chunk before the cycle's decoding without the
+engine ever calling back up into it. The engine knows nothing of ROS; the node begins a cycle
+from its control timer.
 
-Threads: ``step``, ``warmup`` and ``shutdown`` run in one thread (the node's control cycle);
-``submit_text``, ``abort`` and the counts may be called from any other. The scheduler and the
-per-request text state (``TextStates``) are touched only under ``_lock``, which a cycle
-holds while it plans and while it books the results, never while the model runs: a request is
-queued or refused at once, never after a control cycle.
+Threads: ``step``/``begin`` (and the cycle), ``warmup`` and ``shutdown`` run in one thread
+(the node's control cycle); ``submit_text``, ``abort`` and the counts may be called from any
+other. The scheduler and its requests (with the engine's text state on each,
+``text_request.TextRequest``) are touched only under ``_lock``, which a cycle holds while it
+plans and while it books the results, never while the model runs: a request is queued or
+refused at once, never after a control cycle.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 import itertools
 import logging
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
-from oxygen_ros.backends.interface import Backend, FrameInputs
+from oxygen_ros.backends.async_io import block_slots
+from oxygen_ros.backends.interface import Backend
+from oxygen_ros.config import get_preset
 from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
 from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine.cycle import Cycle
+from oxygen_ros.engine.frame_inputs import FrameMaker
 from oxygen_ros.engine.loading import (
     build_backend, check_quantization, check_shared_backend, load_model, load_tokenizer,
     LoadedModel)
-from oxygen_ros.engine.outputs import ActionChunk, cycle_stats, StepOutput, TextOutput
-from oxygen_ros.engine.text_states import TextStates
+from oxygen_ros.engine.outputs import StepOutput, TextOutput
+from oxygen_ros.engine.text_request import frame_prompts, new_text_request, TextRequest
 from oxygen_ros.engine.warm_texts import warm_texts
-from oxygen_ros.model.guidance import RtcGuidance
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.observation import Observation
-from oxygen_ros.sched.request import FinishReason, FrameSpec, Request, RequestKind
 from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.sched.scheduler import Scheduler
 from oxygen_ros.transforms.conventions import resolve_conventions
 from oxygen_ros.transforms.inputs import (
-    CameraImage, InputFault, ObservationError, prepare_camera, prepare_observation,
-    PreparedObservation)
+    CameraImage, prepare_camera, prepare_observation, PreparedObservation)
 from oxygen_ros.transforms.norm_stats import NormStats
 from oxygen_ros.transforms.normalize import Normalizer
 from oxygen_ros.transforms.prompt import TextTask
@@ -82,6 +88,10 @@ class Engine:
                  backend: Backend | None = None) -> None:
         self.config = config
         self.model_cfg = config.model_config()
+        self.robot = config.robot()
+        """The robot policy: cameras, state and action dims and their transforms."""
+        self.decode_budget = config.text_budget()
+        """The default max tokens of a text request."""
         loaded = model if isinstance(model, LoadedModel) else \
             load_model(config, self.model_cfg) if model is None else LoadedModel(model)
         model = loaded.model
@@ -96,34 +106,40 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         cfg = self.model_cfg
-        self.conventions = resolve_conventions(config, cfg, norm_stats)
+        self.conventions = resolve_conventions(config, get_preset(config.preset), norm_stats)
         _LOG.info('%s', self.conventions.describe())
         self.normalizer = Normalizer.from_config(
-            cfg, {'state': self.conventions.state, 'actions': self.conventions.actions})
-        self.max_prefix_tokens = cfg.max_prefix_tokens
-        sched_cfg = config.scheduler_config(self.tokenizer.eos_id)
-        self.scheduler = Scheduler(sched_cfg)
+            cfg, self.robot, {'state': self.conventions.state,
+                              'actions': self.conventions.actions})
+        self.max_prefix_tokens = cfg.prefix_tokens(len(self.robot.cameras))
+        num_blocks = config.pool_blocks()
+        self.scheduler = Scheduler(config.scheduler, num_blocks=num_blocks,
+                                   max_prefix_tokens=self.max_prefix_tokens,
+                                   prefix_attention=cfg.prefix_attention,
+                                   eos_token_id=self.tokenizer.eos_id)
         if backend is None:
-            backend = build_backend(config, self.model, sched_cfg.num_blocks, loaded.reference)
+            backend = build_backend(config, self.model, num_blocks, loaded.reference)
         else:
-            check_shared_backend(config, backend, self.model, sched_cfg.num_blocks)
-        if config.rtc and backend.guidance_unsupported:
+            check_shared_backend(config, backend, self.model, num_blocks)
+        if config.backend.rtc and backend.guidance_unsupported:
             raise ValueError(f'real-time chunking (chunk_smoothing rtc) is not possible here: '
                              f'{backend.guidance_unsupported}')
         self.backend: Backend = backend
         self.adapter: SuffixLoRA | None = backend.adapter
         self.bytes_per_block = (self.backend.cache.nbytes // self.backend.cache.num_slots) * \
-            config.block_size
+            config.scheduler.block_size
         self._lock = threading.Lock()
-        self._texts = TextStates(self.tokenizer, self.model_cfg.max_token_len)
         self._req_ids = itertools.count()
         self._frame_index = 0
+        self._frames = FrameMaker(cfg, self.backend.device, self.conventions.image_resize,
+                                  config.seed, config.backend.rtc_jacobian_steps)
         self.chunk_history = ChunkHistory(self.normalizer)
         """The last chunk, for real-time chunking."""
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
-                  '(%.1f MiB); %s', cfg.name, config.policy.value, cfg.prefix_attention.value,
-                  config.tokens_per_cycle, sched_cfg.num_blocks, config.block_size,
+                  '(%.1f MiB); %s', cfg.name, config.scheduler.policy.value,
+                  cfg.prefix_attention.value, config.scheduler.tokens_per_cycle, num_blocks,
+                  config.scheduler.block_size,
                   self.backend.cache.nbytes / 2**20, self.describe_text())
 
     def describe_contexts(self) -> str:
@@ -162,57 +178,44 @@ class Engine:
         self._check_open()
         self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
         task = TextTask(task)
-        budget = self.model_cfg.decode_budget if max_tokens is None else max_tokens
+        budget = self.decode_budget if max_tokens is None else max_tokens
         context = self.config.text_context(task)
         req_id = req_id or f'{task.value}-{next(self._req_ids)}'
-        request = self._texts.new_request(req_id, task, context, question, budget,
-                                          use_adapter=self.adapter is not None)
+        request = new_text_request(self.tokenizer, req_id, task, context, question, budget,
+                                   max_prompt_len=self.model_cfg.max_token_len,
+                                   use_adapter=self.adapter is not None)
         with self._lock:
             self._check_open()
             self.scheduler.add_request(request)
-            self._texts.add(req_id, task, context, question)
         return req_id
 
     def abort(self, req_id: str) -> TextOutput | None:
         """
         Cancel a waiting or running text request, freeing its KV blocks (thread-safe).
 
-        :returns: its output (``FinishReason.ABORT``, the text decoded so far), or None for
-            an unknown or already finished request, or after ``shutdown``.
+        :returns: its last output (``FinishReason.ABORT``, the text decoded so far), or None
+            for an unknown or already finished request, or after ``shutdown``.
         """
         with self._lock:
             if self._closed:
                 return None
             req = self.scheduler.abort_request(req_id)
-            if req is None:
-                return None
-            return self._texts.ended(req_id, tuple(req.output_token_ids), FinishReason.ABORT)
+            return req.output(req.num_output_tokens) if isinstance(req, TextRequest) else None
 
     def set_max_waiting_requests(self, limit: int) -> None:
         """
         Change the bound of the waiting queue (from the next ``submit_text`` on; thread-safe).
 
-        Requests waiting beyond a lowered bound stay queued.
+        The bound lives in the scheduler's settings, ``config.scheduler``, one object the
+        scheduler reads at each request: the new one replaces it. Requests waiting beyond a
+        lowered bound stay queued.
 
         :raises ValueError: a bound < 1.
         """
         with self._lock:
-            self.scheduler.config = replace(self.scheduler.config, max_waiting_requests=limit)
-            self.config = replace(self.config, max_waiting_requests=limit)
-
-    def set_control_period(self, seconds: float | None) -> None:
-        """
-        Change the action deadline per cycle (k adapts to it from the next cycle on).
-
-        :param seconds: the control period, or None for a fixed k.
-        :raises ValueError: a period <= 0.
-        """
-        if seconds is not None and seconds <= 0:
-            raise ValueError(f'control period must be > 0 s, got {seconds}')
-        with self._lock:
-            self.config = replace(self.config, control_period_s=seconds)
-            self.scheduler.config = replace(self.scheduler.config,
-                                            adapt_tokens_per_cycle=seconds is not None)
+            settings = replace(self.config.scheduler, max_waiting_requests=limit)
+            self.config = replace(self.config, scheduler=settings)
+            self.scheduler.config = settings
 
     @property
     def num_running(self) -> int:
@@ -239,7 +242,7 @@ class Engine:
     @property
     def dropped_features(self) -> dict[str, str]:
         """
-        Return the fast path's features left out (``backends/features.py``): name -> reason.
+        Return the fast path's features left out (``fast_path/features.py``): name -> reason.
 
         The steps stay compiled without them; the node reports each on ``/diagnostics``.
         """
@@ -267,11 +270,8 @@ class Engine:
         :param slot: the camera slot (for the error message).
         :raises ObservationError: a malformed image (``BAD_IMAGE``).
         """
-        try:
-            return prepare_camera(image, self.model_cfg, self.conventions.image_resize,
-                                  on_device=self.resize_on_device)
-        except ValueError as exc:
-            raise ObservationError(InputFault.BAD_IMAGE, f'camera {slot}: {exc}') from None
+        return prepare_camera(slot, image, self.model_cfg, self.conventions.image_resize,
+                              on_device=self.resize_on_device)
 
     def prepare(self, obs: Observation) -> PreparedObservation:
         """
@@ -286,25 +286,34 @@ class Engine:
                                    resize_on_device=self.resize_on_device)
 
     def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
-             on_action: Callable[[ActionChunk], None] | None = None,
              rtc: RtcRequest | None = None, deadline: float | None = None) -> StepOutput:
         """
-        Run one control cycle.
+        Run one control cycle to its end (``begin`` and the cycle's ``finish``).
+
+        :raises ObservationError, EngineClosedError, ValueError: as :meth:`begin`.
+        """
+        return self.begin(obs, now, rtc=rtc, deadline=deadline).finish()
+
+    def begin(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
+              rtc: RtcRequest | None = None, deadline: float | None = None) -> Cycle:
+        """
+        Begin one control cycle: prepare the observation and plan the cycle.
+
+        The caller then takes the action chunk (``Cycle.action``: it runs the plan up to it)
+        and publishes it, then finishes the cycle (``Cycle.finish``: the text jobs, the
+        results booked), in this thread, before the next ``begin``.
 
         :param obs: the newest observation; None when there is no valid one (no action is
             produced, no text request is seeded, running text keeps decoding).
         :param now: monotonic seconds at the start of the cycle (default: now).
-        :param on_action: called (in this thread) with the action chunk as soon as it is
-            denoised, before the cycle's text decoding: publish it from here for the lowest
-            latency. Not called for a cycle without a valid observation or with non-finite
-            actions. The chunk is also in the returned ``StepOutput``.
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
             for the new chunk's times, found by the two observation stamps, are the target
             (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
             left for the new one, or the new frame is older.
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
-            node's next control tick); default ``now + control_period_s``. Text decoding
-            plans for it and stops at it (``DecodeJob.deadline``); the action is never cut.
+            node's next control tick): text decoding plans for it (k adapts, admission
+            waits) and stops at it (``DecodeJob.deadline``); the action is never cut. None:
+            no deadline, k ``tokens_per_cycle`` tokens per request.
         :raises ObservationError: ``obs`` is invalid (nothing has changed then).
         :raises EngineClosedError: after ``shutdown``.
         :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
@@ -316,82 +325,52 @@ class Engine:
         t0 = time.perf_counter()
         now = time.monotonic() if now is None else now
         prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
-        frame, inputs, rejected = None, None, []
+        frame, inputs = None, None
         if prepared is not None:
-            frame, inputs = self._new_frame(prepared, now, rtc, deadline)
+            frame, inputs = self._frames.make(self._frame_index, prepared, now, deadline,
+                                              self.chunk_history, rtc)
+            self._frame_index += 1
+        dropped: list[TextRequest] = []
         with self._lock:
-            if prepared is not None:
-                rejected = self._texts.build_prompts(list(self.scheduler.waiting),
-                                                     prepared.instruction)
-                for text in rejected:
-                    self.scheduler.abort_request(text.req_id)
-                    _LOG.warning('text request %s rejected: %s', text.req_id, text.error)
+            if frame is not None:   # own prompts on this frame's instruction
+                prompts, dropped = frame_prompts(self.scheduler, prepared.instruction)
+                frame = replace(frame, own_prompts=prompts)
             self.scheduler.kv.pool.reset_peak()
             plan = self.scheduler.schedule(frame, now)
             for data in plan.new_requests:
-                self._texts.states[data.req_id].frame_stamp_ns = prepared.stamp_ns
-        ready: list[ActionChunk | None] = []
-        latency = [float('nan')]
-
-        def actions_ready(_frame_id: int, actions: torch.Tensor) -> None:
-            # only the frame's DenoiseJob calls this, so prepared and frame are set
-            ready.append(self._action_chunk(actions, prepared, frame.frame_id,
-                                            inputs.guidance is not None))
-            if ready[0] is not None:
-                self.chunk_history.record(prepared.stamp_ns, actions[0].float().cpu().numpy(),
-                                          ready[0].actions)
-            latency[0] = time.perf_counter() - t0
-            if on_action is not None and ready[0] is not None:
-                on_action(ready[0])
-        result = self.backend.execute(plan, inputs, on_actions=actions_ready)
-        with self._lock:
-            decoding = [(req, req.num_output_tokens) for req in map(
-                self.scheduler.requests.get, result.runner.sampled_token_ids) if req is not None]
-            finished = self.scheduler.update_from_output(plan, result.runner)
-            deltas = [self._texts.delta(req, num_before) for req, num_before in decoding]
-            texts = [self._texts.finished(req) for req in finished] + rejected
-            stats = cycle_stats(plan, result, self.scheduler, self.bytes_per_block,
-                                time.perf_counter() - t0, latency[0])
-        return StepOutput(ready[0] if ready else None, tuple(texts), stats,
-                          tuple(d for d in deltas if d is not None))
-
-    def _new_frame(self, prepared: PreparedObservation, now: float, rtc: RtcRequest | None,
-                   deadline: float | None) -> tuple[FrameSpec, FrameInputs]:
-        fid = self._frame_index
-        self._frame_index += 1
-        period = self.config.control_period_s
-        if deadline is None and period:
-            deadline = now + period
-        action = Request(f'action-{fid}', RequestKind.ACTION, prepared.action_prompt_ids,
-                         arrival_time=now, deadline=deadline)
-        num_cams = prepared.num_cameras
-        frame = FrameSpec(fid, num_cams * self.model_cfg.image_tokens_per_camera, num_cams,
-                          action)
-        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + fid)
-        noise = torch.randn((1, self.model_cfg.action_horizon, self.model_cfg.action_dim),
-                            generator=gen, dtype=torch.float32)
-        target = (self.chunk_history.guidance(prepared.stamp_ns, prepared.state, rtc)
-                  if rtc is not None else None)
-        guidance = None if target is None else RtcGuidance.from_numpy(
-            target.target, target.soft_mask, target.max_guidance_weight,
-            self.config.rtc_jacobian_steps)
-        return frame, FrameInputs(fid, prepared.cameras, noise, guidance,
-                                  self.conventions.image_resize)
+                self.scheduler.requests[data.req_id].frame_stamp_ns = prepared.stamp_ns
+        return Cycle(plan, prepared, inputs, t0, dropped, scheduler=self.scheduler,
+                     backend=self.backend, lock=self._lock, normalizer=self.normalizer,
+                     history=self.chunk_history, bytes_per_block=self.bytes_per_block)
 
     def reset_chunk_history(self) -> None:
         """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
         self.chunk_history.reset()
 
-    def _action_chunk(self, actions: torch.Tensor, prepared: PreparedObservation,
-                      frame_id: int, guided: bool) -> ActionChunk | None:
-        x = actions[0].float().cpu().numpy()
-        if not np.all(np.isfinite(x)):
-            _LOG.error('frame %d: the model produced NaN/Inf actions; not publishing them',
-                       frame_id)
-            return None
-        robot = self.normalizer.actions_to_robot(x, prepared.state)
-        return ActionChunk(np.ascontiguousarray(robot, dtype=np.float32), prepared.stamp_ns,
-                           frame_id, prepared.state, guided)
+    @contextmanager
+    def borrow_kv_slots(self, num_tokens: int) -> Iterator[torch.Tensor | None]:
+        """
+        Lend ``num_tokens`` slots of the KV pool while the context lasts (thread-safe).
+
+        For measurements on the engine's own pool between cycles (the benchmark's component
+        probe runs the fast path's graphs, which read the pool by address): the scheduler's
+        KV manager holds the blocks for the borrower, and frees them at the end.
+
+        :returns: (the context's value) ``int64 [num_tokens]`` slots of ``backend.cache`` on
+            its device, or None when the pool has not that many free blocks now.
+        """
+        owner = f'borrowed-{next(self._req_ids)}'
+        with self._lock:
+            alloc = self.scheduler.kv.allocate(owner, (), num_tokens)
+        if alloc is None:
+            yield None
+            return
+        try:
+            yield block_slots(alloc.block_ids, num_tokens, self.config.scheduler.block_size,
+                              self.backend.device)
+        finally:
+            with self._lock:
+                self.scheduler.kv.free(owner)
 
     # -- lifecycle -----------------------------------------------------------------------
     def warmup(self, observation: Observation) -> None:
@@ -402,13 +381,15 @@ class Engine:
         memory adapter), gives the cost model its first measurements, then decodes up to
         ``max_running_requests`` questions of the whole budget at once: a burst's largest batch
         and context, its memory there before the first burst (``docs/robustness.md#soak``).
-        With ``config.rtc`` a guided cycle follows: the robot's first guided one runs warm.
+        With ``config.backend.rtc`` a guided cycle follows: the robot's first guided one runs
+        warm.
         """
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
         warm_texts(self, observation, list(tasks.values()), 2)
-        warm_texts(self, observation, [TextTask.ANSWER] * self.config.max_running_requests,
-                   self.model_cfg.decode_budget, as_the_pool_holds=True)
-        if self.config.rtc:
+        warm_texts(self, observation,
+                   [TextTask.ANSWER] * self.config.scheduler.max_running_requests,
+                   self.decode_budget, as_the_pool_holds=True)
+        if self.config.backend.rtc:
             self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
         self._frame_index = 0
         self.chunk_history.reset()
@@ -417,18 +398,19 @@ class Engine:
         """
         Abort every request, release the KV pool; later calls raise EngineClosedError.
 
-        :returns: the output of every waiting and running text request (``error``
-            ``engine shut down``; running ones with their text so far).
+        :returns: the last output of every waiting and running text request
+            (``FinishReason.DROPPED``, ``error`` ``engine shut down``; running ones with their
+            text so far).
         """
         with self._lock:
             if self._closed:
                 return []
-            out = [self._texts.ended(req.req_id, tuple(req.output_token_ids),
-                                     req.finish_reason, 'engine shut down')
-                   for req in self.scheduler.abort_all()]
+            out = [req.output(req.num_output_tokens)
+                   for req in self.scheduler.drop_all('engine shut down')
+                   if isinstance(req, TextRequest)]
             self._closed = True
         del self.backend
-        return [t for t in out if t is not None]
+        return out
 
     def _check_open(self) -> None:
         if self._closed:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import logging
+from typing import Any
 
 from oxygen_ros.backends.config import Quantization
 from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.interface import Backend
 from oxygen_ros.config import ModelConfig
 from oxygen_ros.engine.config import EngineConfig, QUANTIZATION_FALLBACK
-from oxygen_ros.model.lora import load_oxygen_adapter
+from oxygen_ros.model.lora import load_oxygen_adapter, SuffixLoRA
 from oxygen_ros.model.pi05 import build_model as build_random_model, Pi05Model
 from oxygen_ros.transforms.tokenizer import PaligemmaTokenizer
 import torch
@@ -44,14 +45,14 @@ def build_model(config: EngineConfig, model_cfg: ModelConfig) -> Pi05Model:
     :raises ValueError: checkpoint keys or shapes do not fit ``model_cfg`` (CheckpointError).
     :raises FileNotFoundError: the checkpoint does not exist.
     """
-    dtype = torch_dtype(config.dtype)
+    dtype, device = torch_dtype(config.dtype), config.backend.device
     if config.checkpoint:
         from oxygen_ros.checkpoint.weights import load_checkpoint
-        model = load_checkpoint(config.checkpoint, model_cfg, dtype=dtype, device=config.device)
+        model = load_checkpoint(config.checkpoint, model_cfg, dtype=dtype, device=device)
         _LOG.info('loaded %s weights from %s', model_cfg.name, config.checkpoint)
         return model
     torch.manual_seed(config.seed)
-    model = build_random_model(model_cfg, dtype=dtype, device=config.device)
+    model = build_random_model(model_cfg, dtype=dtype, device=device)
     _LOG.warning('preset %s: RANDOM weights (seed %d), no checkpoint given: actions and text '
                  'are meaningless; pass a checkpoint for a real policy', model_cfg.name,
                  config.seed)
@@ -112,7 +113,7 @@ def load_model(config: EngineConfig, model_cfg: ModelConfig) -> LoadedModel:
     reference = model if model.dtype == torch.float32 else model_copy(model, torch.float32)
     bf16 = model if model.dtype == torch.bfloat16 else model_copy(model, torch.bfloat16)
     fp8 = quantized_copy(model, kernel)
-    check = check_fp8_actions(fp8, bf16, reference)
+    check = check_fp8_actions(fp8, bf16, reference, num_cameras=len(config.robot().cameras))
     if check.passed:
         _LOG.info('FP8 weights (%s) accepted: %s', describe_quantization(fp8), check.describe())
         reason = f'fp8 runs the weight-only reference path ({why})' if why else ''
@@ -172,8 +173,21 @@ def build_backend(config: EngineConfig, model: Pi05Model, num_blocks: int,
         adapter = load_oxygen_adapter(config.memory_adapter, model.cfg,
                                       alpha=config.memory_adapter_alpha, dtype=model.dtype,
                                       device=model.device)
-    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
-                        reference=reference)
+    return make_backend_for(config, model, num_blocks, adapter=adapter, reference=reference)
+
+
+def make_backend_for(config: EngineConfig, model: Pi05Model, num_blocks: int, *,
+                     adapter: SuffixLoRA | None = None, **fast_path: Any) -> Backend:
+    """
+    Return ``factory.make_backend`` of ``config``'s backend and scheduler settings.
+
+    :param adapter: the memory adapter to hold (the caller's; :func:`build_backend` loads
+        the config's).
+    :param fast_path: options of the fast path (``FastPathBackend.create``).
+    """
+    return make_backend(config.backend, model, num_blocks, scheduler=config.scheduler,
+                        max_decode_tokens=config.text_budget(),
+                        max_cameras=len(config.robot().cameras), adapter=adapter, **fast_path)
 
 
 def check_shared_backend(config: EngineConfig, backend: Backend, model: Pi05Model,
@@ -184,11 +198,12 @@ def check_shared_backend(config: EngineConfig, backend: Backend, model: Pi05Mode
     :raises ValueError: another model, block size, fewer than ``num_blocks`` blocks, or a
         memory adapter where the config names none (or none where it names one).
     """
-    if backend.source_model is not model or backend.block_size != config.block_size or \
+    block_size = config.scheduler.block_size
+    if backend.source_model is not model or backend.block_size != block_size or \
             backend.num_blocks < num_blocks or \
             bool(config.memory_adapter) != (backend.adapter is not None):
         raise ValueError(f'the shared backend does not fit: it needs this model, block size '
-                         f'{config.block_size}, {num_blocks} blocks and '
+                         f'{block_size}, {num_blocks} blocks and '
                          f'{"a" if config.memory_adapter else "no"} memory adapter (it has '
                          f'{backend.block_size}, {backend.num_blocks} and '
                          f'{"an" if backend.adapter is not None else "no"} adapter)')

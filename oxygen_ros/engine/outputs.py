@@ -2,9 +2,9 @@
 What the engine hands back per cycle (no torch): the action chunk, texts, timings.
 
 ``Engine.step`` returns a ``StepOutput``: the cycle's ``ActionChunk`` (robot units, stamped
-with its observation), the ``TextDelta`` of every text request that decoded and the
-``TextOutput`` of every one that finished, and the cycle's ``CycleStats`` (counted from the
-plan, what the backend reported and the scheduler after it: :func:`cycle_stats`).
+with its observation), one ``TextOutput`` per text request with news (tokens decoded, or its
+end), and the cycle's ``CycleStats`` (counted from the plan, what the backend reported and
+the scheduler after it: :func:`cycle_stats`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class ActionChunk:
     One action chunk in robot units.
 
     :ivar actions: ``float32 [H, robot_action_dim]`` in robot units (openpi ``Unnormalize``
-        and the robot's output transforms); their meaning is ``ModelConfig.action_space``.
+        and the robot's output transforms); their meaning is ``RobotPolicy.action_space``.
     :ivar stamp_ns: stamp of the observation it was computed from.
     :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
         the node's ``joint_names`` order): where a velocity chunk starts.
@@ -46,49 +46,44 @@ class ActionChunk:
 @dataclass(frozen=True, slots=True)
 class TextOutput:
     """
-    A finished (or rejected) text request.
+    One text request's news of one cycle: its new tokens and their text, or its end.
 
-    :ivar text: its text: the concatenation of its ``TextDelta`` pieces (for an aborted
-        request, with the text they held back let out); equal to ``tokenizer.decode`` of
-        ``token_ids``.
-    :ivar finish_reason: STOP (EOS), LENGTH (budget), ABORT; None when it was rejected
-        before it ever ran (``error`` says why).
+    One per request per cycle, in one stream (``StepOutput.outputs``), as vLLM's
+    ``RequestOutput`` with ``finished`` and ``finish_reason``: a request that decoded this
+    cycle, one that finished (its last output carries the whole text), one the cycle dropped;
+    ``Engine.abort`` and ``Engine.shutdown`` return the last output of the requests they end.
+
+    :ivar new_token_ids: the ids it kept this cycle in decode order, cut after EOS or the
+        budget (an EOS that ended it is included).
+    :ivar new_text: the text these ids completed (``IncrementalDetokenizer.push``): ``''``
+        when they complete no character yet; at the end, the text still held back let out.
+        A request's pieces concatenate to its ``text``.
+    :ivar num_tokens: ids generated so far, these included.
     :ivar frame_stamp_ns: stamp of the observation whose prefix it read (0: none).
-    :ivar num_cycles: control cycles from seeding to finish (0: it did not finish).
+    :ivar finish_reason: how it ended (``FinishReason``); None while it runs.
+    :ivar text: its whole text, in its last output (``finished``), equal to
+        ``tokenizer.decode`` of ``token_ids``; ``''`` before.
+    :ivar token_ids: its whole ids, in its last output; ``()`` before.
+    :ivar num_cycles: control cycles from seeding to finish (0: it did not finish decoding).
+    :ivar error: why it ended without its text (``DROPPED``), else ``''``.
     """
 
     req_id: str
     task: TextTask
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: FinishReason | None
+    new_token_ids: tuple[int, ...]
+    new_text: str
+    num_tokens: int
     frame_stamp_ns: int
+    finish_reason: FinishReason | None = None
+    text: str = ''
+    token_ids: tuple[int, ...] = ()
     num_cycles: int = 0
     error: str = ''
 
-
-@dataclass(frozen=True, slots=True)
-class TextDelta:
-    """
-    The tokens one text request decoded in one cycle, and their text (for streaming).
-
-    :ivar token_ids: the new ids in decode order, cut after EOS or the budget (as the
-        request keeps them: an EOS that ended it is included).
-    :ivar text: the text these ids completed (``IncrementalDetokenizer.push``): ``''`` when
-        they complete no character yet; a request's pieces concatenate to its
-        ``TextOutput.text``.
-    :ivar num_tokens: ids generated so far, these included.
-    :ivar frame_stamp_ns: stamp of the observation whose prefix the request reads.
-    :ivar finished: this cycle ended the request (its ``TextOutput`` is in the same step).
-    """
-
-    req_id: str
-    task: TextTask
-    token_ids: tuple[int, ...]
-    text: str
-    num_tokens: int
-    frame_stamp_ns: int
-    finished: bool
+    @property
+    def finished(self) -> bool:
+        """Return whether this output ends the request."""
+        return self.finish_reason is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +99,7 @@ class CycleStats:
     :ivar kv_peak_bytes: the most KV held at any point of the cycle (the action's prefix and
         requests that finished this cycle included).
     :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
-        (handed to ``on_action``); NaN in a cycle without one.
+        (``Cycle.action`` handed it out); NaN in a cycle without one.
     :ivar full_prefills: prefills over a frame's images this cycle (the action's prefix, and
         every copy or other prompt a text job needed: the waste OxyGen removes).
     :ivar prefill_tokens: tokens of those and of causal-text prompt segments.
@@ -139,15 +134,18 @@ class StepOutput:
     """
     What one ``Engine.step`` produced.
 
-    :ivar texts: requests that finished (or were dropped) this cycle.
-    :ivar text_deltas: per text request that decoded this cycle, its new tokens and their
-        text (a finished request's last delta comes in the same step as its ``TextOutput``).
+    :ivar outputs: one per text request with news this cycle, in order: those that decoded
+        (a finished one with its end), then those the cycle dropped.
     """
 
     action: ActionChunk | None
-    texts: tuple[TextOutput, ...]
+    outputs: tuple[TextOutput, ...]
     stats: CycleStats
-    text_deltas: tuple[TextDelta, ...] = ()
+
+    @property
+    def finished(self) -> tuple[TextOutput, ...]:
+        """Return the outputs that end their request (finished or dropped this cycle)."""
+        return tuple(out for out in self.outputs if out.finished)
 
 
 def cycle_stats(plan: SchedulerOutput, result: BackendOutput, scheduler: Scheduler,
@@ -182,4 +180,4 @@ def cycle_stats(plan: SchedulerOutput, result: BackendOutput, scheduler: Schedul
         suffix_tokens=sum(j.num_tokens for j in plan.jobs if isinstance(j, SuffixJob)))
 
 
-__all__ = ['ActionChunk', 'CycleStats', 'StepOutput', 'TextDelta', 'TextOutput', 'cycle_stats']
+__all__ = ['ActionChunk', 'CycleStats', 'StepOutput', 'TextOutput', 'cycle_stats']

@@ -29,7 +29,7 @@ def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], 
         ``ValueError`` is raised.
     :raises ValueError: see ``Engine.submit_text``.
     """
-    limit = engine.config.max_waiting_requests
+    limit = engine.config.scheduler.max_waiting_requests
     engine.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
     req_ids: set[str] = set()
     try:
@@ -42,7 +42,7 @@ def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], 
     finally:
         engine.set_max_waiting_requests(limit)
     for _ in range(len(tasks) + tokens + 3):
-        req_ids -= {t.req_id for t in engine.step(observation).texts}
+        req_ids -= {t.req_id for t in engine.step(observation).finished}
         if not req_ids:
             break
     for req_id in req_ids:

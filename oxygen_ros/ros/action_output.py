@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from oxygen_ros.config import ActionSpace
 from oxygen_ros.control.action_space import ClipCount, EeDeltaCommand
-from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.engine import ActionChunk
 from oxygen_ros.ros.node_config import NodeConfig
 from oxygen_ros.ros.trajectories import actions_to_trajectory, ee_deltas_to_multidof
 

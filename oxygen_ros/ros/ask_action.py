@@ -13,8 +13,9 @@ The ``~/ask`` action server (``oxygen_ros_interfaces/action/Ask``) of the ``oxyg
 - **Cancel**: accepted while the answer is open; the request is aborted in the engine at once
   (``Engine.abort``: it leaves the queue, or its KV blocks are freed). The result is CANCELED
   with the text decoded until then.
-- **Result**: the whole answer as a ``DecodedText`` plus a status and a reason; SUCCEEDED for
-  EOS / LENGTH, CANCELED, or ABORTED when the node dropped it (engine failed or cleaned up).
+- **Result**: the whole answer as a ``DecodedText`` plus a status and a reason (the request's
+  ``FinishReason`` as ``outcomes.OUTCOMES`` says it); SUCCEEDED for EOS / LENGTH, CANCELED, or
+  ABORTED when the node dropped it (engine failed or cleaned up).
 
 The server lives as long as the node (not only while configured), so goals still open at
 cleanup get their result.
@@ -32,8 +33,10 @@ import threading
 import time
 import traceback
 
+from oxygen_ros.engine import FinishReason
 from oxygen_ros.ros.endpoints import ASK_ACTION
-from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests, TextStatus
+from oxygen_ros.ros.outcomes import answered, OUTCOMES
+from oxygen_ros.ros.text_requests import TextDone, TextJob, TextRequests
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -44,15 +47,6 @@ from rclpy.qos import QoSProfile
 from rclpy.task import Future
 
 ACTION_NAME = ASK_ACTION.name
-STATUS_CONSTANTS = {TextStatus.EOS: Ask.Result.STATUS_EOS,
-                    TextStatus.LENGTH: Ask.Result.STATUS_LENGTH,
-                    TextStatus.CANCELED: Ask.Result.STATUS_CANCELED,
-                    TextStatus.DROPPED: Ask.Result.STATUS_DROPPED,
-                    TextStatus.REFUSED: Ask.Result.STATUS_DROPPED}
-"""``TextStatus`` → ``Ask.Result.STATUS_*``."""
-OUTCOME_NAMES = {Ask.Result.STATUS_EOS: 'EOS', Ask.Result.STATUS_LENGTH: 'token budget',
-                 Ask.Result.STATUS_CANCELED: 'cancelled', Ask.Result.STATUS_DROPPED: 'dropped'}
-"""``Ask.Result.STATUS_*`` → how the clients (``oxygen_ask``, the demo, the flood) print it."""
 RESULT_TIMEOUT_S = 30.0
 """Seconds a finished goal (and its result) is kept. rclpy's default, 900 s, keeps every goal
 of the last 15 minutes, and every status message lists them all: 18,000 goals at a sustained
@@ -115,7 +109,7 @@ class AskAction:
         try:
             job = self._texts.goal_accepted(handle)
         except Exception as exc:  # noqa: B902 (the goal must still end: DROPPED)
-            future.set_result((TextStatus.DROPPED, self._internal_error(
+            future.set_result((FinishReason.DROPPED, self._internal_error(
                 'the ~/ask accepted callback', exc)))
         else:
             with self._lock:
@@ -126,19 +120,19 @@ class AskAction:
         try:
             with self._lock:
                 _, future = self._open[bytes(handle.goal_id.uuid)]
-            status, result = await future
+            reason, result = await future
         except Exception as exc:  # noqa: B902 (rclpy would return an empty result)
-            status, result = TextStatus.DROPPED, self._internal_error(
+            reason, result = FinishReason.DROPPED, self._internal_error(
                 'the ~/ask execute callback', exc)
         with self._lock:
             self._open.pop(bytes(handle.goal_id.uuid), None)
-        if status is TextStatus.CANCELED:
+        if reason is FinishReason.ABORT:
             await self._cancel_transition(handle)
         if not handle.is_active:
             pass  # (ended elsewhere; rclpy sends the result all the same)
-        elif status is TextStatus.CANCELED and handle.is_cancel_requested:
+        elif reason is FinishReason.ABORT and handle.is_cancel_requested:
             handle.canceled()
-        elif status in (TextStatus.EOS, TextStatus.LENGTH):
+        elif answered(reason):
             handle.succeed()
         else:
             handle.abort()
@@ -198,10 +192,10 @@ class AskAction:
         if answer is None:
             answer = DecodedText(request_id=done.job.req_id, task=DecodedText.TASK_ANSWER,
                                  is_final=True)
-        result = Ask.Result(answer=answer, status=STATUS_CONSTANTS[done.status],
+        result = Ask.Result(answer=answer, status=OUTCOMES[done.finish_reason].status,
                             reason=done.reason)
-        entry[1].set_result((done.status, result))
+        entry[1].set_result((done.finish_reason, result))
         self._node.executor.wake()  # resume the execute coroutine now
 
 
-__all__ = ['ACTION_NAME', 'AskAction', 'OUTCOME_NAMES', 'RESULT_TIMEOUT_S', 'STATUS_CONSTANTS']
+__all__ = ['ACTION_NAME', 'AskAction', 'RESULT_TIMEOUT_S']

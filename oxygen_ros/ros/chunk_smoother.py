@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from oxygen_ros.control.rtc import InferenceDelay, RtcRequest
 from oxygen_ros.control.smoothing import ChunkSmoothing, TemporalEnsemble
-from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.engine import ActionChunk
 from oxygen_ros.units import NS_PER_S
 
 
@@ -31,8 +31,8 @@ class ChunkSmoother:
     :param rtc_max_guidance_weight: RTC's ``beta``.
     """
 
-    def __init__(self, mode: ChunkSmoothing, ensemble_decay: float = 0.01,
-                 rtc_max_guidance_weight: float = 5.0) -> None:
+    def __init__(self, mode: ChunkSmoothing, ensemble_decay: float,
+                 rtc_max_guidance_weight: float) -> None:
         self.mode = ChunkSmoothing(mode)
         self.rtc_max_guidance_weight = rtc_max_guidance_weight
         self.ensemble = TemporalEnsemble(ensemble_decay)

@@ -3,13 +3,15 @@ The node's control cycle: the newest observation → ``Engine.step`` → chunk m
 
 The node's control timer runs one cycle per period, under the engine lock, in its own
 MutuallyExclusive group. A cycle syncs the engine's action deadline with ``control_rate_hz``
-(k adapts to it), assembles and prepares the newest observation (a rejected one is logged when
-its cause starts, then at most every ``LOG_EVERY_S``, and counted in ``/diagnostics``; the
-cycle still decodes texts), asks for the periodic texts and steps the engine. The engine hands
-the action chunk back as soon as it is denoised, before the cycle's text decoding: it is
-smoothed (``chunk_smoother``), turned into messages for the node's config (``action_output``;
-clipped to the limits) and published. The cycle's finished texts then go to the text group
-(``text_requests``). Its text work ends at the next tick, less ``CYCLE_SLACK`` of a period
+(k adapts to it), assembles and prepares the newest observation (a refused one is logged when
+its reason starts, then at most every ``LOG_EVERY_S``, and counted in ``/diagnostics``; the
+cycle still decodes texts), asks for the periodic texts and begins the engine's cycle
+(``Engine.begin``). The cycle hands the action chunk back as soon as it is denoised, before
+its text decoding (``Cycle.action``): it is smoothed (``chunk_smoother``), turned into
+messages for the node's config (``action_output``; clipped to the limits) and published; then
+the cycle finishes (``Cycle.finish``) and its text outputs go to the text group
+(``text_requests``). Every call goes down, into the engine; the chunk and the texts come back
+as values. Its text work ends at the next tick, less ``CYCLE_SLACK`` of a period
 (``cycle_deadline``).
 """
 
@@ -19,16 +21,15 @@ import time
 from typing import Callable
 
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.outputs import ActionChunk
+from oxygen_ros.engine import Engine, ObservationError, PreparedObservation, RefusalReason
 from oxygen_ros.ros.action_output import ChunkOutput
 from oxygen_ros.ros.chunk_smoother import ChunkSmoother
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.node_config import NodeConfig
-from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
+from oxygen_ros.ros.observation_cache import ObservationCache
+from oxygen_ros.ros.outcomes import REJECTION_NAMES
 from oxygen_ros.ros.output_publishers import OutputPublishers
 from oxygen_ros.ros.text_requests import TextRequests
-from oxygen_ros.transforms.inputs import ObservationError, PreparedObservation
 from oxygen_ros.units import NS_PER_S
 from rclpy.impl.rcutils_logger import RcutilsLogger
 
@@ -80,8 +81,8 @@ class ControlCycle:
                                        cfg.rtc_max_guidance_weight)
         self._log, self._diag, self._texts, self._pubs = logger, diag, texts, pubs
         self._clock_ns = clock_ns
-        self._logged: dict[InputIssue | str, float] = {}
-        self._last_issue: InputIssue | None = None
+        self._logged: dict[RefusalReason | str, float] = {}
+        self._last_issue: RefusalReason | None = None
 
     @property
     def publisher_keys(self) -> tuple[str, ...]:
@@ -106,22 +107,20 @@ class ControlCycle:
         if self._output.cfg is not cfg:
             self._output = ChunkOutput(cfg)  # action_dt, frame_id: once per change
         output, smoother = self._output, self._smoother
-        if engine.config.control_period_s != cfg.control_period_s:
-            engine.set_control_period(cfg.control_period_s)  # k adapts to it
         prepared = self._prepare(engine, cache, cfg)
         self._texts.ask_periodic(now_s, cfg.subtask_period, cfg.memory_period,
                                  prepared is not None)
         published = []
-
-        def publish(chunk: ActionChunk) -> None:
-            # called as soon as the chunk is denoised, before this cycle's decoding
+        cycle = engine.begin(prepared, rtc=smoother.rtc_request(cfg.action_dt),
+                             deadline=deadline)
+        chunk = cycle.action()  # as soon as it is denoised, before this cycle's decoding
+        if chunk is not None:
             chunk = smoother.before_publish(chunk, self._clock_ns(), cfg.action_dt)
-            out = output.messages(chunk)
-            self._report_clips(out.clips, cfg)
-            published.extend(key for key, msg in out.messages
+            msgs = output.messages(chunk)
+            self._report_clips(msgs.clips, cfg)
+            published.extend(key for key, msg in msgs.messages
                              if self._pubs.publish_chunk(key, msg))
-        out = engine.step(prepared, on_action=publish, rtc=smoother.rtc_request(cfg.action_dt),
-                          deadline=deadline)
+        out = cycle.finish()
         self._diag.record_cycle(now_s, out.stats, bool(published),
                                 smoother.delay_steps(cfg.action_dt))
         self._texts.finish(out)
@@ -134,14 +133,12 @@ class ControlCycle:
                 self._log.info('inputs valid again: acting')
                 self._last_issue = None
             return prepared
-        except RejectedInput as exc:
-            issue, reason = exc.cause, str(exc)
-        except ObservationError as exc:
-            issue, reason = InputIssue.from_fault(exc.cause), str(exc)
+        except ObservationError as exc:  # the node's checks or the engine's: one refusal
+            issue, reason = exc.reason, str(exc)
         self._diag.record_rejection(issue, reason)
         now = time.monotonic()
         if issue is not self._last_issue or now - self._logged.get(issue, -1e9) > LOG_EVERY_S:
-            self._log.warning(f'not acting ({issue.value}): {reason}')
+            self._log.warning(f'not acting ({REJECTION_NAMES[issue]}): {reason}')
             self._logged[issue] = now
         self._last_issue = issue
         return None

@@ -27,10 +27,9 @@ from typing import Mapping
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine.config import QUANTIZATION_FALLBACK
-from oxygen_ros.engine.outputs import CycleStats
+from oxygen_ros.engine import CycleStats, QUANTIZATION_FALLBACK, RefusalReason
 from oxygen_ros.ros.heap import HeapFigures
-from oxygen_ros.ros.observation_cache import InputIssue
+from oxygen_ros.ros.outcomes import REJECTION_NAMES
 from std_msgs.msg import Header
 
 STATUS_NAME = 'oxygen: engine'
@@ -98,8 +97,8 @@ class EngineDiagnostics:
             self._last_chunk_s: float | None = None
             self._chunks = 0
             self._stats: CycleStats | None = None
-            self._rejections: Counter[InputIssue] = Counter()
-            self._period_rejections: Counter[InputIssue] = Counter()
+            self._rejections: Counter[RefusalReason] = Counter()
+            self._period_rejections: Counter[RefusalReason] = Counter()
             self._last_rejection = ''
             self._texts_rejected = 0
             self._period_texts_rejected = 0
@@ -157,12 +156,12 @@ class EngineDiagnostics:
                 self._last_chunk_s = now_s
             self._trim(now_s)
 
-    def record_rejection(self, issue: InputIssue, reason: str) -> None:
-        """Count a cycle whose inputs were refused."""
+    def record_rejection(self, reason: RefusalReason, message: str) -> None:
+        """Count a cycle whose inputs were refused (``message``: the refusal's)."""
         with self._lock:
-            self._rejections[issue] += 1
-            self._period_rejections[issue] += 1
-            self._last_rejection = f'{issue.value}: {reason}'
+            self._rejections[reason] += 1
+            self._period_rejections[reason] += 1
+            self._last_rejection = f'{REJECTION_NAMES[reason]}: {message}'
 
     def record_text_rejected(self, reason: str = '') -> None:
         """Count a text request refused or dropped (``reason``: shown as the last one)."""
@@ -283,7 +282,8 @@ class EngineDiagnostics:
             return Level.ERROR, f'no action chunk for {now_s - since:.1f} s{why}'
         warnings = []
         if self._period_rejections:
-            counts = ', '.join(f'{k.value} x{n}' for k, n in self._period_rejections.items())
+            counts = ', '.join(f'{REJECTION_NAMES[k]} x{n}'
+                               for k, n in self._period_rejections.items())
             warnings.append(f'inputs rejected ({counts})')
         if now_s - self._active_since >= RATE_WINDOW_S and \
                 rate < MIN_RATE_FRACTION * target_hz:
@@ -335,8 +335,8 @@ class EngineDiagnostics:
             ('KV used (MiB)', f'{(s.kv_used_bytes if s else 0) / _MIB:.2f}'),
         ]
         values += self._memory_values()
-        values += [(f'rejected: {issue.value}', str(self._rejections[issue]))
-                   for issue in InputIssue]
+        values += [(f'rejected: {name}', str(self._rejections[reason]))
+                   for reason, name in REJECTION_NAMES.items()]
         values += [('last rejection', self._last_rejection),
                    ('random weights', 'yes' if self.random_weights else 'no'),
                    ('text contexts', self._text_contexts),

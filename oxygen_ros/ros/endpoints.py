@@ -19,6 +19,7 @@ texts and diagnostics).
 
 from __future__ import annotations
 
+from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK as ACTION_CHUNK_KEY, ChunkOutput
 from oxygen_ros.ros.action_output import EE_DELTA_CHUNK as EE_DELTA_CHUNK_KEY
 from oxygen_ros.ros.endpoint_types import Endpoint, EndpointKind, Peer
@@ -27,7 +28,6 @@ from oxygen_ros.ros.node_config import NodeConfig
 from oxygen_ros.ros.topics import (
     CAMERA_TOPICS, COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, JOINT_STATE_TYPE, JOINT_STATES_TOPIC,
     STRING_TYPE)
-from oxygen_ros.transforms.prompt import TextTask
 
 NODE_NAME = 'oxygen'
 """The node's name in the code (``-r __node:=`` renames it)."""

@@ -163,7 +163,7 @@ class HeapTrimmer:
             return figures
 
 
-def release_freed_memory(device: str = 'cpu') -> bool:
+def release_freed_memory(device: str) -> bool:
     """
     Collect garbage, then return free heap pages to the OS (glibc ``malloc_trim(0)``).
 

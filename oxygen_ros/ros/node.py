@@ -32,7 +32,7 @@ import traceback
 from typing import Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray
-from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine import Engine, ObservationError
 from oxygen_ros.ros.ask_action import AskAction
 from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY_S
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
@@ -51,7 +51,6 @@ from oxygen_ros.ros.text_requests import TextRequests
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
-from oxygen_ros.transforms.inputs import ObservationError
 from oxygen_ros.units import NS_PER_S
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -158,7 +157,7 @@ class OxygenNode(LifecycleNode):
                 torch.set_num_threads(cfg.torch_threads)
             engine = call_on(self.executor, self.control_group, lambda: Engine(engine_cfg))
             call_on(self.executor, self.control_group, lambda: engine.warmup(
-                synthetic_observation(engine.model_cfg, cfg.instruction)))
+                synthetic_observation(engine.model_cfg, engine.robot, cfg.instruction)))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
             return self._configure_failed(f'bad parameter: instruction: {exc}')
         except Exception as exc:  # noqa: B902 (any build error must fail configure, logged)
@@ -286,7 +285,7 @@ class OxygenNode(LifecycleNode):
             self._texts.connect(None)  # refuse questions until configured again
             if engine is not None:
                 self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
-                device = engine.config.device
+                device = engine.config.backend.device
                 del engine
                 release_freed_memory(device)  # the engine's memory back to the OS
         self._pubs.destroy()

@@ -1,10 +1,11 @@
 """
 The configs the node's parameters build: ``NodeConfig`` for the node, ``EngineConfig``.
 
-``build_configs`` checks every value against its row of ``params.PARAMETERS`` and fills each
-config field the row names (``ParamSpec.into``); the fields that several parameters or the
-preset feed (cameras in slot order, the action space, limits, end-effector scales, compressed
-cameras, the control period, RTC) are derived here.
+``build_configs`` checks every value against its entry of the declaration
+(``params.PARAMETERS``) and puts it in the config the entry names (``config``: the node's, the
+engine's, the scheduler's or the backend's); the fields that several parameters or the preset
+feed (cameras in slot order, joint names, the action space, limits, end-effector scales,
+compressed cameras, RTC) are derived here.
 """
 
 from __future__ import annotations
@@ -15,56 +16,59 @@ from typing import Mapping
 from oxygen_ros.config import ActionSpace, CAMERA_SLOTS, get_preset
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine import ENGINE_CONFIGS, EngineConfig
+from oxygen_ros.parameters import coerce, declared, field_types, ParameterError
+from oxygen_ros.policies import get_robot
 from oxygen_ros.ros.images.transport import ImageTransport
-from oxygen_ros.ros.param_spec import Into, ParameterError
-from oxygen_ros.ros.params import DEFAULT_PRESET, model_defaults, PARAMETERS, SPECS
+from oxygen_ros.ros.param_spec import validate
+from oxygen_ros.ros.params import DEFAULT_PRESET, PARAMETERS, robot_defaults, SPECS
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 
 
 @dataclass(frozen=True, slots=True)
+@declared('node')
 class NodeConfig:
     """
     What the node itself needs besides the engine (built at configure; dynamic fields change).
 
-    Built by ``build_configs`` (every field checked there) and changed by ``updated``.
+    Built by ``build_configs`` (every field checked there) and changed by ``updated``. The
+    fields the declaration places in ``node`` take its defaults (``@declared``; units and
+    descriptions there); the others are derived, and required.
 
     :ivar cameras: camera slots in ``CAMERA_SLOTS`` order.
-    :ivar control_rate_hz: timer rate; ``1 / control_rate_hz`` is the engine's deadline.
-    :ivar max_observation_age: seconds.
-    :ivar subtask_period: seconds, 0 = never.
     :ivar action_space: what the chunk's action dims mean.
-    :ivar gripper_dims: action dims that are gripper positions (the preset's).
+    :ivar gripper_dims: action dims that are gripper positions (the robot policy's).
     :ivar limits: per action dim, checked (``JointLimits``).
+    :ivar ee_scale: ``(ee_translation_scale, ee_rotation_scale)``.
+    :ivar compressed_cameras: camera slots subscribed on ``<topic>/compressed``
+        (``image_transport.<slot>``).
     """
 
-    preset: str
     cameras: tuple[str, ...]
     joint_names: tuple[str, ...]
     action_joint_names: tuple[str, ...]
-    action_space: ActionSpace = ActionSpace.JOINT_POSITION
-    gripper_dims: tuple[int, ...] = ()
-    limits: JointLimits | None = None
-    end_effector_name: str = 'end_effector'
-    ee_scale: tuple[float, float] = (1.0, 1.0)
-    joint_velocity_scale: float = 1.0
-    chunk_smoothing: ChunkSmoothing = ChunkSmoothing.NONE
-    ensemble_decay: float = 0.01
-    rtc_max_guidance_weight: float = 5.0
-    frame_id: str = ''
-    control_rate_hz: float = 10.0
-    action_dt: float = 0.1
-    max_observation_age: float = 0.5
-    subtask_period: float = 0.0
-    memory_period: float = 0.0
-    instruction: str = ''
-    autostart: bool = True
-    torch_threads: int = 0
-    diagnostics_period: float = 1.0
-    malloc_trim_mb: float = 4.0
-    max_waiting_requests: int = 16
-    compressed_cameras: tuple[str, ...] = ()
-    """Camera slots subscribed on ``<topic>/compressed`` (``image_transport.<slot>``)."""
+    action_space: ActionSpace
+    gripper_dims: tuple[int, ...]
+    limits: JointLimits
+    ee_scale: tuple[float, float]
+    compressed_cameras: tuple[str, ...]
+    preset: str
+    end_effector_name: str
+    joint_velocity_scale: float
+    chunk_smoothing: ChunkSmoothing
+    ensemble_decay: float
+    rtc_max_guidance_weight: float
+    frame_id: str
+    control_rate_hz: float
+    action_dt: float
+    max_observation_age: float
+    subtask_period: float
+    memory_period: float
+    instruction: str
+    autostart: bool
+    torch_threads: int
+    diagnostics_period: float
+    malloc_trim_mb: float
 
     @property
     def camera_topics(self) -> tuple[str, ...]:
@@ -78,6 +82,7 @@ class NodeConfig:
 
     @property
     def control_period_s(self) -> float:
+        """Return the timer's period, seconds (``1 / control_rate_hz``)."""
         return 1.0 / self.control_rate_hz
 
     def action_semantics(self) -> ActionSemantics:
@@ -101,15 +106,17 @@ class NodeConfig:
 
     def updated(self, name: str, value: object) -> NodeConfig:
         """
-        Return a copy with one dynamic parameter changed.
+        Return a copy with one dynamic parameter changed (itself: one another config holds).
 
         :raises ParameterError: read-only or unknown parameter, or a bad value.
         """
         spec = SPECS.get(name)
         if spec is None or spec.read_only:
             raise ParameterError(f'parameter {name!r} cannot change while the node runs')
-        spec.validate(value)
-        return replace(self, **{name: spec.field_value(value)})
+        validate(spec, value)
+        if 'node' not in spec.configs:
+            return self  # e.g. max_waiting_requests: the engine's scheduler holds it
+        return replace(self, **{spec.field: _field(spec.field, spec.config_value(value))})
 
 
 def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfig]:
@@ -125,42 +132,52 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         value.
     """
     try:
-        model = get_preset(str(values.get('preset', DEFAULT_PRESET)))
+        preset = get_preset(str(values.get('preset', DEFAULT_PRESET)))
     except ValueError as exc:
         raise ParameterError(f'preset: {exc}') from None
+    robot = get_robot(preset.robot)
     v = {spec.name: spec.default for spec in PARAMETERS}
-    v.update(model_defaults(model))
+    v.update(robot_defaults(robot))
     v.update(values)
     if 'action_joint_names' not in values and 'joint_names' in values:
-        v['action_joint_names'] = list(v['joint_names'])[:model.robot_action_dim]
+        v['action_joint_names'] = list(v['joint_names'])[:robot.robot_action_dim]
     for spec in PARAMETERS:
-        spec.validate(v[spec.name])
-    fields = {into: {s.name: s.field_value(v[s.name]) for s in PARAMETERS if into in s.into}
-              for into in (Into.NODE, Into.ENGINE)}
-    compressed = [s for s in CAMERA_SLOTS if SPECS[f'image_transport.{s}'].field_value(
-        v[f'image_transport.{s}']) is ImageTransport.COMPRESSED]
+        validate(spec, v[spec.name])
+    own = {s.field: _field(s.field, s.config_value(v[s.name]))
+           for s in PARAMETERS if 'node' in s.configs}
+    cameras = tuple(s for s in CAMERA_SLOTS if s in v['cameras'])
+    compressed = [s for s in cameras
+                  if ImageTransport(v[f'image_transport.{s}']) is ImageTransport.COMPRESSED]
+    action_space = SPECS['action_space'].config_value(v['action_space'])
     node = NodeConfig(
-        preset=model.name, cameras=tuple(s for s in CAMERA_SLOTS if s in v['cameras']),
-        action_space=SPECS['action_space'].field_value(v['action_space']) or model.action_space,
-        gripper_dims=model.gripper_dims, limits=_limits(v, model.robot_action_dim),
+        **{**own, 'preset': preset.name}, cameras=cameras,
+        joint_names=tuple(v['joint_names']), action_joint_names=tuple(v['action_joint_names']),
+        action_space=ActionSpace(action_space) if action_space else robot.action_space,
+        gripper_dims=robot.gripper_dims, limits=_limits(v, robot.robot_action_dim),
         ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
-        compressed_cameras=tuple(s for s in compressed if s in v['cameras']),
-        **fields[Into.NODE])
-    if len(node.joint_names) != model.state_dim:
-        raise ParameterError(f'joint_names: preset {model.name} has a {model.state_dim}-dim '
+        compressed_cameras=tuple(compressed))
+    if len(node.joint_names) != robot.state_dim:
+        raise ParameterError(f'joint_names: preset {preset.name} has a {robot.state_dim}-dim '
                              f'state, got {len(node.joint_names)} names {list(node.joint_names)}')
-    if len(node.action_joint_names) != model.robot_action_dim:
+    if len(node.action_joint_names) != robot.robot_action_dim:
         raise ParameterError(
-            f'action_joint_names: preset {model.name} has {model.robot_action_dim} action '
+            f'action_joint_names: preset {preset.name} has {robot.robot_action_dim} action '
             f'dims, got {len(node.action_joint_names)} names {list(node.action_joint_names)}')
     node.action_semantics()  # raises ParameterError for a space the joints cannot carry
+    settings = {s.name: s.config_value(v[s.name]) for s in PARAMETERS
+                if set(s.configs) & set(ENGINE_CONFIGS)}
     try:
-        engine = EngineConfig(
-            preset=model.name, cameras=node.cameras, control_period_s=node.control_period_s,
-            rtc=node.chunk_smoothing is ChunkSmoothing.RTC, **fields[Into.ENGINE])
+        engine = EngineConfig.create(**{**settings, 'preset': preset.name,
+                                        'cameras': node.cameras},
+                                     rtc=node.chunk_smoothing is ChunkSmoothing.RTC)
     except ValueError as exc:
         raise ParameterError(str(exc)) from None
     return engine, node
+
+
+def _field(name: str, value: object) -> object:
+    """Return a value as ``NodeConfig.<name>`` holds it (an enum member for a choice)."""
+    return coerce(_NODE_TYPES[name], value)
 
 
 def _limits(values: Mapping[str, object], num_dims: int) -> JointLimits:
@@ -195,12 +212,14 @@ def check_update(current: NodeConfig | None, name: str, value: object) -> str | 
         return None  # not ours (e.g. use_sim_time)
     try:
         if current is None:
-            spec.validate(value)
+            validate(spec, value)
         else:
             current.updated(name, value)
     except (ParameterError, TypeError) as exc:
         return str(exc)
     return None
 
+
+_NODE_TYPES = field_types(NodeConfig)
 
 __all__ = ['NodeConfig', 'build_configs', 'check_update']

@@ -22,55 +22,24 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-import enum
 import threading
 from typing import Callable, Sequence
 
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Observation, ObservationError, RefusalReason
+from oxygen_ros.policies import RobotPolicy
 from oxygen_ros.ros.images.raw import ImageConversionError
 from oxygen_ros.ros.images.transport import camera_image_to_rgb
 from oxygen_ros.ros.input_limits import instruction_refusal
 from oxygen_ros.ros.joint_states import joint_state_to_vector, JointStateError
 from oxygen_ros.ros.stamps import stamp_to_ns
-from oxygen_ros.transforms.inputs import InputFault
 from oxygen_ros.units import NS_PER_S
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 
 _RECENT_STAMPS = 16
 """Images per camera whose stamps the out-of-order check remembers (~0.5 s at 30 Hz)."""
-
-
-class InputIssue(enum.Enum):
-    """Why the node refused to act in a cycle (one diagnostics counter each)."""
-
-    STALE = 'stale'
-    MISSING_CAMERA = 'missing camera'
-    BAD_IMAGE = 'bad image'
-    BAD_JOINTS = 'bad joints'
-    NO_INSTRUCTION = 'no instruction'
-    BAD_PROMPT = 'bad prompt'
-
-    @classmethod
-    def from_fault(cls, fault: InputFault) -> InputIssue:
-        """Return the issue of an engine ``InputFault`` (BAD_STATE is BAD_JOINTS)."""
-        return _FROM_FAULT[fault]
-
-
-_FROM_FAULT = {InputFault.MISSING_CAMERA: InputIssue.MISSING_CAMERA,
-               InputFault.BAD_IMAGE: InputIssue.BAD_IMAGE,
-               InputFault.BAD_STATE: InputIssue.BAD_JOINTS,
-               InputFault.BAD_PROMPT: InputIssue.BAD_PROMPT}
-
-
-class RejectedInput(ValueError):
-    """The newest inputs are not fit to act on; ``cause`` says why, the message details it."""
-
-    def __init__(self, cause: InputIssue, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +157,7 @@ class ObservationCache:
             state, the instruction; ``stamp_ns`` = the stamp of the first camera in
             ``CAMERA_SLOTS`` order (the base camera when used); ``metadata`` holds
             ``camera_stamps_ns`` and ``joint_state_stamp_ns``.
-        :raises RejectedInput: with the cause and a message naming the topic/camera.
+        :raises ObservationError: with the reason and a message naming the topic/camera.
         """
         with self._lock:
             images = dict(self._images)
@@ -198,47 +167,48 @@ class ObservationCache:
         max_age_ns = round(max_age_s * NS_PER_S)
         missing = [slot for slot in self.cameras if slot not in images]
         if missing:
-            raise RejectedInput(InputIssue.MISSING_CAMERA,
-                                f'no image received yet from camera(s) {missing}')
+            raise ObservationError(RefusalReason.MISSING_CAMERA,
+                                   f'no image received yet from camera(s) {missing}')
         stamps = {}
         for slot in self.cameras:
             stamps[slot] = _checked_age(slot, images[slot].msg, None, now_ns, max_age_ns)
             later = max((s for s in recent[slot] if abs(now_ns - s) <= max_age_ns),
                         default=stamps[slot])  # garbage stamps out of the window don't count
             if later > stamps[slot]:
-                raise RejectedInput(
-                    InputIssue.STALE, f'{slot} image stamped {stamps[slot]} ns arrived after '
-                    f'one stamped {later} ns ({(later - stamps[slot]) / NS_PER_S:.3f} s '
+                raise ObservationError(
+                    RefusalReason.STALE, f'{slot} image stamped {stamps[slot]} ns arrived '
+                    f'after one stamped {later} ns ({(later - stamps[slot]) / NS_PER_S:.3f} s '
                     f'later): out of order, not acting on the older frame')
         for slot in self.cameras:
             if images[slot].error:
-                raise RejectedInput(InputIssue.BAD_IMAGE, images[slot].error)
+                raise ObservationError(RefusalReason.BAD_IMAGE, images[slot].error)
         rgb = {slot: images[slot].image for slot in self.cameras}
         if joints is None:
-            raise RejectedInput(InputIssue.BAD_JOINTS, 'no joint state received yet')
+            raise ObservationError(RefusalReason.BAD_STATE, 'no joint state received yet')
         joint_stamp = _checked_age('joint state', joints.msg, joints.received_ns, now_ns,
                                    max_age_ns)
         try:
             state = joint_state_to_vector(joints.msg, self.joint_names)
         except (JointStateError, ValueError, TypeError) as exc:
-            raise RejectedInput(InputIssue.BAD_JOINTS, str(exc)) from None
+            raise ObservationError(RefusalReason.BAD_STATE, str(exc)) from None
         if refusal is not None:
-            raise RejectedInput(InputIssue.BAD_PROMPT, f'instruction refused: {refusal}')
+            raise ObservationError(RefusalReason.BAD_PROMPT, f'instruction refused: {refusal}')
         if not instruction.strip():
-            raise RejectedInput(InputIssue.NO_INSTRUCTION,
-                                'no instruction yet (publish ~/instruction or set the '
-                                'instruction parameter)')
+            raise ObservationError(RefusalReason.NO_INSTRUCTION,
+                                   'no instruction yet (publish ~/instruction or set the '
+                                   'instruction parameter)')
         return Observation(images=rgb, state=state, prompt=instruction,
                            stamp_ns=stamps[self.cameras[0]],
                            metadata={'camera_stamps_ns': stamps,
                                      'joint_state_stamp_ns': joint_stamp})
 
 
-def synthetic_observation(model: ModelConfig, instruction: str = '') -> Observation:
-    """Return an observation of the model's shapes (black images, zero state) for warm-up."""
+def synthetic_observation(model: ModelConfig, robot: RobotPolicy,
+                          instruction: str = '') -> Observation:
+    """Return an observation of the robot's shapes (black images, zero state) for warm-up."""
     size = model.vision.image_size
-    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in model.cameras}
-    return Observation(images, np.zeros(model.state_dim, np.float32), instruction or 'warm up')
+    images = {slot: np.zeros((size, size, 3), dtype=np.uint8) for slot in robot.cameras}
+    return Observation(images, np.zeros(robot.state_dim, np.float32), instruction or 'warm up')
 
 
 def _checked_age(what: str, msg: Image | CompressedImage | JointState,
@@ -247,19 +217,18 @@ def _checked_age(what: str, msg: Image | CompressedImage | JointState,
     try:
         stamp = stamp_to_ns(msg.header.stamp)
     except ValueError as exc:
-        cause = InputIssue.BAD_JOINTS if received_ns is not None else InputIssue.BAD_IMAGE
-        raise RejectedInput(cause, f'{what}: {exc}') from None
+        reason = RefusalReason.BAD_STATE if received_ns is not None else RefusalReason.BAD_IMAGE
+        raise ObservationError(reason, f'{what}: {exc}') from None
     if stamp == 0 and received_ns is not None:
         stamp = received_ns
     age_ns = now_ns - stamp
     if abs(age_ns) > max_age_ns:
         label = f'{age_ns / NS_PER_S:.3f} s old' if age_ns > 0 else \
             f'{-age_ns / NS_PER_S:.3f} s in the future'
-        raise RejectedInput(InputIssue.STALE,
-                            f'{what} is {label} (max_observation_age '
-                            f'{max_age_ns / NS_PER_S:g} s); stamp {stamp} ns')
+        raise ObservationError(RefusalReason.STALE,
+                               f'{what} is {label} (max_observation_age '
+                               f'{max_age_ns / NS_PER_S:g} s); stamp {stamp} ns')
     return stamp
 
 
-__all__ = ['InputIssue', 'ObservationCache', 'RejectedInput', 'Stamped',
-           'synthetic_observation']
+__all__ = ['ObservationCache', 'Stamped', 'synthetic_observation']

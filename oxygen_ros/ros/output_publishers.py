@@ -15,10 +15,10 @@ from collections import deque
 import threading
 from typing import Callable, Iterable, TypeVar
 
+from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, EE_DELTA_CHUNK
 from oxygen_ros.ros.endpoints import CHUNK_ENDPOINTS, text_endpoints
 from oxygen_ros.ros.text_stream import TEXT_QOS
-from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import String

@@ -5,17 +5,17 @@ As Nav2's ``nav2_controller::ParameterHandler`` (``parameter_handler.hpp``): one
 the node's parameters, a validate callback runs before rclpy sets any
 (``add_on_set_parameters_callback``: refuse with a reason) and an update callback after
 (``add_post_set_parameters_callback``: the new values take effect). What a change does is the
-parameter's ``on_change`` in ``params.PARAMETERS``; the node hands over one function per kind
-of change, so no parameter name is tested anywhere else.
+parameter's ``on_change`` in the declaration (``params.PARAMETERS``); the node hands over one
+function per kind of change, so no parameter name is tested anywhere else.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from oxygen_ros.engine.config import EngineConfig
+from oxygen_ros.engine import EngineConfig
+from oxygen_ros.parameters import OnChange
 from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
-from oxygen_ros.ros.param_spec import OnChange
 from oxygen_ros.ros.params import declare_parameters, parameter_values, SPECS
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node

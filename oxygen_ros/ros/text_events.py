@@ -1,8 +1,10 @@
 """
 The events of the node's text requests: where a request came from, how it ended, its pieces.
 
-``TextRequests`` (text_requests.py) makes them; the text group publishes them (text_outputs,
-text_stream) and the ``~/ask`` action server ends its goals with them (ask_action).
+``TextRequests`` (text_requests.py) makes them from the engine's one stream of
+``TextOutput``; the text group publishes them (text_outputs, text_stream) and the ``~/ask``
+action server ends its goals with them (ask_action). How a request ended is the engine's
+``FinishReason``, said in ROS terms in one place (``outcomes.py``).
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import enum
 
-from oxygen_ros.transforms.prompt import TextTask
-
-NO_ANSWER = 'no answer: '
-"""Prefix of the ``~/answer`` text for a question that could not be answered."""
+from oxygen_ros.engine import FinishReason, TextTask
+from oxygen_ros.ros.outcomes import NO_ANSWER
 
 
 class Origin(enum.Enum):
@@ -25,18 +25,6 @@ class Origin(enum.Enum):
     """A goal of the ``~/ask`` action (answered by its result)."""
     PERIODIC = 'periodic'
     """The node's own SUBTASK / MEMORY timer."""
-
-
-class TextStatus(enum.Enum):
-    """How a text request ended."""
-
-    EOS = 'eos'
-    LENGTH = 'length'
-    CANCELED = 'canceled'
-    DROPPED = 'dropped'
-    """Taken, then not answered (the reason says why)."""
-    REFUSED = 'refused'
-    """Refused on arrival (the reason says why)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -62,7 +50,7 @@ class TextJob:
 
 @dataclass(frozen=True, slots=True)
 class TextPiece:
-    """The text a request decoded in one cycle (``TextDelta.text``, detokenized by the engine)."""
+    """The text a request decoded in one cycle (``TextOutput.new_text``, the engine's piece)."""
 
     job: TextJob
     text: str
@@ -76,13 +64,16 @@ class TextDone:
     """
     The end of a request: its whole text, or why there is none.
 
-    :ivar text: the engine's text of the request (``TextOutput.text``): whole (EOS,
+    :ivar finish_reason: how it ended: STOP, LENGTH (answered), ABORT (cancelled), DROPPED
+        (taken, then not answered), REFUSED (on arrival); ``reason`` says why for the last
+        three.
+    :ivar text: the engine's text of the request (``TextOutput.text``): whole (STOP,
         LENGTH), or as far as it got (cancelled, dropped); ``''`` when it never decoded.
     :ivar frame_stamp_ns: 0 if it never read a frame.
     """
 
     job: TextJob
-    status: TextStatus
+    finish_reason: FinishReason
     text: str = ''
     num_tokens: int = 0
     frame_stamp_ns: int = 0
@@ -92,4 +83,4 @@ class TextDone:
 TextEvent = TextPiece | TextDone
 
 
-__all__ = ['NO_ANSWER', 'Origin', 'TextDone', 'TextEvent', 'TextJob', 'TextPiece', 'TextStatus']
+__all__ = ['NO_ANSWER', 'Origin', 'TextDone', 'TextEvent', 'TextJob', 'TextPiece']

@@ -7,7 +7,8 @@ The text group's side of the node's texts: events in, messages and action result
   (``DecodedText``), and the ``~/ask`` action's feedback when the request is a goal;
 - a done → the stream's last piece if one is owed, then the whole text: the goal's result
   (action), or ``~/<task>`` (``std_msgs/String``: every finished subtask and memory note, the
-  answer of each ``~/ask`` topic question, ``no answer: <reason>`` for one that got none).
+  answer of each ``~/ask`` topic question, ``no answer: <reason>`` for one that got none),
+  as ``outcomes.py`` says each ``FinishReason``.
 
 Answers to action goals are not published on ``~/answer``: that topic answers the ``~/ask``
 topic, one message per question.
@@ -24,9 +25,10 @@ import time
 import traceback
 from typing import Callable, Iterable
 
+from oxygen_ros.engine import FinishReason
 from oxygen_ros.ros.ask_action import AskAction
-from oxygen_ros.ros.text_requests import (
-    NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
+from oxygen_ros.ros.outcomes import answered, reply_text
+from oxygen_ros.ros.text_requests import Origin, TextDone, TextEvent, TextJob, TextPiece
 from oxygen_ros.ros.text_stream import TextStreams
 from oxygen_ros_interfaces.msg import DecodedText
 from std_msgs.msg import String
@@ -86,9 +88,10 @@ class TextOutputs:
         job = done.job
         try:
             if job.origin is Origin.ACTION:
-                self.ask.finish(TextDone(job, TextStatus.DROPPED, reason=reason), None)
+                self.ask.finish(TextDone(job, FinishReason.DROPPED, reason=reason), None)
             elif job.origin is Origin.TOPIC:
-                self._publish(job.task.value, String(data=f'{NO_ANSWER}{reason}'))
+                self._publish(job.task.value,
+                              String(data=reply_text(FinishReason.DROPPED, '', reason)))
         except Exception as exc:  # noqa: B902 (nothing more can be done; logged)
             if self._on_error is not None:
                 self._on_error(f'replying to {job.req_id}', exc, traceback.format_exc())
@@ -105,10 +108,9 @@ class TextOutputs:
         job = done.job
         if job.origin is Origin.ACTION:
             self.ask.finish(done, whole)
-        elif done.status in (TextStatus.EOS, TextStatus.LENGTH):
-            self._publish(job.task.value, String(data=whole.text))
-        elif job.origin is Origin.TOPIC:
-            self._publish(job.task.value, String(data=f'{NO_ANSWER}{done.reason}'))
+        elif answered(done.finish_reason) or job.origin is Origin.TOPIC:
+            self._publish(job.task.value,
+                          String(data=reply_text(done.finish_reason, whole.text, done.reason)))
 
 
 __all__ = ['TextOutputs']

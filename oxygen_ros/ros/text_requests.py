@@ -1,16 +1,20 @@
 """
 The node's text requests: ROS origins mapped to the engine's request ids, and their events.
 
-The origins are the ``~/ask`` topic and action and the node's own periodic requests.
+The origins are the ``~/ask`` topic and action and the node's own periodic requests. The
+engine's scheduler holds every request's state (its one request table); here the node keeps
+only what ROS alone holds per request id (``TextJob``): where the reply goes (its origin and
+task), the action's goal handle, what was asked and when (the node's clock), and the one reply
+it is owed.
 
 **One queue, one bound, one refusal.** The engine's scheduler holds the only queue of waiting
 requests (``max_waiting_requests``, vLLM's ``Scheduler.waiting``): a question goes to
 ``Engine.submit_text`` the moment it arrives, in its callback's thread, and is queued or
 refused there (``QueueFullError``: ``queue full (16 requests waiting, max_waiting_requests
-16)``); refusing never waits for a control cycle. Here the node keeps only what ROS needs per
-request id: its origin, the action's goal handle, and the one reply it is owed.
+16)``); refusing never waits for a control cycle.
 
-Every question gets exactly one reply (``TextDone``): the answer (EOS or LENGTH), or a reason:
+Every question gets exactly one reply (``TextDone``, with the engine's ``FinishReason``): the
+answer (STOP or LENGTH), or a reason:
 refused at once (queue full, empty question, one over ``MAX_QUESTION_BYTES``, budget over
 ``decode_budget`` or more than the KV pool could ever hold, node not configured; the action
 rejects such goals instead), dropped later (bad prompt, engine shut down), or cancelled.
@@ -40,16 +44,14 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from oxygen_ros.engine.engine import Engine, EngineClosedError
-from oxygen_ros.engine.outputs import StepOutput, TextOutput
+from oxygen_ros.engine import (
+    Engine, EngineClosedError, FinishReason, QueueFullError, StepOutput, TextOutput, TextTask)
 from oxygen_ros.ros.deferred_log import DeferredLog, LogLevel
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.input_limits import question_refusal
+from oxygen_ros.ros.outcomes import answered, OUTCOMES
 from oxygen_ros.ros.text_events import (  # re-exported: the events are part of this API
-    NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece, TextStatus)
-from oxygen_ros.sched.request import FinishReason
-from oxygen_ros.sched.request_queue import QueueFullError
-from oxygen_ros.transforms.prompt import TextTask
+    NO_ANSWER, Origin, TextDone, TextEvent, TextJob, TextPiece)
 from rclpy.impl.rcutils_logger import RcutilsLogger
 
 INFO = LogLevel.INFO
@@ -104,7 +106,7 @@ class TextRequests:
     def max_tokens(self) -> int:
         """Return the node's ``decode_budget`` (0: not configured, questions are refused)."""
         engine = self._engine
-        return engine.model_cfg.decode_budget if engine is not None else 0
+        return engine.decode_budget if engine is not None else 0
 
     # -- questions (any thread) ---------------------------------------------------------
     def _refusal(self, question: str, max_tokens: int | None) -> str | None:
@@ -170,7 +172,7 @@ class TextRequests:
                       question)
         reason = self._ask(job)
         if reason is not None:
-            self._emit([TextDone(job, TextStatus.REFUSED, reason=reason)])
+            self._emit([TextDone(job, FinishReason.REFUSED, reason=reason)])
         return job
 
     def ask_goal(self, goal: object, question: str, max_tokens: int | None,
@@ -230,7 +232,7 @@ class TextRequests:
         if job is None:
             return False  # ended meanwhile (engine shut down): that reply is on its way
         self._deferred.later(INFO, f'{req_id} cancelled: KV blocks freed')
-        self._emit([TextDone(job, TextStatus.CANCELED, out.text, len(out.token_ids),
+        self._emit([TextDone(job, FinishReason.ABORT, out.text, len(out.token_ids),
                              out.frame_stamp_ns, reason='cancelled')])
         self._record_waiting()
         return True
@@ -334,13 +336,18 @@ class TextRequests:
                        for j in self._jobs.values())
 
     def finish(self, out: StepOutput) -> None:
-        """Turn a cycle's text pieces and finished requests into events (control thread)."""
+        """
+        Turn a cycle's text outputs into events (control thread).
+
+        Each output with new text is a piece; each that ends its request, its ``TextDone``
+        (after every piece of the cycle).
+        """
         with self._lock:
             events: list[TextEvent] = [
-                TextPiece(self._jobs[d.req_id], d.text, d.num_tokens, d.frame_stamp_ns,
-                          d.finished)
-                for d in out.text_deltas if d.req_id in self._jobs]
-        for text in out.texts:
+                TextPiece(self._jobs[t.req_id], t.new_text, t.num_tokens, t.frame_stamp_ns,
+                          t.finished)
+                for t in out.outputs if t.new_token_ids and t.req_id in self._jobs]
+        for text in out.finished:
             done = self._done(text)
             if done is not None:
                 events.append(done)
@@ -352,12 +359,11 @@ class TextRequests:
             job = self._pop_job(out.req_id)
         if job is None:
             return None  # not ours (the engine's warm-up), or cancelled already
-        if out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) and not out.error:
-            status = TextStatus.EOS if out.finish_reason is FinishReason.STOP \
-                else TextStatus.LENGTH
+        if answered(out.finish_reason) and not out.error:
             self._deferred.later(INFO, f'{job.task.value} {job.req_id} ({out.num_cycles} '
-                                 f'cycles, {status.value}): {out.text!r}')
-            return TextDone(job, status, out.text, len(out.token_ids), out.frame_stamp_ns)
+                                 f'cycles, {OUTCOMES[out.finish_reason].logged}): {out.text!r}')
+            return TextDone(job, out.finish_reason, out.text, len(out.token_ids),
+                            out.frame_stamp_ns)
         return self._dropped(job, out.error or 'request aborted', out)
 
     def _dropped(self, job: TextJob, reason: str, out: TextOutput | None = None) -> TextDone:
@@ -365,8 +371,8 @@ class TextRequests:
         self._deferred.later(LogLevel.THROTTLED_WARNING,
                              f'{job.task.value} {job.req_id}: no text: {reason}')
         if out is None:
-            return TextDone(job, TextStatus.DROPPED, reason=reason)
-        return TextDone(job, TextStatus.DROPPED, out.text, len(out.token_ids),
+            return TextDone(job, FinishReason.DROPPED, reason=reason)
+        return TextDone(job, FinishReason.DROPPED, out.text, len(out.token_ids),
                         out.frame_stamp_ns, reason)
 
     def drop_all(self, outputs: Iterable[TextOutput], reason: str) -> None:
@@ -412,4 +418,4 @@ class TextRequests:
 
 
 __all__ = ['NO_ANSWER', 'Origin', 'TextDone', 'TextEvent', 'TextJob', 'TextPiece',
-           'TextRequests', 'TextStatus']
+           'TextRequests']

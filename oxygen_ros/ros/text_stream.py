@@ -2,18 +2,18 @@
 Streaming text: each cycle's text pieces → ``oxygen_ros_interfaces/DecodedText`` messages.
 
 Runs in the node's text callback group, never in the control cycle. The engine detokenizes
-(``TextDelta.text``, one ``IncrementalDetokenizer`` per request); here the pieces only become
-messages: a piece per cycle that completed some text, the last one ``is_final``. The pieces
-of a request concatenate to its whole text (``TextDone.text``).
+(``TextOutput.new_text``, one ``IncrementalDetokenizer`` per request); here the pieces only
+become messages: a piece per cycle that completed some text, the last one ``is_final``. The
+pieces of a request concatenate to its whole text (``TextDone.text``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.stamps import ns_to_duration, ns_to_stamp
 from oxygen_ros.ros.text_requests import TextDone, TextJob, TextPiece
-from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy

@@ -209,6 +209,7 @@ class SchedulerOutput:
     :ivar frame_ids: the frames it plans, one per robot due this cycle, in the order of their
         action jobs (the tightest deadline first); empty: no valid observation.
     :ivar jobs: executed in order.
+    :ivar block_size: tokens per KV block (the scheduler's ``block_size``).
     :ivar new_requests: text requests seeded this cycle.
     :ivar finished_req_ids: requests finished or aborted since the previous plan (the backend
         drops its per-request state).
@@ -220,11 +221,11 @@ class SchedulerOutput:
     cycle_id: int
     frame_ids: tuple[int, ...]
     jobs: tuple[Job, ...]
+    block_size: int
     new_requests: tuple[NewRequestData, ...] = ()
     finished_req_ids: frozenset[str] = frozenset()
     freed_seg_ids: frozenset[int] = frozenset()
     tokens_per_cycle: int = 0
-    block_size: int = 16
 
     @property
     def frame_id(self) -> int | None:

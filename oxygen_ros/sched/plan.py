@@ -60,7 +60,7 @@ def request_chain(frame: FrameSpec, req: Request, *, isolated: bool,
     request on the action prefix); OxyGen shares every segment but a request's own suffix.
     """
     owner = req.req_id if isolated else None
-    prompt = req.prompt_token_ids
+    prompt = frame.prompt_of(req)
     if req.context is not TextContext.ACTION_PREFIX:
         return prefix_chain(frame, prompt, owner, prefix_attention)
     if not frame.root_prompt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import enum
+from typing import Mapping
 
 
 class RequestKind(enum.Enum):
@@ -52,7 +53,10 @@ class RequestStatus(enum.Enum):
     FINISHED_LENGTH = 'finished_length'
     """Reached its token budget."""
     FINISHED_ABORTED = 'finished_aborted'
-    """Cancelled, or the engine shut down."""
+    """Cancelled by its owner (``Scheduler.abort_request``)."""
+    FINISHED_DROPPED = 'finished_dropped'
+    """Ended without its text by the engine (``Request.error`` says why): its own prompt
+    could not be built, or the engine shut down (``Scheduler.finish_request``)."""
 
     @property
     def is_finished(self) -> bool:
@@ -60,18 +64,38 @@ class RequestStatus(enum.Enum):
 
 
 _FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH,
-                       RequestStatus.FINISHED_ABORTED})
+                       RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_DROPPED})
 
 
 class FinishReason(enum.Enum):
+    """
+    How a text request ended: the one vocabulary of its end, from the scheduler to the node.
+
+    As vLLM's ``v1/engine/__init__.py`` ``FinishReason`` (stop, length, abort), with the two
+    ends of a request that got no text, each with its reason text beside it (the output's
+    ``error``): ``DROPPED`` and ``REFUSED``. The node says each in ROS terms in one place
+    (``ros/outcomes.py``).
+    """
+
     STOP = 'stop'
+    """It emitted the end-of-sequence token: its text is whole."""
     LENGTH = 'length'
+    """It reached its token budget."""
     ABORT = 'abort'
+    """Cancelled by its owner (``Engine.abort``): its text is what it decoded until then."""
+    DROPPED = 'dropped'
+    """Taken, then ended by the engine without its text (its own prompt could not be built,
+    the engine shut down) or by its caller (the node cleaned up)."""
+    REFUSED = 'refused'
+    """Never taken: refused on arrival (``Engine.submit_text`` raised ``QueueFullError``,
+    ``ValueError`` or ``EngineClosedError``; the node's own checks). The engine raises, it
+    never outputs it; callers that report every end in one stream (the node) use it."""
 
 
 _FINISH_REASON = {RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
                   RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
-                  RequestStatus.FINISHED_ABORTED: FinishReason.ABORT}
+                  RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
+                  RequestStatus.FINISHED_DROPPED: FinishReason.DROPPED}
 
 
 @dataclass(slots=True)
@@ -91,6 +115,11 @@ class Request:
     :ivar frame_id: the frame whose prefix the request reads; set when it is scheduled.
     :ivar num_computed_tokens: tokens whose K/V is in the cache: the prefix once prefilled,
         then one more per decode step (the newest generated token is not yet in the cache).
+    :ivar error: why the request ended without its text (``FINISHED_DROPPED``), else ``''``.
+
+    Whoever submits requests may keep its own per-request state on a subclass (the engine's
+    ``TextRequest``: task, detokenizer), so that the scheduler's table is the only one; the
+    scheduler reads only the fields here.
     """
 
     req_id: str
@@ -109,6 +138,7 @@ class Request:
     num_computed_tokens: int = 0
     first_cycle: int | None = None
     finish_cycle: int | None = None
+    error: str = ''
 
     def __post_init__(self) -> None:
         if self.kind is RequestKind.ACTION:
@@ -156,6 +186,10 @@ class FrameSpec:
         that ACTION_PREFIX requests read); default (empty): the action's.
     :ivar robot: the robot it was observed on (``''``: the only robot); the text requests
         of that robot only are admitted onto it.
+    :ivar own_prompts: request id -> the prompt of a waiting ``OWN_PROMPT`` request on this
+        frame (the engine builds each on the frame's instruction: openpi_subtask_generation's
+        ``Task: {instruction}. Subtask: ``): what it reads if this frame admits it
+        (:meth:`prompt_of`).
     """
 
     frame_id: int
@@ -164,6 +198,13 @@ class FrameSpec:
     action: Request | None = None
     prompt_token_ids: tuple[int, ...] = ()
     robot: str = ''
+    own_prompts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def prompt_of(self, req: Request) -> tuple[int, ...]:
+        """Return the prompt ``req`` reads on this frame (``own_prompts``, else its own)."""
+        if req.context is TextContext.OWN_PROMPT:
+            return self.own_prompts.get(req.req_id, req.prompt_token_ids)
+        return req.prompt_token_ids
 
     @property
     def root_prompt(self) -> tuple[int, ...]:

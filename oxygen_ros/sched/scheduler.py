@@ -11,7 +11,9 @@ the engine makes every call under its lock (engine/engine.py).
 does not fit now (KV pool, decode batch, or the time before the action deadline), as vLLM's
 ``schedule`` stops where ``allocate_slots`` fails: first come first served, nobody overtakes.
 ``add_request`` refuses a request the KV pool could never hold. Only a request on the action
-prefix of a frame without one is passed over (it keeps its place).
+prefix of a frame without one is passed over (it keeps its place). A request with a prompt of
+its own reads the one the frame that admits it brings (``FrameSpec.own_prompts``, built on
+the frame's instruction); the scheduler sets it on the request as it admits it.
 
 **Several robots** (``docs/design.md#several-robots``): one cycle plans the frames of every
 robot due (``schedule`` takes one ``FrameSpec`` per robot); their action paths come stage by
@@ -45,8 +47,6 @@ to completion in its frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-import enum
 import itertools
 from typing import Sequence
 
@@ -61,74 +61,40 @@ from oxygen_ros.sched.plan import (
 from oxygen_ros.sched.request import (
     FrameSpec, Request, RequestKind, RequestStatus, TextContext)
 from oxygen_ros.sched.request_queue import RequestQueue
-
-
-class Policy(enum.Enum):
-    OXYGEN = 'oxygen'
-    ISOLATED = 'isolated'
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """
-    Sizes and knobs of the scheduler.
-
-    :param num_blocks: KV pool size in blocks (null block included).
-    :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
-        reserve, the blocks kept free for the next frame's action prefix.
-    :param tokens_per_cycle: k, decode tokens per text request per cycle (OXYGEN).
-    :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
-        stall entirely while the action path needs the whole period).
-    :param max_running_requests: the largest decode batch.
-    :param max_waiting_requests: text requests waiting for admission; ``add_request`` refuses
-        one more (``QueueFullError``).
-    :param eos_token_id: ends a text request; None decodes every request to its budget.
-    :param max_robots: the most robots whose frames one cycle plans (one frame each): the
-        action reserve holds an action prefix for each.
-    """
-
-    num_blocks: int
-    max_prefix_tokens: int
-    policy: Policy = Policy.OXYGEN
-    prefix_attention: PrefixAttention = PrefixAttention.BIDIRECTIONAL
-    block_size: int = 16
-    tokens_per_cycle: int = 5
-    min_tokens_per_cycle: int = 1
-    adapt_tokens_per_cycle: bool = True
-    max_running_requests: int = 64
-    max_waiting_requests: int = 16
-    eos_token_id: int | None = 1
-    max_robots: int = 1
-
-    def __post_init__(self) -> None:
-        if self.tokens_per_cycle < 1:
-            raise ValueError(f'tokens_per_cycle must be >= 1, got {self.tokens_per_cycle}')
-        if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
-            raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
-                             f'got {self.min_tokens_per_cycle}')
-        for name in ('max_running_requests', 'max_waiting_requests', 'max_robots'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-        if self.max_prefix_tokens < 1:
-            raise ValueError(f'max_prefix_tokens must be >= 1, got {self.max_prefix_tokens}')
+from oxygen_ros.sched.scheduler_config import Policy, SchedulerConfig
 
 
 class Scheduler:
     """
     Plans control cycles over one ``KVCacheManager``.
 
+    :param config: the settings (read where they live: ``config`` may be replaced, as the
+        engine does when the waiting bound changes).
+    :param num_blocks: KV pool size in blocks (null block included).
+    :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
+        reserve, the blocks kept free for the next cycle's action prefixes.
+    :param prefix_attention: the model's prefix attention (what a frame's requests share).
+    :param eos_token_id: the tokenizer's EOS id; it ends a text request when
+        ``config.stop_on_eos``.
     :ivar prefix_blocks: the blocks of one action prefix at its largest.
     :ivar action_reserve_blocks: blocks every text admission keeps free for the next cycle's
-        action prefixes: ``prefix_blocks`` for each of ``max_robots`` robots.
+        action prefixes: ``prefix_blocks`` for each of ``config.max_robots`` robots.
     :raises ValueError: the pool cannot hold two action prefixes per robot (one in use, one
         reserved).
     """
 
-    def __init__(self, config: SchedulerConfig, cost: CostModel | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, *, num_blocks: int, max_prefix_tokens: int,
+                 prefix_attention: PrefixAttention, eos_token_id: int,
+                 cost: CostModel | None = None) -> None:
+        if max_prefix_tokens < 1:
+            raise ValueError(f'max_prefix_tokens must be >= 1, got {max_prefix_tokens}')
         self.config = config
+        self.prefix_attention = PrefixAttention(prefix_attention)
+        self.eos_token_id = eos_token_id if config.stop_on_eos else None
+        """Ends a text request; None decodes every request to its budget."""
         self.cost = cost if cost is not None else CostModel()
-        self.kv = KVCacheManager(config.num_blocks, config.block_size)
-        self.prefix_blocks = self._action_blocks(config.max_prefix_tokens)
+        self.kv = KVCacheManager(num_blocks, config.block_size)
+        self.prefix_blocks = self._action_blocks(max_prefix_tokens)
         self.action_reserve_blocks = config.max_robots * self.prefix_blocks
         if 2 * self.action_reserve_blocks > self.kv.capacity_blocks:
             held = 'two action prefixes' if config.max_robots == 1 else \
@@ -136,7 +102,7 @@ class Scheduler:
                 f'robots)'
             raise ValueError(
                 f'KV pool of {self.kv.capacity_blocks} blocks x {config.block_size} tokens '
-                f'cannot hold {held} of {config.max_prefix_tokens} tokens '
+                f'cannot hold {held} of {max_prefix_tokens} tokens '
                 f'({self.prefix_blocks} blocks each); give it more memory')
         self.requests: dict[str, Request] = {}
         self.waiting = RequestQueue()
@@ -201,6 +167,18 @@ class Scheduler:
         A request aborted between ``schedule`` and ``update_from_output`` runs in that plan;
         its tokens are ignored and the next plan lists it in ``finished_req_ids``.
         """
+        return self.finish_request(req_id, RequestStatus.FINISHED_ABORTED)
+
+    def finish_request(self, req_id: str, status: RequestStatus,
+                       error: str = '') -> Request | None:
+        """
+        End a waiting or running request with ``status``, free its blocks; return it.
+
+        As vLLM's ``finish_requests``; None for an unknown request.
+
+        :param status: ``FINISHED_ABORTED`` (its owner cancelled it) or ``FINISHED_DROPPED``
+            (``error`` says why).
+        """
         req = self.requests.pop(req_id, None)
         if req is None:
             return None
@@ -210,12 +188,13 @@ class Scheduler:
             self.running.remove(req)
             self._free(req.req_id)
             self._finished_since.add(req_id)
-        req.status = RequestStatus.FINISHED_ABORTED
+        req.status, req.error = status, error
         return req
 
-    def abort_all(self) -> list[Request]:
-        """Cancel every waiting and running request (engine shutdown)."""
-        return [r for r in (self.abort_request(i) for i in list(self.requests)) if r]
+    def drop_all(self, error: str) -> list[Request]:
+        """End every waiting and running request (``FINISHED_DROPPED``: engine shutdown)."""
+        return [r for r in (self.finish_request(i, RequestStatus.FINISHED_DROPPED, error)
+                            for i in list(self.requests)) if r]
 
     @property
     def num_running(self) -> int:
@@ -247,8 +226,7 @@ class Scheduler:
         isolated = self.config.policy is Policy.ISOLATED
         plan = CyclePlan(self._emb_ids, isolated=isolated)
         plan.add_actions([self._allocate_action(f) for f in frames if f.action is not None])
-        deadline = cycle_deadline(frames, deadline) if self.config.adapt_tokens_per_cycle \
-            else None
+        deadline = cycle_deadline(frames, deadline)
         new_requests = self._admit_waiting(frames, plan, cycle_id, deadline, now)
         k = self.config.tokens_per_cycle
         if not isolated:
@@ -291,18 +269,18 @@ class Scheduler:
             self.waiting.remove(req)
             new_requests.append(data)
             if plan.isolated:
-                plan.decode_to_completion(req, self.config.eos_token_id)
+                plan.decode_to_completion(req, self.eos_token_id)
         return new_requests
 
     def _action_blocks(self, prefix_tokens: int) -> int:
-        if self.config.prefix_attention is PrefixAttention.CAUSAL_TEXT:
+        if self.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             # image and prompt are separate segments, each rounded up to whole blocks
             return self.kv.blocks_for(prefix_tokens) + 1
         return self.kv.blocks_for(prefix_tokens)
 
     def _chain(self, frame: FrameSpec, req: Request) -> list[SegmentSpec] | None:
         return request_chain(frame, req, isolated=self.config.policy is Policy.ISOLATED,
-                             prefix_attention=self.config.prefix_attention)
+                             prefix_attention=self.prefix_attention)
 
     def _allocate_action(self, frame: FrameSpec) -> ActionAlloc:
         req = frame.action
@@ -338,6 +316,7 @@ class Scheduler:
                                  keep_free=self.action_reserve_blocks + claim_blocks)
         if alloc is None:
             return None
+        req.prompt_token_ids = frame.prompt_of(req)   # what its chain was built on
         req.frame_id = frame.frame_id
         req.status = RequestStatus.RUNNING
         req.first_cycle = cycle_id
@@ -393,7 +372,7 @@ class Scheduler:
                 steps.append(n)
         if not rows:
             return None
-        return DecodeJob(tuple(rows), tuple(steps), self.config.eos_token_id, deadline)
+        return DecodeJob(tuple(rows), tuple(steps), self.eos_token_id, deadline)
 
     # -- results -------------------------------------------------------------------------
     def update_from_output(self, sched_out: SchedulerOutput,
@@ -414,7 +393,7 @@ class Scheduler:
             action.status = RequestStatus.FINISHED_STOPPED
             self._free(action.req_id)
         self._action_req_ids.clear()
-        eos = self.config.eos_token_id
+        eos = self.eos_token_id
         finished: list[Request] = []
         for req_id, tokens in runner_out.sampled_token_ids.items():
             req = self.requests.get(req_id)

@@ -17,7 +17,8 @@ import signal
 import sys
 from typing import Sequence
 
-from oxygen_ros.config import get_preset, preset_names
+from oxygen_ros.config import preset_names
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.serve.auth import (
     API_KEY_ENV, check_bind, InsecureBind, load_api_keys, tls_context)
 from oxygen_ros.serve.layouts import check_layout, default_layout, Layout, message_bytes
@@ -135,12 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='[%(levelname)s] [%(name)s]: %(message)s')
     logging.getLogger('oxygen_serve.websockets').setLevel(logging.WARNING)
     try:
-        model = get_preset(args.preset)
-        layout = Layout(args.layout) if args.layout else default_layout(model)
+        robot = preset_robot(args.preset)
+        layout = Layout(args.layout) if args.layout else default_layout(robot)
         if layout is None:
             raise ValueError(f'preset {args.preset} is no robot of its own: give --layout '
                              f'({", ".join(m.value for m in Layout)})')
-        check_layout(layout, model)
+        check_layout(layout, robot)
         limits = _limits(args, layout)
         keys = load_api_keys(args.api_key_file)
         if (args.keyfile or args.client_ca) and not args.certfile:

@@ -10,7 +10,7 @@ batch is full) is taken back and waits for the connection's next frame, never fo
 robot's. Running requests of every connection decode k tokens per served frame, whoever's
 frame it is; each connection's reply carries its own news. A connection that closes ends
 its requests (docs/serving.md#language-updates). Only the engine's public API is used
-(``engine/engine.py``, ``engine/outputs.py``).
+(``oxygen_ros.engine``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from oxygen_ros.engine.engine import Engine, EngineClosedError, QueueFullError
-from oxygen_ros.engine.outputs import StepOutput
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Engine, EngineClosedError, Observation, QueueFullError, StepOutput
 from oxygen_ros.serve.language import ConnectionTexts, LanguageRequest
 
 _LOG = logging.getLogger('oxygen_serve')
@@ -144,8 +142,7 @@ class CycleDriver:
                    out: StepOutput | None, stamp_ns: int) -> None:
         """Take back the requests this frame did not admit: they wait for the next one."""
         admitted = set() if out is None else {
-            d.req_id for d in out.text_deltas if d.frame_stamp_ns == stamp_ns} | {
-            t.req_id for t in out.texts}
+            t.req_id for t in out.outputs if t.frame_stamp_ns == stamp_ns or t.finished}
         back = [req for req in submitted if texts.engine_id(req) not in admitted]
         for req in back:
             req_id = texts.engine_id(req)
@@ -154,16 +151,15 @@ class CycleDriver:
         texts.pending = back + texts.pending
 
     def _route(self, out: StepOutput) -> None:
-        """Hand each text delta and output of the cycle to its connection."""
-        for delta in out.text_deltas:
-            owner = self._owner.get(delta.req_id)
-            if owner is not None:
-                owner[0].on_delta(owner[1], delta)
-        for output in out.texts:
-            owner = self._owner.pop(output.req_id, None)
-            if owner is not None:
+        """Hand each text output of the cycle to its connection."""
+        for output in out.outputs:
+            owner = self._owner.get(output.req_id)
+            if owner is None:
+                continue
+            owner[0].on_output(owner[1], output)
+            if output.finished:
+                del self._owner[output.req_id]
                 owner[0].in_engine.pop(output.req_id, None)
-                owner[0].on_output(owner[1], output)
 
     def close_session(self, session: Session) -> int:
         """End a closed connection's text requests (the driver's thread); return how many."""

@@ -8,7 +8,8 @@ tasks (``transforms/prompt.py`` ``TextTask``). Every reply then carries ``langua
 one map per request with news since the connection's previous reply: ``request_id``,
 ``task``, ``tokens`` (the ids decoded since then), ``text`` (the whole text so far),
 ``finished``, ``finish_reason`` (``stop``, ``length``, ``abort`` or None) and ``error`` (why a
-request was refused or dropped, else None) (docs/serving.md#language-updates).
+request was refused or dropped, else None) (docs/serving.md#language-updates): the engine's
+``FinishReason`` on the wire, a refused or dropped request's as None (``wire_finish_reason``).
 
 ``ConnectionTexts`` is one connection's share: the requests it asked that wait for one of its
 own frames, those in the engine, and the news for its next reply. The driver touches it from
@@ -21,9 +22,8 @@ from dataclasses import dataclass, field
 import re
 from typing import Any
 
-from oxygen_ros.engine.outputs import TextDelta, TextOutput
+from oxygen_ros.engine import FinishReason, TextOutput, TextTask
 from oxygen_ros.serve.errors import BadLanguageRequest, one_line
-from oxygen_ros.transforms.prompt import TextTask
 
 MAX_PER_MESSAGE = 8
 """Text requests one observation may carry."""
@@ -166,20 +166,18 @@ class ConnectionTexts:
         self._news[request.request_id] = _Update(request.request_id, request.task.value,
                                                  finished=True, error=one_line(error))
 
-    def on_delta(self, request: LanguageRequest, delta: TextDelta) -> None:
-        """Add one engine cycle's tokens and text piece of ``request``."""
-        news = self._news.setdefault(request.request_id,
-                                     _Update(request.request_id, request.task.value))
-        news.tokens.extend(delta.token_ids)
-        self._text[request.request_id] = self._text.get(request.request_id, '') + delta.text
-        news.text = self._text[request.request_id]
-
     def on_output(self, request: LanguageRequest, output: TextOutput) -> None:
-        """Record the end of ``request`` (finished, or dropped with an error)."""
+        """Add one engine cycle's news of ``request``: its tokens and text, or its end."""
         news = self._news.setdefault(request.request_id,
                                      _Update(request.request_id, request.task.value))
+        news.tokens.extend(output.new_token_ids)
+        if not output.finished:
+            self._text[request.request_id] = self._text.get(request.request_id, '') + \
+                output.new_text
+            news.text = self._text[request.request_id]
+            return
         news.text, news.finished = output.text, True
-        news.finish_reason = output.finish_reason.value if output.finish_reason else None
+        news.finish_reason = wire_finish_reason(output.finish_reason)
         news.error = one_line(output.error) if output.error else None
         self._text.pop(request.request_id, None)
 
@@ -189,4 +187,13 @@ class ConnectionTexts:
         return [update.as_wire() for update in news.values()]
 
 
-__all__ = ['ConnectionTexts', 'LanguageRequest', 'MAX_PER_MESSAGE', 'parse_language_requests']
+_ON_THE_WIRE = frozenset({FinishReason.STOP, FinishReason.LENGTH, FinishReason.ABORT})
+
+
+def wire_finish_reason(reason: FinishReason | None) -> str | None:
+    """Return an update's ``finish_reason``: the engine's name, None for a dropped request."""
+    return reason.value if reason in _ON_THE_WIRE else None
+
+
+__all__ = ['ConnectionTexts', 'LanguageRequest', 'MAX_PER_MESSAGE', 'parse_language_requests',
+           'wire_finish_reason']

@@ -12,7 +12,7 @@ key, and the camera slot each image feeds:
 - ALOHA (``AlohaInputs``): ``images`` {``cam_high`` -> ``base_0_rgb``, ``cam_left_wrist`` ->
   ``left_wrist_0_rgb``, ``cam_right_wrist`` -> ``right_wrist_0_rgb``, ``cam_low`` accepted
   and unused, as openpi}, each ``[3, H, W]``; ``state`` (14), its joint flips and gripper
-  mapping done by the preset's ALOHA adapter (``transforms/robot_adapters.py``).
+  mapping done by the ALOHA robot policy's transforms (``policies/aloha.py``).
 
 Images as openpi's ``_parse_image``: a float image is ``(255 * x).astype(uint8)`` (so it must
 be in [0, 1]), and a LIBERO or DROID image whose first dim is 3 is channels-first. Every key is
@@ -28,8 +28,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from oxygen_ros.config import CAMERA_SLOTS, ModelConfig, RobotAdapter
-from oxygen_ros.observation import Observation
+from oxygen_ros.config import CAMERA_SLOTS
+from oxygen_ros.engine import Observation
+from oxygen_ros.policies import RobotPolicy
+from oxygen_ros.policies.aloha import AlohaPolicy
 from oxygen_ros.serve.errors import BadValue, MissingKey, UnknownKey
 from oxygen_ros.serve.limits import TEXT_ALLOWANCE
 
@@ -54,7 +56,7 @@ class _Spec:
     images: Mapping[str, str | None]
     """Image key (ALOHA: camera name in ``images``) -> camera slot (None: read, unused)."""
     state: tuple[tuple[str, int], ...]
-    """The state's keys and dims, concatenated in order (0 dims: the preset's state_dim)."""
+    """The state's keys and dims, concatenated in order (0 dims: the robot's state_dim)."""
     channels_first: bool
     """Images are ``[3, H, W]`` always (ALOHA); else when their first dim is 3 (openpi)."""
 
@@ -69,48 +71,47 @@ _SPECS = {
     Layout.ALOHA: _Spec({'cam_high': _BASE, 'cam_low': None, 'cam_left_wrist': _LEFT,
                          'cam_right_wrist': _RIGHT}, (('state', 14),), True),
 }
-_PRESET_LAYOUTS = {'pi05_libero': Layout.LIBERO, 'pi05_droid': Layout.DROID}
 
 
-def default_layout(cfg: ModelConfig) -> Layout | None:
-    """Return the layout a preset was made for (None: a test size; ``--layout`` says)."""
-    if cfg.robot_adapter is RobotAdapter.ALOHA:
+def default_layout(robot: RobotPolicy) -> Layout | None:
+    """Return the layout of a robot family (None: the test robots; ``--layout`` says)."""
+    if isinstance(robot, AlohaPolicy):
         return Layout.ALOHA
-    return _PRESET_LAYOUTS.get(cfg.name)
+    return {'libero': Layout.LIBERO, 'droid': Layout.DROID}.get(robot.name)
 
 
-def check_layout(layout: Layout, cfg: ModelConfig) -> None:
+def check_layout(layout: Layout, robot: RobotPolicy) -> None:
     """
-    Check that ``layout`` feeds every camera and state dim of the preset.
+    Check that ``layout`` feeds every camera and state dim of the robot.
 
-    :raises ValueError: a camera slot of the preset no key of the layout feeds, a state of
-        another size, or ALOHA without the preset's ALOHA adapter (its joint flips and
-        gripper mapping: openpi's ``AlohaInputs``/``AlohaOutputs``).
+    :raises ValueError: a camera slot of the robot no key of the layout feeds, a state of
+        another size, or ALOHA without ALOHA's transforms (its joint flips and gripper
+        mapping: openpi's ``AlohaInputs``/``AlohaOutputs``, ``policies/aloha.py``).
     """
     spec = _SPECS[Layout(layout)]
     fed = {slot for slot in spec.images.values() if slot}
-    unfed = [slot for slot in cfg.cameras if slot not in fed]
+    unfed = [slot for slot in robot.cameras if slot not in fed]
     if unfed:
-        raise ValueError(f'layout {layout.value} feeds camera slots {sorted(fed)}; preset '
-                         f'{cfg.name} also needs {unfed}')
+        raise ValueError(f'layout {layout.value} feeds camera slots {sorted(fed)}; robot '
+                         f'{robot.name} also needs {unfed}')
     dims = sum(n for _, n in spec.state)
-    if dims and dims != cfg.state_dim:
-        raise ValueError(f'layout {layout.value} sends a state of {dims} dims; preset '
-                         f'{cfg.name} takes {cfg.state_dim}')
-    if layout is Layout.ALOHA and cfg.robot_adapter is not RobotAdapter.ALOHA:
-        raise ValueError(f"layout aloha needs a preset with the ALOHA adapter (openpi's "
-                         f'AlohaInputs/AlohaOutputs: joint flips, gripper mapping); preset '
-                         f'{cfg.name} has {cfg.robot_adapter.value}')
+    if dims and dims != robot.state_dim:
+        raise ValueError(f'layout {layout.value} sends a state of {dims} dims; robot '
+                         f'{robot.name} takes {robot.state_dim}')
+    if layout is Layout.ALOHA and not isinstance(robot, AlohaPolicy):
+        raise ValueError(f"layout aloha needs the ALOHA robot policy (openpi's "
+                         f'AlohaInputs/AlohaOutputs: joint flips, gripper mapping); robot '
+                         f'{robot.name} has no such transforms')
 
 
-def observation_keys(layout: Layout, cfg: ModelConfig) -> dict[str, str]:
+def observation_keys(layout: Layout, robot: RobotPolicy) -> dict[str, str]:
     """Return each key a client sends -> what it holds (the metadata's description)."""
     spec = _SPECS[layout]
     image = '[3, H, W]' if spec.channels_first else '[H, W, 3] or [3, H, W]'
     prefix = f'{ALOHA_IMAGES}/' if layout is Layout.ALOHA else ''
     keys = {f'{prefix}{key}': f'uint8 {image} (or float in [0, 1]) -> ' + (
-        slot if slot in cfg.cameras else 'unused') for key, slot in spec.images.items()}
-    keys.update({key: f'float [{n or cfg.state_dim}]' for key, n in spec.state})
+        slot if slot in robot.cameras else 'unused') for key, slot in spec.images.items()}
+    keys.update({key: f'float [{n or robot.state_dim}]' for key, n in spec.state})
     keys[PROMPT_KEY] = 'str: the task'
     keys[LANGUAGE_KEY] = 'optional: list of text requests (docs/serving.md#language-updates)'
     return keys
@@ -121,7 +122,7 @@ def message_bytes(layout: Layout, max_image_side: int) -> int:
     return len(_SPECS[layout].images) * max_image_side ** 2 * 3 + TEXT_ALLOWANCE
 
 
-def to_observation(layout: Layout, msg: Mapping[Any, Any], cfg: ModelConfig, *,
+def to_observation(layout: Layout, msg: Mapping[Any, Any], robot: RobotPolicy, *,
                    max_image_side: int, default_prompt: str | None = None,
                    stamp_ns: int = 0) -> Observation:
     """
@@ -150,12 +151,12 @@ def to_observation(layout: Layout, msg: Mapping[Any, Any], cfg: ModelConfig, *,
         images, prefix = msg, ''
     slots = {}
     for key, slot in spec.images.items():
-        if key in images or slot in cfg.cameras:
+        if key in images or slot in robot.cameras:
             pixels = _image(_required(images, key, prefix), prefix + key, spec.channels_first,
                             max_image_side)
-            if slot in cfg.cameras:
+            if slot in robot.cameras:
                 slots[slot] = pixels
-    state = np.concatenate([_vector(_required(msg, key), key, n or cfg.state_dim)
+    state = np.concatenate([_vector(_required(msg, key), key, n or robot.state_dim)
                             for key, n in spec.state])
     return Observation(slots, state, _prompt(msg, default_prompt), stamp_ns)
 

@@ -16,9 +16,7 @@ import threading
 
 import numpy as np
 
-from oxygen_ros.engine.config import EngineConfig
-from oxygen_ros.engine.engine import Engine
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Engine, EngineConfig, Observation
 from oxygen_ros.serve.driver import CycleDriver
 from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.limits import ServeLimits
@@ -30,7 +28,7 @@ _LOG = logging.getLogger('oxygen_serve')
 
 def engine_config(args: argparse.Namespace, limits: ServeLimits) -> EngineConfig:
     """Return the engine's config of the command line (raises ValueError on a bad mix)."""
-    return EngineConfig(
+    return EngineConfig.create(
         preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
         norm_stats=args.norm_stats, device=args.device, dtype=args.dtype, seed=args.seed,
         tokens_per_cycle=args.tokens_per_cycle, decode_budget=args.decode_budget,
@@ -38,11 +36,10 @@ def engine_config(args: argparse.Namespace, limits: ServeLimits) -> EngineConfig
 
 
 def warmup_observation(engine: Engine, prompt: str | None) -> Observation:
-    """Return black images of the preset's cameras, a zero state and a prompt."""
-    cfg = engine.model_cfg
-    size = cfg.vision.image_size
-    return Observation({slot: np.zeros((size, size, 3), np.uint8) for slot in cfg.cameras},
-                       np.zeros(cfg.state_dim), prompt or 'warm up')
+    """Return black images of the robot's cameras, a zero state and a prompt."""
+    size, robot = engine.model_cfg.vision.image_size, engine.robot
+    return Observation({slot: np.zeros((size, size, 3), np.uint8) for slot in robot.cameras},
+                       np.zeros(robot.state_dim), prompt or 'warm up')
 
 
 def make_server(engine: Engine, layout: Layout, limits: ServeLimits, *,
@@ -51,9 +48,9 @@ def make_server(engine: Engine, layout: Layout, limits: ServeLimits, *,
                 ) -> PolicyServer:
     """Return the server of a built engine (what the command line and the tests make)."""
     driver = CycleDriver(engine, max_language_requests=limits.max_language_requests)
-    metadata = server_metadata(engine.config, engine.model_cfg, layout, limits,
-                               default_prompt=default_prompt, tls=ssl_context is not None,
-                               api_key=bool(api_keys), client_certs=client_certs)
+    metadata = server_metadata(engine, layout, limits, default_prompt=default_prompt,
+                               tls=ssl_context is not None, api_key=bool(api_keys),
+                               client_certs=client_certs)
     return PolicyServer(driver, layout, limits, metadata, api_keys=api_keys,
                         ssl_context=ssl_context, default_prompt=default_prompt)
 

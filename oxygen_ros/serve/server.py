@@ -26,8 +26,7 @@ import ssl
 import time
 from typing import Any
 
-from oxygen_ros.engine.engine import EngineClosedError
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import EngineClosedError, Observation, ObservationError
 from oxygen_ros.serve.auth import authorized, SCHEME
 from oxygen_ros.serve.driver import CycleDriver, NoAction, Session
 from oxygen_ros.serve.errors import (
@@ -36,7 +35,6 @@ from oxygen_ros.serve.language import LanguageRequest, parse_language_requests
 from oxygen_ros.serve.layouts import LANGUAGE_KEY, Layout, to_observation
 from oxygen_ros.serve.limits import ServeLimits
 from oxygen_ros.serve.wire import pack, unpack_message
-from oxygen_ros.transforms.inputs import ObservationError
 from websockets.asyncio.server import Request, Response, serve, Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
@@ -212,11 +210,11 @@ class PolicyServer:
     def _decode(self, data: bytes, session: Session
                 ) -> tuple[Observation, list[LanguageRequest]]:
         msg = unpack_message(data, max_text_bytes=self.limits.max_text_bytes)
-        model = self.driver.engine.model_cfg
-        obs = to_observation(self.layout, msg, model,
+        engine = self.driver.engine
+        obs = to_observation(self.layout, msg, engine.robot,
                              max_image_side=self.limits.max_image_side,
                              default_prompt=self.default_prompt)
-        requests = parse_language_requests(msg[LANGUAGE_KEY], decode_budget=model.decode_budget,
+        requests = parse_language_requests(msg[LANGUAGE_KEY], decode_budget=engine.decode_budget,
                                            first_index=session.texts.num_asked) \
             if LANGUAGE_KEY in msg else []
         return obs, requests

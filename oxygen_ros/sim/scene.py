@@ -18,6 +18,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from oxygen_ros.parameters import in_config
 from oxygen_ros.sim.assets import PANDA_XML
 
 PANDA_PREFIX = 'panda/'
@@ -36,7 +37,8 @@ class SceneConfig:
     """
     What the scene is made of.
 
-    :ivar image_size: width = height of the offscreen buffer (px).
+    :ivar image_size: width = height of the offscreen buffer (px; default: the declared
+        ``image_size`` of ``oxygen_sim``).
     :ivar timestep_s: physics step (Menagerie's Panda: 2 ms).
     :ivar cup_xy: cup position on the table (m, world frame: x forward, y left).
     :ivar base_camera_pos: base camera position (m).
@@ -44,7 +46,7 @@ class SceneConfig:
     :ivar fovy_deg: vertical field of view of both cameras.
     """
 
-    image_size: int = 224
+    image_size: int = in_config('sim')['image_size'].default
     timestep_s: float = 0.002
     cup_xy: tuple[float, float] = (0.5, 0.15)
     base_camera_pos: tuple[float, float, float] = (1.25, -0.75, 0.75)

@@ -32,8 +32,8 @@ from typing import Sequence, TextIO
 
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
-from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
+from oxygen_ros.ros.outcomes import OUTCOME_NAMES
 from oxygen_ros.ros.security import OPERATOR_ENCLAVE
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.tools.common.secure_node import start_node

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from oxygen_ros.tools.tensorrt.onnx_export import export_graphs, WeightStorage
     from oxygen_ros.tools.tensorrt.onnx_graphs import GraphName
 
-    cfg = get_preset(args.preset)
+    cfg = get_preset(args.preset).model
     if args.prefix_attention:
         cfg = cfg.with_overrides(prefix_attention=PrefixAttention(args.prefix_attention))
     dtype = getattr(torch, args.dtype)

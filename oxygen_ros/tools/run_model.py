@@ -69,17 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run one observation; return the process exit code."""
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
-    from oxygen_ros.engine.config import EngineConfig
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.transforms.prompt import TextTask
-    from oxygen_ros.observation import Observation
+    from oxygen_ros.engine import Engine, EngineConfig, Observation, TextTask
 
-    cfg = EngineConfig(preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
-                       dtype=args.dtype, quantization=args.quantization, device=args.device,
-                       seed=args.seed)
-    model_cfg = cfg.model_config()
+    cfg = EngineConfig.create(preset=args.preset, checkpoint=args.checkpoint,
+                              tokenizer=args.tokenizer, dtype=args.dtype,
+                              quantization=args.quantization, device=args.device,
+                              seed=args.seed)
+    model_cfg, robot = cfg.model_config(), cfg.robot()
     defaults = dict(zip(CAMERA_SLOTS, ('coffee', 'motorcycle_left', 'motorcycle_right')))
-    specs = {s: defaults[s] for s in model_cfg.cameras}
+    specs = {s: defaults[s] for s in robot.cameras}
     for item in args.image:
         slot, sep, spec = item.partition('=')
         if not sep or slot not in CAMERA_SLOTS:
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    state = np.zeros(model_cfg.state_dim, np.float32) if args.state is None else \
+    state = np.zeros(robot.state_dim, np.float32) if args.state is None else \
         np.asarray(args.state, np.float32)
     engine = Engine(cfg)
     obs = Observation(images=images, state=state, prompt=args.prompt)
@@ -101,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         engine.submit_text(TextTask.ANSWER, question=args.ask, max_tokens=args.max_tokens)
     t0 = time.perf_counter()
     out = engine.step(obs)
-    texts = list(out.texts)
+    texts = list(out.finished)
     while engine.num_running:
-        texts += engine.step(None).texts
+        texts += engine.step(None).finished
     total = time.perf_counter() - t0
     np.set_printoptions(precision=4, suppress=True, linewidth=120)
-    print(f'\naction chunk ({model_cfg.action_horizon} x {model_cfg.robot_action_dim}, robot '
+    print(f'\naction chunk ({model_cfg.action_horizon} x {robot.robot_action_dim}, robot '
           f'units) from {", ".join(f"{s}={v}" for s, v in specs.items())}:')
     print(out.action.actions)
     for t in texts:

@@ -26,7 +26,8 @@ import logging
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from oxygen_ros.config import ModelConfig, PromptFormat
+from oxygen_ros.config import Preset, PromptFormat
+from oxygen_ros.policies import get_robot
 from oxygen_ros.transforms.images import ImageResize
 from oxygen_ros.transforms.lerobot_processors import (
     is_lerobot_folder, lerobot_prompt, load_lerobot_normalization, NORMALIZER,
@@ -115,12 +116,14 @@ def checkpoint_family(checkpoint: str | Path | None) -> CheckpointFamily:
     return CheckpointFamily.LEROBOT if is_lerobot_folder(folder) else CheckpointFamily.OPENPI
 
 
-def resolve_conventions(config: ConventionSettings, cfg: ModelConfig,
+def resolve_conventions(config: ConventionSettings, preset: Preset,
                         stats: Mapping[str, NormStats] | None = None) -> Conventions:
     """
     Return the normalization and prompt conventions of ``config``'s checkpoint.
 
-    ``config`` is the engine's ``EngineConfig`` (any object with these settings).
+    ``config`` is the engine's ``EngineConfig`` (any object with these settings), ``preset``
+    its preset (the network's prompt slots and horizon, the robot's dims and prompt format,
+    the checkpoint's asset id).
 
     Norm stats: ``stats`` if given (openpi quantiles), ``config.norm_stats`` if set; else, in
     a checkpoint folder, the family's own files first (LeRobot's processor files or openpi's
@@ -135,14 +138,14 @@ def resolve_conventions(config: ConventionSettings, cfg: ModelConfig,
     if stats is not None:
         state, actions, origin = _openpi(stats, 'the norm stats given to the engine')
     else:
-        state, actions, origin = _normalization(config, cfg, family)
+        state, actions, origin = _normalization(config, preset, family)
     if config.quantile_eps is not None:
         state = _with_eps(state, config.quantile_eps)
         actions = _with_eps(actions, config.quantile_eps)
         origin += f' (quantile_eps {config.quantile_eps:g} set)'
-    fmt = config.prompt_format
+    cfg, fmt = preset.model, config.prompt_format
     if fmt is None:
-        fmt = cfg.prompt_format
+        fmt = get_robot(preset.robot).prompt_format
         if family is CheckpointFamily.LEROBOT:
             folder = checkpoint_folder(config.checkpoint)
             prompt = lerobot_prompt(folder)
@@ -164,24 +167,25 @@ def _with_eps(norm: QuantityNorm, eps: float) -> QuantityNorm:
     return replace(norm, quantile_eps=eps)
 
 
-def _normalization(config: ConventionSettings, cfg: ModelConfig, family: CheckpointFamily
+def _normalization(config: ConventionSettings, preset: Preset, family: CheckpointFamily
                    ) -> tuple[QuantityNorm, QuantityNorm, str]:
     if config.norm_stats:
         stats = load_norm_stats(Path(config.norm_stats))
         return _openpi(stats, f'norm_stats {config.norm_stats}')
     if family is CheckpointFamily.RANDOM:
-        return (QuantityNorm(identity_norm_stats(cfg.state_dim)),
-                QuantityNorm(identity_norm_stats(cfg.robot_action_dim)),
+        robot = get_robot(preset.robot)
+        return (QuantityNorm(identity_norm_stats(robot.state_dim)),
+                QuantityNorm(identity_norm_stats(robot.robot_action_dim)),
                 'identity norm stats (random weights)')
     folder = checkpoint_folder(config.checkpoint)
     readers = [_read_lerobot, _read_openpi]
     if family is CheckpointFamily.OPENPI:
         readers.reverse()
     for read in readers:
-        found = read(folder, cfg)
+        found = read(folder, preset)
         if found is not None:
             return found
-    raise NormStatsNotFound(not_found_message(folder, cfg))
+    raise NormStatsNotFound(not_found_message(folder, preset))
 
 
 def _openpi(stats: Mapping[str, NormStats], origin: str) -> tuple[QuantityNorm, QuantityNorm, str]:
@@ -192,26 +196,26 @@ def _openpi(stats: Mapping[str, NormStats], origin: str) -> tuple[QuantityNorm, 
         f'openpi quantile norm stats from {origin}'
 
 
-def _read_openpi(folder: Path, cfg: ModelConfig) -> tuple[QuantityNorm, QuantityNorm, str] | None:
-    file = openpi_norm_stats_file(folder, cfg.asset_id)
+def _read_openpi(folder: Path, preset: Preset) -> tuple[QuantityNorm, QuantityNorm, str] | None:
+    file = openpi_norm_stats_file(folder, preset.asset_id)
     return _openpi(load_norm_stats(file), str(file)) if file.is_file() else None
 
 
-def _read_lerobot(folder: Path, cfg: ModelConfig
+def _read_lerobot(folder: Path, preset: Preset
                   ) -> tuple[QuantityNorm, QuantityNorm, str] | None:
     found = load_lerobot_normalization(folder)
     return None if found is None else (found.state, found.actions, found.describe())
 
 
-def not_found_message(folder: Path, cfg: ModelConfig) -> str:
+def not_found_message(folder: Path, preset: Preset) -> str:
     """Return the error text for a checkpoint folder without norm stats (every place looked)."""
-    openpi = openpi_norm_stats_file(folder, cfg.asset_id)
+    openpi = openpi_norm_stats_file(folder, preset.asset_id)
     known = known_asset_ids(folder)
     other = f' (asset ids with norm stats there: {", ".join(known)}: another preset?)' \
         if known else ''
     return '\n'.join([
-        f'norm stats not found for checkpoint {folder} (preset {cfg.name!r}, asset id '
-        f'{cfg.asset_id!r}); looked for:',
+        f'norm stats not found for checkpoint {folder} (preset {preset.name!r}, asset id '
+        f'{preset.asset_id!r}); looked for:',
         f'  - openpi: {openpi}{other}',
         f'  - LeRobot normalizer: {folder / PREPROCESSOR} or '
         f'{folder / normalizer_pattern(NORMALIZER)}',
@@ -219,7 +223,7 @@ def not_found_message(folder: Path, cfg: ModelConfig) -> str:
         f'{folder / normalizer_pattern(UNNORMALIZER)}',
         'Three ways out:',
         f'  1. openpi checkpoint: copy its assets/ folder next to model.safetensors (assets/'
-        f'{cfg.asset_id}/norm_stats.json; oxygen_convert does this for an openpi JAX '
+        f'{preset.asset_id}/norm_stats.json; oxygen_convert does this for an openpi JAX '
         "checkpoint; openpi's own converter copies the parent folder's assets/, "
         'Physical-Intelligence/openpi#638)',
         '  2. LeRobot checkpoint: download the whole hub folder (policy_preprocessor*.json/'

@@ -23,14 +23,8 @@ Grayscale/RGBA/BGR conversion is the ROS layer's job: only ``[H, W, 3]`` RGB is 
 from __future__ import annotations
 
 import enum
-import logging
-from typing import Mapping
 
 import numpy as np
-
-from oxygen_ros.config import CAMERA_SLOTS, ModelConfig
-
-logger = logging.getLogger(__name__)
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -218,42 +212,5 @@ def image_to_model(img: np.ndarray, size: int | None = None,
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
 
-def prepare_images(images: Mapping[str, np.ndarray], cfg: ModelConfig,
-                   resize: ImageResize = ImageResize.OPENPI) -> tuple[np.ndarray, np.ndarray]:
-    """
-    Build the image input of all ``CAMERA_SLOTS`` for one observation.
-
-    Slots of ``cfg.cameras`` present in ``images`` are converted with :func:`image_to_model`
-    (resized to ``cfg.vision.image_size``). Other slots are black images (-1, openpi's
-    ``np.zeros_like`` uint8 image after scaling) with mask False; whether a missing camera is
-    an error is the caller's decision. Images of slots the preset does not use are ignored.
-
-    :param images: slot name → image (``config.CAMERA_SLOTS`` names).
-    :param cfg: the model preset.
-    :param resize: the checkpoint family's filter.
-    :returns: ``float32 [3, 3, S, S]`` images in slot order and ``bool [3]`` image masks.
-    :raises ValueError: an unknown slot name, or an invalid image (message names the slot).
-    """
-    unknown = sorted(set(images) - set(CAMERA_SLOTS))
-    if unknown:
-        raise ValueError(f'unknown camera slots {unknown}; known: {list(CAMERA_SLOTS)}')
-    size = cfg.vision.image_size
-    out = np.full((len(CAMERA_SLOTS), 3, size, size), -1.0, dtype=np.float32)
-    mask = np.zeros(len(CAMERA_SLOTS), dtype=np.bool_)
-    for i, slot in enumerate(CAMERA_SLOTS):
-        img = images.get(slot)
-        if img is None:
-            continue
-        if slot not in cfg.cameras:
-            logger.debug('ignoring camera %s: preset %s does not use it', slot, cfg.name)
-            continue
-        try:
-            out[i] = image_to_model(img, size, resize)
-        except ValueError as exc:
-            raise ValueError(f'camera {slot}: {exc}') from None
-        mask[i] = True
-    return out, mask
-
-
 __all__ = ['ImageResize', 'check_image', 'image_to_model', 'lerobot_resize_with_pad',
-           'pad_geometry', 'prepare_images', 'resize_on_device', 'resize_with_pad']
+           'pad_geometry', 'resize_on_device', 'resize_with_pad']

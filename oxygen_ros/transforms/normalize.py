@@ -29,8 +29,8 @@ from typing import Mapping
 
 import numpy as np
 
-from oxygen_ros.config import ModelConfig, RobotAdapter
-from oxygen_ros.transforms import robot_adapters
+from oxygen_ros.config import ModelConfig
+from oxygen_ros.policies import RobotPolicy
 from oxygen_ros.transforms.norm_stats import identity_norm_stats, NormStats, REQUIRED_KEYS
 
 QUANTILE_EPS = 1e-6
@@ -212,26 +212,33 @@ def pad_to(x: np.ndarray, dim: int) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Normalizer:
     """
-    State → model inputs and model actions → robot units for one preset.
+    State → model inputs and model actions → robot units for one robot and network.
 
-    openpi ``src/openpi/transforms.py`` ``Normalize`` / ``Unnormalize``;
-    ``docs/model.md#preprocessing``.
+    openpi ``src/openpi/transforms.py`` ``Normalize`` / ``Unnormalize``, between the robot
+    policy's input and output transforms (``<Robot>Inputs`` before ``Normalize``,
+    ``Unnormalize`` before ``<Robot>Outputs``); ``docs/model.md#preprocessing``.
 
     :ivar state: normalization of the robot state (stats ``dim`` >= ``state_dim``).
     :ivar actions: of the actions (stats ``dim`` >= ``robot_action_dim``).
-    :ivar state_dim: robot state dims (before padding).
-    :ivar robot_action_dim: action dims sent to the robot.
+    :ivar robot: the robot policy: its dims and its transforms around (un)normalization.
     :ivar action_dim: the model's padded dim A (32).
-    :ivar adapter: the robot's transforms around (un)normalization (``robot_adapters``).
     :raises ValueError: stats shorter than the robot dims, or dims out of range.
     """
 
     state: QuantityNorm
     actions: QuantityNorm
-    state_dim: int
-    robot_action_dim: int
-    action_dim: int = 32
-    adapter: RobotAdapter = RobotAdapter.NONE
+    robot: RobotPolicy
+    action_dim: int
+
+    @property
+    def state_dim(self) -> int:
+        """Return the robot state dims (before padding)."""
+        return self.robot.state_dim
+
+    @property
+    def robot_action_dim(self) -> int:
+        """Return the action dims sent to the robot."""
+        return self.robot.robot_action_dim
 
     def __post_init__(self) -> None:
         if not 0 < self.state_dim <= self.action_dim:
@@ -252,15 +259,15 @@ class Normalizer:
                              f'model action dim {self.action_dim}')
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig,
+    def from_config(cls, cfg: ModelConfig, robot: RobotPolicy,
                     stats: Mapping[str, NormStats | QuantityNorm]) -> Normalizer:
         """
-        Build from a preset and loaded stats.
+        Build from a network, its robot policy and loaded stats.
 
         :param stats: ``state`` and ``actions``: :class:`NormStats` (openpi's quantile
             normalization, ``load_norm_stats``) or :class:`QuantityNorm` (any mode, e.g. read
             from LeRobot's processor files).
-        :raises ValueError: ``state``/``actions`` missing, too short for the preset, or stats
+        :raises ValueError: ``state``/``actions`` missing, too short for the robot, or stats
             without the fields of their mode.
         """
         missing = [key for key in REQUIRED_KEYS if key not in stats]
@@ -268,24 +275,21 @@ class Normalizer:
             raise ValueError(f'norm stats lack {missing}; have {sorted(stats)}')
         norms = {key: stats[key] if isinstance(stats[key], QuantityNorm) else
                  QuantityNorm(stats[key]) for key in REQUIRED_KEYS}
-        return cls(state=norms['state'], actions=norms['actions'], state_dim=cfg.state_dim,
-                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
-                   adapter=cfg.robot_adapter)
+        return cls(state=norms['state'], actions=norms['actions'], robot=robot,
+                   action_dim=cfg.action_dim)
 
     @classmethod
-    def identity(cls, cfg: ModelConfig) -> Normalizer:
+    def identity(cls, cfg: ModelConfig, robot: RobotPolicy) -> Normalizer:
         """Return a normalizer with :func:`identity_norm_stats` (random-weight presets)."""
-        return cls(state=QuantityNorm(identity_norm_stats(cfg.state_dim)),
-                   actions=QuantityNorm(identity_norm_stats(cfg.robot_action_dim)),
-                   state_dim=cfg.state_dim,
-                   robot_action_dim=cfg.robot_action_dim, action_dim=cfg.action_dim,
-                   adapter=cfg.robot_adapter)
+        return cls(state=QuantityNorm(identity_norm_stats(robot.state_dim)),
+                   actions=QuantityNorm(identity_norm_stats(robot.robot_action_dim)),
+                   robot=robot, action_dim=cfg.action_dim)
 
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
         """
         Return the normalized, unpadded state (for ``prompt.discretize_state``).
 
-        The robot adapter's input transform comes first (openpi: ``<Robot>Inputs`` before
+        The robot policy's input transform comes first (openpi: ``<Robot>Inputs`` before
         ``Normalize``).
 
         :param state: ``float [state_dim]`` in robot units.
@@ -298,7 +302,7 @@ class Normalizer:
         if not np.all(np.isfinite(x)):
             bad = np.flatnonzero(~np.isfinite(x)).tolist()
             raise ValueError(f'state has NaN/Inf at dims {bad}')
-        return self.state.normalize(robot_adapters.state_to_model(self.adapter, x))
+        return self.state.normalize(self.robot.state_to_model(x))
 
     def state_to_model(self, state: np.ndarray) -> np.ndarray:
         """
@@ -313,42 +317,42 @@ class Normalizer:
     def actions_to_robot(self, actions: np.ndarray,
                          state: np.ndarray | None = None) -> np.ndarray:
         """
-        Unnormalize model actions, keep the robot's dims, apply the robot adapter.
+        Unnormalize model actions, keep the robot's dims, apply the robot's output transform.
 
         openpi's output pipeline: ``Unnormalize`` → (``AbsoluteActions``) → ``<Robot>Outputs``.
 
         :param actions: ``float [..., H, action_dim]`` model output (normalized, padded).
         :param state: ``float [state_dim]`` the frame's robot state in robot units; required
-            by adapters whose actions are relative to it (ALOHA).
+            by robots whose actions are relative to it (ALOHA).
         :returns: ``float64 [..., H, robot_action_dim]`` in robot units.
         :raises ValueError: last axis != ``action_dim``, NaN/Inf in the actions, or a state
-            missing or of the wrong shape where the adapter needs one.
+            missing or of the wrong shape where the robot needs one.
         """
         x = _chunk(actions, self.action_dim, 'model')
         robot = self.actions.unnormalize(x)[..., :self.robot_action_dim]
-        if self.adapter is RobotAdapter.NONE:
-            return robot
-        return robot_adapters.actions_to_robot(self.adapter, robot, self._adapter_state(state))
+        return self.robot.actions_to_robot(robot, self._model_state(state))
 
-    def _adapter_state(self, state: np.ndarray | None) -> np.ndarray:
-        """Return the frame state in the adapter's convention; raise if it has none."""
+    def _model_state(self, state: np.ndarray | None) -> np.ndarray | None:
+        """Return the frame state in the model's convention where actions are relative to it."""
+        if not self.robot.relative_actions:
+            return None
         if state is None or np.shape(state) != (self.state_dim,):
-            raise ValueError(f'the {self.adapter.value} adapter needs the frame state of shape '
+            raise ValueError(f'the {self.robot.name} robot needs the frame state of shape '
                              f'({self.state_dim},), got '
                              f'{None if state is None else np.shape(state)}')
-        return robot_adapters.state_to_model(self.adapter, state)
+        return self.robot.state_to_model(state)
 
     @property
     def relative_actions(self) -> bool:
         """Return whether some action dims are predicted relative to the frame's state."""
-        return robot_adapters.has_relative_actions(self.adapter)
+        return self.robot.relative_actions
 
     def actions_to_model(self, actions: np.ndarray,
                          state: np.ndarray | None = None) -> np.ndarray:
         """
         Return robot-unit actions in normalized model units (``actions_to_robot`` inverted).
 
-        The robot's dims only; relative to ``state`` where the adapter's actions are relative
+        The robot's dims only; relative to ``state`` where the robot's actions are relative
         to a state.
 
         Real-time chunking keeps the previous chunk in robot units (absolute) and re-expresses
@@ -357,14 +361,13 @@ class Normalizer:
         state's change).
 
         :param actions: ``float [..., H, robot_action_dim]`` in robot units.
-        :param state: ``float [state_dim]`` robot units; required by relative adapters.
+        :param state: ``float [state_dim]`` robot units; required by relative robots.
         :returns: ``float64 [..., H, robot_action_dim]`` normalized (not padded).
         :raises ValueError: last axis != ``robot_action_dim``, NaN/Inf, or a state missing
-            or of the wrong shape where the adapter needs one.
+            or of the wrong shape where the robot needs one.
         """
         x = _chunk(actions, self.robot_action_dim, 'robot')
-        if self.adapter is not RobotAdapter.NONE:
-            x = robot_adapters.actions_to_model(self.adapter, x, self._adapter_state(state))
+        x = self.robot.actions_to_model(x, self._model_state(state))
         return self.actions.normalize(x)
 
 

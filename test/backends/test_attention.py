@@ -28,14 +28,14 @@ def test_the_config_wins_then_the_environment_then_auto(monkeypatch):
     monkeypatch.setenv(ATTENTION_ENV, ' Math ')
     assert AttentionBackend.resolve(None) is AttentionBackend.MATH
     assert AttentionBackend.resolve('flash') is AttentionBackend.FLASH
-    assert EngineConfig(preset='tiny').backend_config().attention is AttentionBackend.MATH
+    assert EngineConfig(preset='tiny').backend.attention is AttentionBackend.MATH
     monkeypatch.setenv(ATTENTION_ENV, 'fast')
     with pytest.raises(ValueError, match="OXYGEN_ROS_ATTENTION='fast'.*auto, math, efficient"):
         EngineConfig(preset='tiny')
-    cfg = EngineConfig(preset='tiny', attention_backend=AttentionBackend.CUDNN)
-    assert cfg.backend_config().attention is AttentionBackend.CUDNN
+    cfg = EngineConfig.create(preset='tiny', attention_backend=AttentionBackend.CUDNN)
+    assert cfg.backend.attention is AttentionBackend.CUDNN
     monkeypatch.setenv(ATTENTION_ENV, 'triton')
-    assert EngineConfig(preset='tiny').backend_config().attention is AttentionBackend.TRITON
+    assert EngineConfig(preset='tiny').backend.attention is AttentionBackend.TRITON
 
 
 def test_only_triton_and_auto_compiled_for_cuda_use_the_paged_kernel():
@@ -51,7 +51,7 @@ def test_only_triton_and_auto_compiled_for_cuda_use_the_paged_kernel():
 def _run(cfg, model, tokenizer):
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     engine.submit_text(TextTask.SUBTASK, max_tokens=3, req_id='r')
-    out = engine.step(make_observation(0, cfg.model_config().cameras, 8))
+    out = engine.step(make_observation(0, cfg.robot().cameras, 8))
     return out.action.actions
 
 
@@ -61,12 +61,12 @@ def test_every_cycle_runs_with_the_chosen_kernel(tiny_models, tokenizer, monkeyp
     cfg = EngineConfig(preset='tiny', cameras=CAMERA_SLOTS[:2], seed=1)
     model = tiny_models(cfg.model_config().prefix_attention, CAMERA_SLOTS[:2])
     auto = _run(cfg, model, tokenizer)
-    math = _run(replace(cfg, attention_backend=AttentionBackend.MATH), model, tokenizer)
+    math = _run(cfg.with_settings(attention_backend=AttentionBackend.MATH), model, tokenizer)
     np.testing.assert_allclose(math, auto, atol=1e-4, rtol=0)
-    matmul = _run(replace(cfg, attention_backend=AttentionBackend.MATMUL), model, tokenizer)
+    matmul = _run(cfg.with_settings(attention_backend=AttentionBackend.MATMUL), model, tokenizer)
     np.testing.assert_allclose(matmul, auto, atol=1e-4, rtol=0)
     with pytest.raises(RuntimeError, match='No viable backend'):
-        _run(replace(cfg, attention_backend=AttentionBackend.EFFICIENT), model, tokenizer)
+        _run(cfg.with_settings(attention_backend=AttentionBackend.EFFICIENT), model, tokenizer)
 
 
 def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(tiny_models):
@@ -79,7 +79,7 @@ def test_triton_runs_decode_and_suffixes_on_the_fast_path_with_the_paged_kernel(
         graphs.append(gm)
         return gm.forward
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DECODE, Step.SUFFIX])
     pool = KVCache(model.cfg.vlm, 1024)
@@ -120,7 +120,7 @@ def test_triton_runs_the_denoise_on_the_fast_path_with_the_fused_kernels(tiny_mo
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=1)
     fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.DENOISE, Step.GUIDED_DENOISE], camera_counts=(1,),
                          guided=True)
@@ -180,7 +180,7 @@ def test_flex_runs_vision_and_the_prefill_on_the_fast_path(tiny_models, mode):
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
     pool = KVCache(model.cfg.vlm, 1024)

@@ -17,6 +17,7 @@ def test_a_backend_without_an_entry_point_is_refused_with_what_to_do():
 
 
 def test_a_plugin_gets_no_memory_adapter():
-    config = EngineConfig(preset='tiny', backend=BackendKind.TENSORRT).backend_config()
+    config = EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT)
     with pytest.raises(ValueError, match="backend 'tensorrt' has no LoRA in its graphs"):
-        make_backend(config, None, 8, adapter=object())
+        make_backend(config.backend, None, 8, scheduler=config.scheduler, max_decode_tokens=8,
+                     max_cameras=2, adapter=object())

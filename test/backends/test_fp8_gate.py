@@ -30,8 +30,8 @@ import pytest
 import torch
 
 CAMS = CAMERA_SLOTS[:2]
-FP8 = EngineConfig(preset='tiny', cameras=CAMS, seed=3, quantization='fp8',
-                   max_running_requests=2)
+FP8 = EngineConfig.create(preset='tiny', cameras=CAMS, seed=3, quantization='fp8',
+                          max_running_requests=2)
 
 
 @pytest.fixture(scope='module')
@@ -44,8 +44,9 @@ def models():
 
 @pytest.mark.parametrize('kernel', list(Fp8Kernel), ids=lambda k: k.value)
 def test_the_rule_holds_fp8_to_1_5x_bf16s_action_error(models, kernel):
-    check = check_fp8_actions(models[kernel], models['bf16'], models['fp32'])
-    inputs = probe_inputs(models['fp32'])
+    check = check_fp8_actions(models[kernel], models['bf16'], models['fp32'],
+                              num_cameras=len(CAMS))
+    inputs = probe_inputs(models['fp32'], len(CAMS))
     want = action_chunks(models['fp32'], *inputs)
     assert want.shape == (2, FP8.model_config().action_horizon, 32)
     fp8_error = float((action_chunks(models[kernel], *inputs) - want).abs().max())
@@ -56,13 +57,15 @@ def test_the_rule_holds_fp8_to_1_5x_bf16s_action_error(models, kernel):
     # random tiny weights: FP8 is 3-5x further from float32 than bf16, so the rule refuses
     assert 1.5 < check.ratio < 8 and not check.passed
     assert '> tolerance' in check.describe() and "1.5 x bf16's" in check.describe()
-    assert check_fp8_actions(models[kernel], models['bf16'], models['fp32'], factor=8).passed
+    assert check_fp8_actions(models[kernel], models['bf16'], models['fp32'], num_cameras=2,
+                             factor=8).passed
 
 
 def test_non_finite_fp8_actions_always_fail(models):
     broken = quantized_copy(models['fp32'], Fp8Kernel.DEQUANT)
     broken.expert.layers[0].o.weight_scale[0] = float('nan')
-    check = check_fp8_actions(broken, models['bf16'], models['fp32'], factor=1e9)
+    check = check_fp8_actions(broken, models['bf16'], models['fp32'], num_cameras=2,
+                              factor=1e9)
     assert not check.finite and not check.passed
     assert check.describe() == 'fp8 actions are not finite'
 
@@ -97,11 +100,11 @@ def test_the_config_refuses_fp8_where_it_cannot_run():
     with pytest.raises(ValueError, match='quantization must be one of none, fp8'):
         EngineConfig(quantization='int4')
     with pytest.raises(ValueError, match="runs on the torch backend only; backend 'tensorrt'"):
-        EngineConfig(quantization='fp8', backend=BackendKind.TENSORRT)
+        EngineConfig.create(quantization='fp8', backend=BackendKind.TENSORRT)
     with pytest.raises(ValueError, match="on CUDA needs dtype 'bfloat16', got 'float32'"):
-        EngineConfig(quantization='fp8', device='cuda')
-    assert EngineConfig(quantization='fp8', device='cuda', dtype='bfloat16').quantization is \
-        Quantization.FP8
+        EngineConfig.create(quantization='fp8', device='cuda')
+    config = EngineConfig.create(quantization='fp8', device='cuda', dtype='bfloat16')
+    assert config.quantization is Quantization.FP8
 
 
 def test_fp8_weights_have_no_float32_copy_and_no_folding(models):
@@ -121,7 +124,7 @@ def test_a_shared_model_must_be_quantized_as_the_config_says(models, tokenizer):
 
 def test_the_fast_path_without_the_unquantized_reference_runs_eagerly_loudly(models, caplog):
     limits = EngineLimits.for_model(FP8.model_config(), num_slots=2048, max_batch=2,
-                                    max_decode_tokens=8)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = FastPathModel(models[Fp8Kernel.SCALED_MM], CompileMode.DEFAULT, limits,
                          backend='aot_eager')
     assert not fast.fold_norms
@@ -137,7 +140,7 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate_and_reports_the_fallback
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
     loaded = load_model(FP8, FP8.model_config())
     assert loaded.reference is not None and fp8_kernel_of(loaded.model) is Fp8Kernel.DEQUANT
-    fast = Engine(replace(FP8, compile_mode=CompileMode.DEFAULT), model=loaded,
+    fast = Engine(FP8.with_settings(compile_mode=CompileMode.DEFAULT), model=loaded,
                   tokenizer=tokenizer)
     eager = Engine(FP8, model=loaded.model, tokenizer=tokenizer)
     backend = fast.backend
@@ -146,6 +149,6 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate_and_reports_the_fallback
     assert set(fast.fallbacks) == {QUANTIZATION_FALLBACK}
     assert fast.describe_quantization() == 'fp8 e4m3, per-channel scales, dequant: 25 linears'
     for i in range(2):
-        obs = make_observation(i, CAMS, fast.model_cfg.state_dim)
+        obs = make_observation(i, CAMS, fast.robot.state_dim)
         a, b = fast.step(obs).action.actions, eager.step(obs).action.actions
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

@@ -17,6 +17,7 @@ from oxygen_ros.backends.interface import FrameInputs
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.model.guidance import RtcGuidance
+from oxygen_ros.parameters import declared_config
 from oxygen_ros.sched.output import (
     DenoiseJob, JobKind, PrefillJob, SegmentKind, VisionJob)
 from oxygen_ros.sched.request import FrameSpec, Request, RequestKind, TextContext
@@ -38,6 +39,26 @@ class Robot:
     frames: dict[int, tuple[tuple[int, ...], tuple[np.ndarray, ...], torch.Tensor]] = \
         field(default_factory=dict)
     texts: dict[int, list[Request]] = field(default_factory=dict)
+
+
+def settings(**changes):
+    """Return the scheduler's declared settings with ``changes`` (as ``EngineConfig`` does)."""
+    return declared_config(SchedulerConfig, 'scheduler', **{'block_size': BLOCK, **changes})
+
+
+def run_plan(backend, plan, inputs):
+    """Run ``plan`` to its end; return what it yielded, in order, and its output."""
+    steps, yielded = backend.execute(plan, inputs), []
+    while True:
+        try:
+            yielded.append(next(steps))
+        except StopIteration as done:
+            return yielded, done.value
+
+
+def frame_inputs(frame_id, images, noise, guidance=None):
+    """Return a frame's inputs as the engine makes them: ``[1, N, 3, S, S]`` images."""
+    return FrameInputs(frame_id, torch.from_numpy(np.stack(images))[None], noise, guidance)
 
 
 def draw_robots(cfg, policy, cycles=6):
@@ -68,10 +89,10 @@ def draw_robots(cfg, policy, cycles=6):
 def serve(model, mode, policy, robots, cycles=6):
     """Serve ``robots`` together; return chunks by (robot, cycle), texts, and the timings."""
     cfg = model.cfg
-    sched = Scheduler(SchedulerConfig(
-        num_blocks=600, max_prefix_tokens=cfg.max_prefix_tokens, policy=policy,
-        prefix_attention=mode, block_size=BLOCK, tokens_per_cycle=2, eos_token_id=None,
-        max_robots=len(robots), max_waiting_requests=64))
+    sched = Scheduler(settings(policy=policy, tokens_per_cycle=2, stop_on_eos=False,
+                               max_robots=len(robots), max_waiting_requests=64),
+                      num_blocks=600, max_prefix_tokens=cfg.prefix_tokens(2),
+                      prefix_attention=mode, eos_token_id=1)
     backend = TorchBackend(model, 600, BLOCK)
     chunks, texts, timings, calls = {}, {}, [], []
     cycle = 0
@@ -94,12 +115,12 @@ def serve(model, mode, policy, robots, cycles=6):
                         cfg.action_horizon, cfg.action_dim)
                     guidance = RtcGuidance.from_numpy(
                         target, np.linspace(1, 0, cfg.action_horizon), 5.0)
-                inputs.append(FrameInputs(fid, images, noise, guidance))
+                inputs.append(frame_inputs(fid, images, noise, guidance))
                 due[fid] = (robot.name, cycle)
         plan = sched.schedule(specs)
-        handed = []
-        out = backend.execute(plan, inputs, on_actions=lambda fid, a: handed.append(fid))
-        assert sorted(handed) == sorted(due) and set(out.chunks) == set(due)
+        handed, out = run_plan(backend, plan, inputs)
+        assert sorted(fid for fid, _ in handed) == sorted(due) and set(out.chunks) == set(due)
+        assert all(out.chunks[fid] is chunk for fid, chunk in handed)
         chunks.update({due[fid]: a[0].numpy().copy() for fid, a in out.chunks.items()})
         timings += out.runner.timings
         calls.append(plan_calls(plan.jobs, {f.frame_id: f for f in inputs}))
@@ -139,7 +160,7 @@ def test_robots_served_together_equal_each_robot_alone(mode, policy, tiny_models
 
 
 def frames_of(cameras, guided=()):
-    return {i: FrameInputs(i, (np.zeros((3, 4, 4), np.float32),) * n, torch.zeros(1),
+    return {i: FrameInputs(i, torch.zeros(1, n, 3, 4, 4), torch.zeros(1),
                            RtcGuidance(torch.zeros(1), torch.zeros(1), 1.0)
                            if i in guided else None)
             for i, n in enumerate(cameras)}
@@ -174,8 +195,9 @@ def test_plan_calls_batch_runs_of_distinct_frames_by_shape():
 def test_a_plan_without_a_frames_inputs_is_refused_before_anything_runs(tiny_models):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     cfg = model.cfg
-    sched = Scheduler(SchedulerConfig(num_blocks=200, max_prefix_tokens=cfg.max_prefix_tokens,
-                                      block_size=BLOCK, max_robots=2))
+    sched = Scheduler(settings(max_robots=2), num_blocks=200,
+                      max_prefix_tokens=cfg.prefix_tokens(2),
+                      prefix_attention=PrefixAttention.BIDIRECTIONAL, eos_token_id=1)
     backend = TorchBackend(model, 200, BLOCK)
     specs = [FrameSpec(i, cfg.image_tokens_per_camera, 1,
                        Request(f'act{i}', RequestKind.ACTION, (2, 5, 6)), robot=r)
@@ -184,9 +206,9 @@ def test_a_plan_without_a_frames_inputs_is_refused_before_anything_runs(tiny_mod
     image = np.zeros((3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
     noise = torch.zeros(1, cfg.action_horizon, cfg.action_dim)
     with pytest.raises(ValueError, match=r'plan 1 encodes frame 1 but got inputs of \[0\]'):
-        backend.execute(plan, [FrameInputs(0, (image,), noise)])
+        run_plan(backend, plan, [frame_inputs(0, (image,), noise)])
     assert backend.num_live_segments == 0
-    out = backend.execute(plan, [FrameInputs(i, (image,), noise) for i in (1, 0)])
-    assert sorted(out.chunks) == [0, 1]
+    handed, out = run_plan(backend, plan, [frame_inputs(i, (image,), noise) for i in (1, 0)])
+    assert sorted(out.chunks) == [0, 1] == sorted(fid for fid, _ in handed)
     with pytest.raises(ValueError, match=r'chunks of frames \[0, 1\]: read chunks'):
         out.actions

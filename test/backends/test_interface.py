@@ -60,7 +60,7 @@ def test_the_check_finds_a_missing_member_and_a_changed_signature():
 
         warmup_report = WarmupReport()            # a plain attribute, not a property
 
-        def execute(self, plan, frame, on_actions=None):   # on_actions not keyword-only
+        def execute(self, plan, frames):          # another parameter name
             raise NotImplementedError
 
         def sharing_pool(self, offset: int):      # another parameter name

@@ -21,7 +21,7 @@ TIME_IN = 'time_mlp_in.weight'
 @pytest.fixture(scope='module')
 def model():
     torch.manual_seed(0)
-    return Pi05Model(get_preset('tiny')).eval()
+    return Pi05Model(get_preset('tiny').model).eval()
 
 
 def _assert_same(a, b, dtype=None):
@@ -164,7 +164,7 @@ def test_missing_unexpected_and_misshapen_keys_in_one_error(model, tmp_path):
 def test_wrong_preset_names_the_dims_and_the_matching_preset(model, tmp_path):
     save_checkpoint(model, tmp_path, layout=CheckpointLayout.LEROBOT)
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint(tmp_path, get_preset('demo'))
+        load_checkpoint(tmp_path, get_preset('demo').model)
     message = str(info.value)
     assert "does not fit preset 'demo'" in message and 'lerobot layout' in message
     assert "vlm.width: checkpoint 16, preset 'demo' 64" in message
@@ -202,7 +202,7 @@ def test_parameter_counts():
     counts = {}
     for name in preset_names():
         with torch.device('meta'):
-            meta = Pi05Model(get_preset(name))
+            meta = Pi05Model(get_preset(name).model)
         assert all(p.is_meta for p in meta.parameters())
         counts[name] = meta.count_parameters()
     assert counts['tiny'] < 5_000_000

@@ -6,9 +6,9 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.observation import Observation
+from oxygen_ros.observation import Observation, ObservationError, RefusalReason
 from oxygen_ros.transforms.images import ImageResize
-from oxygen_ros.transforms.inputs import CameraImage, InputFault, ObservationError
+from oxygen_ros.transforms.inputs import CameraImage
 from oxygen_ros.transforms.prompt import TextTask
 import pytest
 from skimage import data
@@ -30,15 +30,15 @@ def run(engine, frames=3):
         engine.submit_text(TextTask.MEMORY, max_tokens=3, req_id=f'm{f}')
         out = engine.step(observation(f))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     return actions, texts
 
 
 def test_an_engine_resizing_on_its_device_equals_one_resizing_on_the_host(tiny_models,
                                                                           tokenizer):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, image_resize=ImageResize.LEROBOT, seed=3,
-                       stop_on_eos=False)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, image_resize=ImageResize.LEROBOT,
+                              seed=3, stop_on_eos=False)
     host = Engine(cfg, model=model, tokenizer=tokenizer)
     device = Engine(replace(cfg, resize_on_device=True), model=model, tokenizer=tokenizer)
     assert not host.resize_on_device and device.resize_on_device
@@ -66,4 +66,4 @@ def test_images_prepared_when_they_arrive_are_taken_as_they_are(tiny_models, tok
     with pytest.raises(ObservationError,
                        match=r'camera base_0_rgb: image: expected 3 channels') as exc:
         engine.prepare_image('base_0_rgb', np.zeros((4, 4, 4), np.uint8))
-    assert exc.value.cause is InputFault.BAD_IMAGE
+    assert exc.value.reason is RefusalReason.BAD_IMAGE

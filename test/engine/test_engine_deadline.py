@@ -31,18 +31,18 @@ def decode(tiny_models, tokenizer, deadline_s):
     """Decode one 9-token answer; return its tokens per cycle and the chunks published."""
     mode = PrefixAttention.BIDIRECTIONAL
     # min k = k: the scheduler always plans K tokens, so any cut is the backend's
-    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMERAS,
-                       tokens_per_cycle=K, min_tokens_per_cycle=K, stop_on_eos=False,
-                       control_period_s=0.1, seed=11)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMERAS,
+                              tokens_per_cycle=K, min_tokens_per_cycle=K, stop_on_eos=False,
+                              seed=11)
     engine = Engine(cfg, model=tiny_models(mode, CAMERAS), tokenizer=tokenizer)
     engine.submit_text(TextTask.ANSWER, question='what is red?', max_tokens=9, req_id='q')
     per_cycle, chunks, text = [], 0, None
     for frame in range(12):
         out = engine.step(observation(frame), deadline=time.monotonic() + deadline_s)
         chunks += out.action is not None
-        per_cycle += [d.token_ids for d in out.text_deltas]
-        if out.texts:
-            [text] = out.texts
+        per_cycle += [d.new_token_ids for d in out.outputs]
+        if out.finished:
+            [text] = out.finished
             break
     return per_cycle, chunks, text
 

@@ -20,8 +20,8 @@ def random_observation(rng: np.random.Generator, cameras, state_dim: int, frame:
 
 
 def run_policy(policy, mode, cameras, model, tokenizer, frames=6, k=2, stop_on_eos=False):
-    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
+    cfg = EngineConfig.create(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=k, stop_on_eos=stop_on_eos, seed=11)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     rng = np.random.default_rng(5)
     actions, texts = [], {}
@@ -34,12 +34,13 @@ def run_policy(policy, mode, cameras, model, tokenizer, frames=6, k=2, stop_on_e
                                max_tokens=budgets[(f + 3) % len(budgets)], req_id=f'ask{f}')
         if f % 3 == 0:
             engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id=f'mem{f}')
-        out = engine.step(random_observation(rng, cameras, cfg.model_config().state_dim, f))
+        out = engine.step(random_observation(rng, cameras, cfg.robot().state_dim, f))
         assert out.action is not None and out.action.frame_id == f
         actions.append(out.action.actions)
-        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in out.texts})
+        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: (t.token_ids, t.finish_reason) for t in engine.step(None).texts})
+        texts.update({t.req_id: (t.token_ids, t.finish_reason)
+                      for t in engine.step(None).finished})
     return actions, texts, engine
 
 

@@ -7,10 +7,10 @@ import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, PromptFormat
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine, EngineClosedError
+from oxygen_ros.observation import ObservationError, RefusalReason
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.tools.common.workload import make_observation
-from oxygen_ros.transforms.inputs import InputFault, ObservationError
 from oxygen_ros.transforms.norm_stats import identity_norm_stats
 from oxygen_ros.transforms.prompt import action_prompt_ids, TextTask
 import pytest
@@ -20,8 +20,8 @@ CAMS = CAMERA_SLOTS[:2]
 
 @pytest.fixture
 def engine(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False)
     return Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                   tokenizer=tokenizer)
 
@@ -32,16 +32,17 @@ def obs(frame=0, **changes):
 
 BAD = [
     ('missing camera', {'images': {'base_0_rgb': make_observation(0, CAMS, 8).images[
-        'base_0_rgb']}}, InputFault.MISSING_CAMERA, r"missing camera\(s\) \['left_wrist_0_rgb'\]"),
+        'base_0_rgb']}}, RefusalReason.MISSING_CAMERA,
+     r"missing camera\(s\) \['left_wrist_0_rgb'\]"),
     ('NaN state', {'state': np.array([0, 1, np.nan, 0, 0, 0, np.inf, 0], np.float32)},
-     InputFault.BAD_STATE, r'NaN/Inf at dims \[2, 6\]'),
-    ('short state', {'state': np.zeros(5, np.float32)}, InputFault.BAD_STATE,
+     RefusalReason.BAD_STATE, r'NaN/Inf at dims \[2, 6\]'),
+    ('short state', {'state': np.zeros(5, np.float32)}, RefusalReason.BAD_STATE,
      r'state must have shape \(8,\), got \(5,\)'),
     ('gray image', {'images': {s: np.zeros((30, 40), np.uint8) for s in CAMS}},
-     InputFault.BAD_IMAGE, 'camera base_0_rgb'),
+     RefusalReason.BAD_IMAGE, 'camera base_0_rgb'),
     ('RGBA image', {'images': {s: np.zeros((30, 40, 4), np.uint8) for s in CAMS}},
-     InputFault.BAD_IMAGE, '4'),
-    ('empty prompt', {'prompt': '   '}, InputFault.BAD_PROMPT, 'empty task prompt'),
+     RefusalReason.BAD_IMAGE, '4'),
+    ('empty prompt', {'prompt': '   '}, RefusalReason.BAD_PROMPT, 'empty task prompt'),
 ]
 
 
@@ -53,32 +54,32 @@ def test_bad_observation_is_refused_and_nothing_is_lost(engine, name, changes, c
     used = engine.scheduler.kv.num_used_blocks
     with pytest.raises(ObservationError, match=match) as err:
         engine.step(obs(1, **changes))
-    assert err.value.cause is cause
+    assert err.value.reason is cause
     assert engine.scheduler.kv.num_used_blocks == used       # nothing changed
     # no valid observation: no action, but running text keeps decoding
     out = engine.step(None)
     assert out.action is None and out.stats.decode_batch == 1
     out = engine.step(obs(2))                                 # valid input: actions resume
     assert out.action is not None and out.action.stamp_ns == obs(2).stamp_ns
-    done = list(out.texts) + [t for _ in range(3) for t in engine.step(obs(3)).texts]
+    done = list(out.finished) + [t for _ in range(3) for t in engine.step(obs(3)).finished]
     assert [t.req_id for t in done] == ['running'] and len(done[0].token_ids) == 6
 
 
 def test_an_instruction_over_the_token_budget_is_refused_with_its_reason(engine, tokenizer):
-    cfg = engine.model_cfg
-    assert cfg.prompt_format is PromptFormat.PI05_STATE
+    cfg, fmt = engine.model_cfg, engine.robot.prompt_format
+    assert fmt is PromptFormat.PI05_STATE
     words = 'grasp the blue mug carefully'
     fits = max((' '.join([words] * k) for k in range(1, 40)
                 if len(action_prompt_ids(tokenizer, ' '.join([words] * k), obs().state,
-                                         cfg.prompt_format)) <= cfg.max_token_len), key=len)
+                                         fmt)) <= cfg.max_token_len), key=len)
     long = fits + ' ' + words
-    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, cfg.prompt_format))
+    num_ids = len(action_prompt_ids(tokenizer, long, obs().state, fmt))
     engine.submit_text(TextTask.SUBTASK, max_tokens=6, req_id='running')
     engine.step(obs(0))
     used = engine.scheduler.kv.num_used_blocks
     with pytest.raises(ObservationError) as err:
         engine.step(obs(1, prompt=long))
-    assert err.value.cause is InputFault.BAD_PROMPT
+    assert err.value.reason is RefusalReason.BAD_PROMPT
     assert str(err.value) == (
         f'instruction too long: its action prompt (pi05_state, with BOS and the state) is '
         f'{num_ids} tokens, the model takes {cfg.max_token_len} (max_token_len of preset tiny); '
@@ -97,7 +98,7 @@ def test_requests_after_shutdown_are_refused(engine):
     aborted = engine.shutdown()
     assert {t.req_id for t in aborted} == {'live', 'queued', 'late'}
     assert all(t.error == 'engine shut down' for t in aborted)
-    assert next(t for t in aborted if t.req_id == 'live').finish_reason is FinishReason.ABORT
+    assert all(t.finish_reason is FinishReason.DROPPED for t in aborted)
     with pytest.raises(EngineClosedError, match='shut down'):
         engine.submit_text(TextTask.SUBTASK)
     with pytest.raises(EngineClosedError, match='shut down'):
@@ -106,8 +107,8 @@ def test_requests_after_shutdown_are_refused(engine):
 
 
 def test_submit_errors(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, max_waiting_requests=2)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, max_waiting_requests=2)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     with pytest.raises(ValueError, match='needs a non-empty question'):
@@ -151,8 +152,8 @@ def test_the_bound_holds_for_submits_from_many_threads(engine):
 
 def test_a_request_the_pool_could_never_hold_is_refused_at_submit(tiny_models, tokenizer):
     # room for two action prefixes and little more: a long request could never fit
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, kv_cache_mb=0.06, block_size=16)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, kv_cache_mb=0.06, block_size=16)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     with pytest.raises(ValueError, match=r'huge: needs up to \d+ KV blocks \(its prefix and a '
@@ -167,9 +168,9 @@ def test_a_request_the_pool_could_never_hold_is_refused_at_submit(tiny_models, t
 def test_text_waits_in_order_for_a_decode_slot_while_actions_flow(tiny_models, tokenizer):
     # one decode slot: the others wait (no timeout) and are admitted in arrival order as the
     # running one ends, and every cycle publishes its chunk
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                       cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False,
-                       max_running_requests=1)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.CAUSAL_TEXT,
+                              cameras=CAMS, tokens_per_cycle=2, stop_on_eos=False,
+                              max_running_requests=1)
     engine = Engine(cfg, model=tiny_models(PrefixAttention.CAUSAL_TEXT, CAMS),
                     tokenizer=tokenizer)
     for i in range(3):
@@ -178,8 +179,8 @@ def test_text_waits_in_order_for_a_decode_slot_while_actions_flow(tiny_models, t
     while len(done) < 3 and cycles < 20:
         out = engine.step(obs(cycles))
         assert out.action is not None and engine.num_running <= 1
-        started += [d.req_id for d in out.text_deltas if d.req_id not in started]
-        done += [t.req_id for t in out.texts]
+        started += [d.req_id for d in out.outputs if d.req_id not in started]
+        done += [t.req_id for t in out.finished]
         cycles += 1
     assert started == done == ['t0', 't1', 't2']
     assert cycles == 3 * 3  # one after another, 6 tokens at k = 2 each
@@ -203,16 +204,15 @@ def test_kv_use_grows_with_live_requests_not_steps(engine):
 
 def test_action_is_handed_out_before_the_cycle_decodes_text(engine):
     engine.submit_text(TextTask.SUBTASK, max_tokens=8, req_id='t')
-    seen = []
-
-    def on_action(chunk):
-        seen.append((chunk, engine.backend.num_live_rows))
-    out = engine.step(obs(0), on_action=on_action)
-    chunk, rows_at_publish = seen[0]
+    cycle = engine.begin(obs(0))
+    chunk, rows_at_publish = cycle.action(), engine.backend.num_live_rows
+    out = cycle.finish()
     assert chunk is out.action and rows_at_publish == 0    # text not even seeded yet
     assert 0 < out.stats.action_latency_s < out.stats.total_s
-    out = engine.step(None, on_action=on_action)
-    assert len(seen) == 1 and out.action is None
+    cycle = engine.begin(None)
+    assert cycle.action() is None
+    out = cycle.finish()
+    assert out.action is None
 
 
 def test_text_output_counts_the_cycles_it_took(engine):
@@ -220,7 +220,7 @@ def test_text_output_counts_the_cycles_it_took(engine):
     steps, done = 0, []
     while not done:
         steps += 1
-        done = engine.step(obs(steps)).texts
+        done = engine.step(obs(steps)).finished
     text, = done
     assert steps == 3 and text.num_cycles == 3 and len(text.token_ids) == 5
 

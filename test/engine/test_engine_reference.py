@@ -54,8 +54,8 @@ def text_reference(engine, tokenizer, model, obs, task, budget):
 def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer):
     cameras = CAMERA_SLOTS[:2]
     model = tiny_models(mode, cameras)
-    cfg = EngineConfig(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=3, stop_on_eos=False, seed=7)
+    cfg = EngineConfig.create(preset='tiny', policy=policy, prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=3, stop_on_eos=False, seed=7)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     mcfg = engine.model_cfg
     budgets = {'sub0': 6, 'mem1': 4, 'ans2': 5, 'mem2': 3}
@@ -63,16 +63,16 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
     frames = {}
     texts = {}
     for f in range(3):
-        obs = make_observation(f, cameras, mcfg.state_dim)
+        obs = make_observation(f, cameras, engine.robot.state_dim)
         for task in tasks[f]:
             req_id = f'{task.value[:3]}{f}'
             engine.submit_text(task, max_tokens=budgets[req_id], req_id=req_id,
                                question=QUESTION if task is TextTask.ANSWER else None)
         out = engine.step(obs)
         frames[f] = (obs, out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
 
     with torch.inference_mode():
         for f, (obs, actions) in frames.items():
@@ -87,7 +87,7 @@ def test_engine_matches_uncached_reference(policy, mode, tiny_models, tokenizer)
             ref = reference_sample_actions(model, embeds, image_mask, act_ids,
                                            torch.ones_like(act_ids, dtype=torch.bool), noise)
             ref_robot = engine.normalizer.actions.unnormalize(ref[0].numpy())
-            np.testing.assert_allclose(actions, ref_robot[:, :mcfg.robot_action_dim],
+            np.testing.assert_allclose(actions, ref_robot[:, :engine.robot.robot_action_dim],
                                        atol=1e-5, rtol=0)
             # text: greedy over full recomputation of prefix (+ suffix) + generated tokens
             for task in tasks[f]:
@@ -102,8 +102,8 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
     """Every logit row the backend computes (seed and batched decode) vs the reference."""
     cameras = CAMERA_SLOTS[:1]
     model = tiny_models(mode, cameras)
-    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=cameras,
-                       tokens_per_cycle=2, stop_on_eos=False, seed=1)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=cameras,
+                              tokens_per_cycle=2, stop_on_eos=False, seed=1)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     backend = engine.backend
     records = []      # (req_id, index of the predicted generated token, logits)
@@ -147,12 +147,12 @@ def test_decode_logits_of_mixed_batches_match_full_recomputation(mode, tiny_mode
     budgets = [5, 3, 6, 2]
     observations, texts = {}, {}
     for f, budget in enumerate(budgets):      # requests of different lengths share batches
-        obs = make_observation(f, cameras, engine.model_cfg.state_dim)
+        obs = make_observation(f, cameras, engine.robot.state_dim)
         observations[f'r{f}'] = (obs, budget)
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-        texts.update({t.req_id: t.token_ids for t in engine.step(obs).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(obs).finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     monkeypatch.undo()
 
     assert len(records) == sum(budgets)

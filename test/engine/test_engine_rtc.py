@@ -3,11 +3,13 @@
 from dataclasses import replace
 
 import numpy as np
-from oxygen_ros.config import get_preset, PrefixAttention, RobotAdapter
+from oxygen_ros.config import PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.observation import Observation
+from oxygen_ros.policies import preset_robot
+from oxygen_ros.policies.aloha import ALOHA, AlohaPolicy
 from oxygen_ros.transforms.norm_stats import NormStats
 from oxygen_ros.transforms.normalize import Normalizer, QuantityNorm
 import pytest
@@ -35,8 +37,8 @@ def record_cycles(engine):
     """Return the list each cycle appends (its frame's guidance, its normalized actions) to."""
     seen, execute = [], engine.backend.execute
 
-    def recording(plan, frame, **kwargs):
-        out = execute(plan, frame, **kwargs)
+    def recording(plan, frame):          # a plan runs as a generator: its chunk, then this
+        out = yield from execute(plan, frame)
         if frame is not None:
             seen.append((frame.guidance, out.actions[0].clone()))
         return out
@@ -79,20 +81,20 @@ def test_guided_chunks_keep_the_frozen_points_of_the_previous_chunk(engine, toke
 
 # -- relative actions: the previous chunk is re-anchored to the new frame's state ------------
 
-def aloha_normalizer(cfg, stats):
-    """Return a normalizer with ALOHA's adapter (arm joints relative to the state), 14 dims."""
+def aloha_normalizer(cfg, _robot, stats):
+    """Return a normalizer with ALOHA's transforms (arm joints relative to the state)."""
     rng = np.random.default_rng(5)
     low = rng.uniform(-1.5, -0.5, 14)
     actions = NormStats(mean=np.zeros(14), std=np.ones(14), q01=low, q99=low + 2.0)
     # every state in bin 0 of the prompt: 14 numbers fit the tiny preset's 64 prompt tokens
     state = NormStats(mean=np.zeros(14), std=np.ones(14), q01=np.full(14, 1e3),
                       q99=np.full(14, 1e3 + 1))
-    return Normalizer(QuantityNorm(state), QuantityNorm(actions), state_dim=14,
-                      robot_action_dim=14, adapter=RobotAdapter.ALOHA)
+    return Normalizer(QuantityNorm(state), QuantityNorm(actions), ALOHA.with_cameras(CAMERAS),
+                      cfg.action_dim)
 
 
 def engine_with(normalizer, tiny_models, tokenizer, monkeypatch):
-    """Return a tiny engine whose normalizer ``normalizer(cfg, stats)`` makes."""
+    """Return a tiny engine whose normalizer ``normalizer(cfg, robot, stats)`` makes."""
     monkeypatch.setattr(Normalizer, 'from_config', staticmethod(normalizer))
     out = Engine(EngineConfig(preset='tiny', seed=2),
                  model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS), tokenizer=tokenizer)
@@ -104,7 +106,7 @@ def test_relative_actions_are_guided_toward_the_previous_chunk_in_the_new_frame(
         tiny_models, tokenizer, monkeypatch):
     """pi05_base's ALOHA arm joints are offsets from the state: the target follows the state."""
     engine = engine_with(aloha_normalizer, tiny_models, tokenizer, monkeypatch)
-    assert engine.normalizer.adapter is RobotAdapter.ALOHA
+    assert isinstance(engine.normalizer.robot, AlohaPolicy)
     seen = record_cycles(engine)
     rtc = RtcRequest(delay_steps=1, action_dt_ns=DT)
     s0 = np.linspace(-0.4, 0.4, 14)
@@ -124,14 +126,14 @@ def test_relative_actions_are_guided_toward_the_previous_chunk_in_the_new_frame(
 def test_absolute_velocity_and_delta_policies_guide_in_model_space_as_before(
         preset, tiny_models, tokenizer, monkeypatch):
     """Actions not relative to the state: the target is the previous chunk as the model made it."""
-    cfg = get_preset(preset)
+    robot = preset_robot(preset)
+    assert not robot.relative_actions
 
-    def normalizer(_cfg, _stats):
+    def normalizer(cfg, _robot, _stats):
         rng = np.random.default_rng(7)
         low = rng.uniform(-1.5, -0.5, 8)
         stats = NormStats(mean=np.zeros(8), std=np.ones(8), q01=low, q99=low + 3.0)
-        return Normalizer(QuantityNorm(stats), QuantityNorm(stats), state_dim=cfg.state_dim,
-                          robot_action_dim=cfg.robot_action_dim, adapter=cfg.robot_adapter)
+        return Normalizer(QuantityNorm(stats), QuantityNorm(stats), robot, cfg.action_dim)
     engine = engine_with(normalizer, tiny_models, tokenizer, monkeypatch)
     seen = record_cycles(engine)
     rtc = RtcRequest(delay_steps=1, action_dt_ns=DT)
@@ -186,7 +188,7 @@ def test_points_executed_past_the_previous_chunks_end_are_guided_to_its_held_las
 
 def test_the_warm_up_of_an_rtc_engine_runs_the_guided_path_and_forgets_its_chunks(
         tiny_models, tokenizer):
-    engine = Engine(EngineConfig(preset='tiny', seed=2, rtc=True),
+    engine = Engine(EngineConfig.create(preset='tiny', seed=2, rtc=True),
                     model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS),
                     tokenizer=tokenizer)
     seen = record_cycles(engine)

@@ -29,19 +29,19 @@ def run(engine, frames=4, texts=True):
                                req_id=f'ask{f}')
             if f % 2 == 0:
                 engine.submit_text(TextTask.SUBTASK, max_tokens=5, req_id=f'sub{f}')
-        out = engine.step(make_observation(f, engine.model_cfg.cameras,
-                                           engine.model_cfg.state_dim))
+        out = engine.step(make_observation(f, engine.robot.cameras,
+                                           engine.robot.state_dim))
         actions.append(out.action.actions)
         stats.append(out.stats)
-        out_texts.update({t.req_id: t.token_ids for t in out.texts})
+        out_texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        out_texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        out_texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, out_texts, stats
 
 
 def config(mode=PrefixAttention.BIDIRECTIONAL, **kw):
-    return EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMS, tokens_per_cycle=2,
-                        stop_on_eos=False, seed=4, **kw)
+    return EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMS,
+                               tokens_per_cycle=2, stop_on_eos=False, seed=4, **kw)
 
 
 @pytest.mark.parametrize('mode', list(PrefixAttention), ids=lambda m: m.value)
@@ -93,7 +93,7 @@ def test_the_memory_adapter_in_the_engine(tiny_models, tokenizer, tmp_path):
     # a memory note equals the merged-weights model on prefix + "Memory: " (uncached)
     lora = from_oxygen_arrays(arrays, model.cfg)
     merged = lora.merged(model.vlm.layers)
-    obs = make_observation(1, CAMS, engine.model_cfg.state_dim)
+    obs = make_observation(1, CAMS, engine.robot.state_dim)
     prepared = engine.prepare(obs)
     with torch.inference_mode():
         embeds = model.encode_images(torch.from_numpy(prepared.images)[None])

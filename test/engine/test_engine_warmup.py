@@ -39,8 +39,8 @@ def record_plans(engine):
 
 @pytest.mark.parametrize('max_running', [4, 6])
 def test_the_warm_up_runs_a_full_batch_of_the_whole_budget(tiny_models, tokenizer, max_running):
-    engine = Engine(EngineConfig(preset='tiny', max_running_requests=max_running,
-                                 max_waiting_requests=2),
+    engine = Engine(EngineConfig.create(preset='tiny', max_running_requests=max_running,
+                                        max_waiting_requests=2),
                     model=tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERAS),
                     tokenizer=tokenizer)
     plans = record_plans(engine)
@@ -50,10 +50,10 @@ def test_the_warm_up_runs_a_full_batch_of_the_whole_budget(tiny_models, tokenize
     assert max(len(job.req_ids) for job in decodes) == max_running
     assert max(len(job.rows) for job in jobs if isinstance(job, SuffixJob)) == max_running
     full = [job for job in decodes if len(job.req_ids) == max_running]
-    budget = engine.model_cfg.decode_budget
-    assert sum(max(job.num_steps) for job in full) >= budget - 1 - 4  # most of it, batched
+    budget = engine.decode_budget
+    assert sum(max(job.num_tokens) for job in full) >= budget - 1 - 4  # most of it, batched
     assert engine.num_running == engine.num_waiting == 0         # nothing left behind
-    assert engine.config.max_waiting_requests == 2                # the bound is back
+    assert engine.config.scheduler.max_waiting_requests == 2                # the bound is back
     assert engine.scheduler.kv.pool.num_used_blocks == 0
 
 
@@ -67,5 +67,5 @@ def test_a_budget_the_pool_can_never_hold_ends_the_submitting_only_where_asked(
         warm_texts(engine, observation(), tasks, 100_000)
     warm_texts(engine, observation(), tasks, 100_000, as_the_pool_holds=True)
     assert engine.num_running == engine.num_waiting == 0
-    assert engine.config.max_waiting_requests == 16  # the bound is back either way
+    assert engine.config.scheduler.max_waiting_requests == 16  # the bound is back either way
     assert engine.step(observation()).action is not None

@@ -44,19 +44,19 @@ def _run(cfg, model, tokenizer, frames=4):
     actions, texts = [], {}
     for f in range(frames):
         engine.submit_text(TextTask.SUBTASK, max_tokens=3 + 2 * f, req_id=f'r{f}')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, engine
 
 
 def _config(mode, dtype='float32', device='cuda', **kw):
     kw.setdefault('compile_mode', CompileMode.NONE)
-    return EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMERA_SLOTS[:2],
-                        device=device, dtype=dtype, tokens_per_cycle=2, stop_on_eos=False,
-                        max_running_requests=8, seed=5, **kw)
+    return EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMERA_SLOTS[:2],
+                               device=device, dtype=dtype, tokens_per_cycle=2, stop_on_eos=False,
+                               max_running_requests=8, seed=5, **kw)
 
 
 @pytest.fixture(scope='module')
@@ -166,7 +166,7 @@ def test_a_whole_cycle_waits_for_the_gpu_at_most_once(tokenizer):
     cfg = _config(PrefixAttention.BIDIRECTIONAL, compile_mode=CompileMode.REDUCE_OVERHEAD)
     model = build_model(cfg, cfg.model_config())
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
-    observations = [make_observation(f, cfg.model_config().cameras, 8) for f in range(3)]
+    observations = [make_observation(f, cfg.robot().cameras, 8) for f in range(3)]
     engine.warmup(observations[0])
     counts = []
     for f, obs in enumerate(observations):
@@ -284,8 +284,10 @@ def test_denoise_cuda_graph_equals_plain_loop(tokenizer, tmp_path, monkeypatch):
     mode = PrefixAttention.CAUSAL_TEXT
     cfg = _config(mode, backend=BackendKind.TENSORRT)
     model = build_model(cfg, cfg.model_config())
-    graphed = TensorRTBackend.create(cfg.backend_config(), model, 64, cuda_graphs=True)
-    plain = TensorRTBackend.create(cfg.backend_config(), model, 64, cuda_graphs=False)
+    graphed = TensorRTBackend.create(cfg.backend, model, 64, scheduler=cfg.scheduler,
+                                     max_decode_tokens=8, max_cameras=2, cuda_graphs=True)
+    plain = TensorRTBackend.create(cfg.backend, model, 64, scheduler=cfg.scheduler,
+                                   max_decode_tokens=8, max_cameras=2, cuda_graphs=False)
     size = model.cfg.vision.image_size
     images = torch.rand(1, 2, 3, size, size, device='cuda') * 2 - 1
     tokens = torch.randint(3, 1000, (1, 12), device='cuda')

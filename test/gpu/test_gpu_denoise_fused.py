@@ -97,17 +97,17 @@ def test_the_fused_denoise_is_one_cuda_graph_that_passes_the_gate(device):
     if cuda:
         heads = GemmaConfig(width=1024, depth=4, num_heads=8, num_kv_heads=1, head_dim=256,
                             mlp_dim=4096)
-        cfg = get_preset('tiny').with_overrides(vlm=heads, expert=heads, action_horizon=15)
+        cfg = get_preset('tiny').model.with_overrides(vlm=heads, expert=heads, action_horizon=15)
     else:       # π0.5's 8 query heads on 1 kv head, narrow, 2 Euler steps: the interpreter
         heads = GemmaConfig(width=64, depth=2, num_heads=8, num_kv_heads=1, head_dim=32,
                             mlp_dim=128)
-        cfg = get_preset('tiny').with_overrides(vlm=heads, expert=heads, action_horizon=15,
-                                                num_denoise_steps=2)
+        cfg = get_preset('tiny').model.with_overrides(vlm=heads, expert=heads, action_horizon=15,
+                                                      num_denoise_steps=2)
     dtype = torch.bfloat16 if cuda else torch.float32
     torch.manual_seed(0)
     model = build_model(cfg, dtype=dtype, device=device)
     limits = EngineLimits.for_model(cfg, num_slots=2048, max_batch=2,
-                                    max_decode_tokens=cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     attention = AttentionBackend.AUTO if cuda else AttentionBackend.TRITON
     fast = FastPathModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=compiler(device),
                          only=[Step.DENOISE], camera_counts=(1,), attention=attention)

@@ -87,7 +87,7 @@ def test_the_fast_path_prefill_with_flex_is_captured_and_passes_the_gate(mode, d
     width = 512 if cuda else 64                   # narrower on the CPU: its time
     heads = GemmaConfig(width=width, depth=3, num_heads=8, num_kv_heads=1, head_dim=256,
                         mlp_dim=2 * width)
-    cfg = get_preset('tiny').with_overrides(vlm=heads, expert=heads, prefix_attention=mode)
+    cfg = get_preset('tiny').model.with_overrides(vlm=heads, expert=heads, prefix_attention=mode)
     torch.manual_seed(0)
     model = build_model(cfg, dtype=torch.bfloat16, device=device)
     graphs, lower = [], compile_fx if cuda else lookup_backend('aot_eager')
@@ -96,7 +96,7 @@ def test_the_fast_path_prefill_with_flex_is_captured_and_passes_the_gate(mode, d
         graphs.append(gm)
         return lower(gm, example_inputs)
     limits = EngineLimits.for_model(cfg, num_slots=2048, max_batch=2,
-                                    max_decode_tokens=cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     attention = AttentionBackend.AUTO if cuda else AttentionBackend.FLEX
     fast = FastPathModel(model, CompileMode.REDUCE_OVERHEAD, limits, backend=record,
                          only=[Step.PREFILL], camera_counts=(2,), attention=attention)

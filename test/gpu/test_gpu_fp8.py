@@ -12,7 +12,6 @@ on the fast path with the CPU's kernel, the weight-only reference path (``dequan
 ``oxygen_bench gpu`` (docs/gpu.md).
 """
 
-from dataclasses import replace
 
 from devices import compiler, CUDA
 import numpy as np
@@ -85,22 +84,23 @@ def test_an_fp8_engine_on_the_fast_path_passes_the_gate(monkeypatch, device):
     """The tiny model's random weights fail the action check; a loose factor admits them."""
     monkeypatch.setattr(fp8_gate, 'FACTOR', 1e3)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', compiler(device))
-    cfg = EngineConfig(preset='tiny', cameras=CAMERA_SLOTS[:2], device=device,
-                       dtype='bfloat16', quantization='fp8', tokens_per_cycle=2,
-                       max_running_requests=4, seed=5, compile_mode=CompileMode.REDUCE_OVERHEAD)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMERA_SLOTS[:2], device=device,
+                              dtype='bfloat16', quantization='fp8', tokens_per_cycle=2,
+                              max_running_requests=4, seed=5,
+                              compile_mode=CompileMode.REDUCE_OVERHEAD)
     loaded = load_model(cfg, cfg.model_config())
     kernel = Fp8Kernel.SCALED_MM if device == 'cuda' else Fp8Kernel.DEQUANT
     assert fp8_kernel_of(loaded.model) is kernel
     assert list(loaded.fallbacks) == ([] if device == 'cuda' else ['quantization'])
     tokenizer = load_tokenizer(cfg)
     fast = Engine(cfg, model=loaded, tokenizer=tokenizer)
-    eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=loaded.model,
+    eager = Engine(cfg.with_settings(compile_mode=CompileMode.NONE), model=loaded.model,
                    tokenizer=tokenizer)
     assert {k: v for k, v in fast.fallbacks.items() if k != 'quantization'} == {}, \
         fast.fallbacks
     assert fast.describe_quantization().endswith(f'{kernel.value}: 25 linears')
     gate = fast.backend.model.parity['denoise']
     for f in range(2):
-        obs = make_observation(f, cfg.model_config().cameras, 8)
+        obs = make_observation(f, cfg.robot().cameras, 8)
         a, b = fast.step(obs).action.actions, eager.step(obs).action.actions
         assert np.abs(a - b).max() <= max(1e-3, 3 * gate.tolerance)

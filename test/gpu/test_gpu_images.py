@@ -36,8 +36,10 @@ def test_uploads_reuse_their_pinned_buffers_and_never_wait_for_the_host():
     outs = []
     torch.cuda.set_sync_debug_mode('error')      # an implicit host sync raises here
     try:
-        for images in frames:
-            outs.append(upload.upload(images, ImageResize.OPENPI, 224).clone())
+        for raw, resized in frames:    # a uint8 camera resized there, one resized already
+            outs.append(torch.stack([resize_on_device(upload.upload(0, raw), 224,
+                                                      ImageResize.OPENPI),
+                                     upload.upload(1, resized)])[None].clone())
     finally:
         torch.cuda.set_sync_debug_mode('default')
     assert len(upload._buffers) == 2 and all(b[0].is_pinned() for b in upload._buffers.values())

@@ -42,11 +42,11 @@ def _prefix(model, pool, num_tokens, seed):
 def guided_graph_against_eager(dtype, device='cuda', compile_mode=CompileMode.REDUCE_OVERHEAD,
                                backend='inductor'):
     """Warm the guided denoise up alone; return (its graphs, the gate's result on new inputs)."""
-    cfg = EngineConfig(preset='tiny', prefix_attention=PrefixAttention.BIDIRECTIONAL,
-                       cameras=CAMERA_SLOTS[:2], device=device, dtype=dtype, seed=5)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=PrefixAttention.BIDIRECTIONAL,
+                              cameras=CAMERA_SLOTS[:2], device=device, dtype=dtype, seed=5)
     model = build_model(cfg, cfg.model_config())
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=1,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, compile_mode, limits, backend=backend,
                          only=[Step.GUIDED_DENOISE], guided=True)
     pool = KVCache(model.cfg.vlm, SLOTS, dtype=model.dtype, device=model.device)

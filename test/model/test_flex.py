@@ -135,7 +135,7 @@ def test_the_prefix_attention_is_flex_where_compiled_and_chosen():
 
 def _model(mode):
     torch.manual_seed(0)
-    return build_model(get_preset('tiny').with_overrides(prefix_attention=mode))
+    return build_model(get_preset('tiny').model.with_overrides(prefix_attention=mode))
 
 
 def _prefill_case(model, t, bucket, seed=1):

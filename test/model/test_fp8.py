@@ -204,7 +204,7 @@ def test_the_cpu_runs_the_reference_path_and_says_so():
 
 
 def test_the_quantized_sites_are_the_large_linears_not_openpis_float32_ones():
-    cfg = get_preset('pi05_droid')
+    cfg = get_preset('pi05_droid').model
     with torch.device('meta'):
         model = Pi05Model(cfg)
     names = fp8_linear_names(model)

@@ -128,7 +128,7 @@ def tiny_prefix():
     from oxygen_ros.config import get_preset
     from oxygen_ros.model.pi05 import Pi05Model
     torch.manual_seed(0)
-    model = Pi05Model(get_preset('tiny')).eval()
+    model = Pi05Model(get_preset('tiny').model).eval()
     gen = torch.Generator().manual_seed(1)
     size = model.cfg.vision.image_size
     with torch.inference_mode():  # as the backend runs it

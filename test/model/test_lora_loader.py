@@ -11,7 +11,7 @@ from oxygen_ros.model.lora import (
 import pytest
 import torch
 
-CFG = get_preset('tiny')
+CFG = get_preset('tiny').model
 
 
 def test_an_adapter_as_oxygen_saves_it_loads_with_its_rank(tmp_path):
@@ -57,7 +57,7 @@ def test_refusals_name_what_is_wrong(tmp_path):
     expert['PaliGemma/llm/layers/attn/q_einsum_1/lora_a'] = np.zeros((2, 2), np.float32)
     _refused(write_oxygen_adapter(tmp_path / 'e.npz', expert),
              re.escape('unexpected 1: PaliGemma/llm/layers/attn/q_einsum_1/lora_a'))
-    other = oxygen_arrays(get_preset('small'))
+    other = oxygen_arrays(get_preset('small').model)
     _refused(write_oxygen_adapter(tmp_path / 's.npz', other),
              re.escape(f'{OXYGEN_PREFIX}attn/q_einsum/lora_a has shape'))
     mixed = dict(good)

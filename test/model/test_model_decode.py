@@ -13,7 +13,7 @@ NUM_NEW = 6
 @pytest.fixture(scope='module', params=list(PrefixAttention))
 def model(request):
     torch.manual_seed(0)
-    cfg = get_preset('tiny').with_overrides(prefix_attention=request.param)
+    cfg = get_preset('tiny').model.with_overrides(prefix_attention=request.param)
     return Pi05Model(cfg).eval()
 
 

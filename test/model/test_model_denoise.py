@@ -10,7 +10,7 @@ import torch
 @pytest.fixture(scope='module')
 def model():
     torch.manual_seed(0)
-    return Pi05Model(get_preset('tiny')).eval()
+    return Pi05Model(get_preset('tiny').model).eval()
 
 
 def _images(model, batch, seed):

@@ -193,7 +193,7 @@ def test_matmul_short_queries_equal_sdpa_and_leave_long_queries_to_it(queries, m
 
 def test_text_embedding_scale_and_tied_logits():
     torch.manual_seed(0)
-    model = Pi05Model(get_preset('tiny'))
+    model = Pi05Model(get_preset('tiny').model)
     ids = torch.tensor([[5, 7]])
     emb = model.embed_text(ids)
     assert torch.equal(emb, model.embedding[ids] * 4.0)  # sqrt(16)

@@ -13,7 +13,7 @@ TI = 64  # image tokens per camera in the tiny preset
 
 def _model(attention):
     torch.manual_seed(0)
-    return Pi05Model(get_preset('tiny').with_overrides(prefix_attention=attention)).eval()
+    return Pi05Model(get_preset('tiny').model.with_overrides(prefix_attention=attention)).eval()
 
 
 @pytest.fixture(scope='module')

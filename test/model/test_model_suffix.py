@@ -17,7 +17,7 @@ SUFFIX_LENGTHS = (3, 6)
 @pytest.fixture(scope='module', params=list(PrefixAttention))
 def model(request):
     torch.manual_seed(0)
-    cfg = get_preset('tiny').with_overrides(prefix_attention=request.param)
+    cfg = get_preset('tiny').model.with_overrides(prefix_attention=request.param)
     return Pi05Model(cfg).eval()
 
 
@@ -114,7 +114,7 @@ def test_a_zeroed_adapter_gives_the_base_model_exactly(model):
 
 def test_the_adapter_equals_oxygens_einsums():
     """Our fused deltas against openpi's ``lora.Einsum`` / ``lora.FeedForward`` equations."""
-    cfg = get_preset('tiny')
+    cfg = get_preset('tiny').model
     arrays = {k.split('layers/')[1]: torch.from_numpy(v[1]).double()
               for k, v in oxygen_arrays(cfg, rank=3, seed=2).items()}
     alpha = 6.0

@@ -79,7 +79,7 @@ def test_the_compiled_guided_step_computes_nothing_of_the_prefix_size(dtype):
     prefix keys per layer and step would show as well (the call converts them once).
     """
     torch.manual_seed(0)
-    cfg = get_preset('tiny')
+    cfg = get_preset('tiny').model
     model = build_model(cfg, dtype=dtype, device='cpu')
     ex = cfg.expert
     graphs = []

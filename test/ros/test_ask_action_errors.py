@@ -56,7 +56,7 @@ class Server:
 def engine(tiny_models, tokenizer):
     cfg = EngineConfig(preset='tiny')
     return Engine(cfg, model=tiny_models(cfg.model_config().prefix_attention,
-                                         cfg.model_config().cameras), tokenizer=tokenizer)
+                                         cfg.robot().cameras), tokenizer=tokenizer)
 
 
 @pytest.fixture

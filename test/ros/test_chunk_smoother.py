@@ -15,7 +15,7 @@ def chunk(value, stamp_ns, guided=False):
 
 
 def test_rtc_requests_carry_the_delay_measured_on_guided_chunks_after_the_cold_start():
-    smoother = ChunkSmoother(ChunkSmoothing.RTC, rtc_max_guidance_weight=3.0)
+    smoother = ChunkSmoother(ChunkSmoothing.RTC, 0.01, rtc_max_guidance_weight=3.0)
     # nothing measured yet: guide, freezing all the previous chunk covers
     assert smoother.rtc_request(DT) == RtcRequest(None, 100 * MS, 3.0)
     smoother.before_publish(chunk(1.0, 0), 50 * MS, DT)   # unguided (no previous chunk)
@@ -31,7 +31,8 @@ def test_rtc_requests_carry_the_delay_measured_on_guided_chunks_after_the_cold_s
 
 
 def test_ensemble_mode_publishes_the_ensembled_chunk_and_asks_no_guidance():
-    smoother = ChunkSmoother(ChunkSmoothing.ENSEMBLE, ensemble_decay=0.0)
+    smoother = ChunkSmoother(ChunkSmoothing.ENSEMBLE, ensemble_decay=0.0,
+                             rtc_max_guidance_weight=5.0)
     smoother.before_publish(chunk(0.0, 0), 50 * MS, DT)
     out = smoother.before_publish(chunk(1.0, 100 * MS), 150 * MS, DT)
     np.testing.assert_allclose(out.actions[:, 0], [0.5, 0.5, 0.5, 1.0])
@@ -39,7 +40,7 @@ def test_ensemble_mode_publishes_the_ensembled_chunk_and_asks_no_guidance():
 
 
 def test_none_mode_passes_chunks_through():
-    smoother = ChunkSmoother(ChunkSmoothing.NONE)
+    smoother = ChunkSmoother(ChunkSmoothing.NONE, 0.01, 5.0)
     c = chunk(2.0, 0)
     assert smoother.before_publish(c, 10 * MS, DT) is c
     assert smoother.rtc_request(DT) is None

@@ -11,12 +11,12 @@ def test_auto_is_the_default_and_means_the_fast_path_on_cuda_only():
     assert SPECS['compile_mode'].default == 'auto' and SPECS['compile_mode'].read_only
     cuda, _ = build_configs({'preset': 'tiny', 'device': 'cuda'})
     cpu, _ = build_configs({'preset': 'tiny'})
+    cuda, cpu = cuda.backend, cpu.backend
     assert cuda.compile_mode is cpu.compile_mode is CompileMode.AUTO
-    assert cuda.backend_config().compile_mode.resolve(cuda.device) is \
-        CompileMode.REDUCE_OVERHEAD
-    assert cpu.backend_config().compile_mode.resolve(cpu.device) is CompileMode.NONE
+    assert cuda.compile_mode.resolve(cuda.device) is CompileMode.REDUCE_OVERHEAD
+    assert cpu.compile_mode.resolve(cpu.device) is CompileMode.NONE
     eager, _ = build_configs({'preset': 'tiny', 'device': 'cuda', 'compile_mode': 'none'})
-    assert eager.compile_mode is CompileMode.NONE
+    assert eager.backend.compile_mode is CompileMode.NONE
 
 
 def test_a_bad_compile_mode_is_refused_by_name():

@@ -31,10 +31,10 @@ STABLE = ['vision', 'prefill', 'text_prefill', 'suffix', 'denoise', 'seed', 'gui
 def test_default_is_every_step_and_names_map_to_the_backend():
     assert SPECS['compile_steps'].default == ['all'] and SPECS['compile_steps'].read_only
     engine, _ = build_configs({'preset': 'tiny'})
-    assert engine.compile_steps is None and engine.backend_config().compile_steps is None
+    assert engine.backend.compile_steps is None
     engine, _ = build_configs({'preset': 'tiny', 'compile_steps': STABLE})
-    assert engine.backend_config().compile_steps == frozenset(Step(s) for s in STABLE)
-    assert Step.DECODE not in engine.compile_steps
+    assert engine.backend.compile_steps == frozenset(Step(s) for s in STABLE)
+    assert Step.DECODE not in engine.backend.compile_steps
 
 
 @pytest.mark.parametrize('steps, reason', [

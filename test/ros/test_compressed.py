@@ -5,12 +5,13 @@ import struct
 import zlib
 
 import numpy as np
+from oxygen_ros.observation import ObservationError, RefusalReason
 from oxygen_ros.ros.images.compressed import (
     Codec, codec_of_format, compressed_to_rgb, CompressedImageError, encode_rgb, rgb_to_compressed)
 from oxygen_ros.ros.images.raw import ImageConversionError
 from oxygen_ros.ros.images.transport import camera_image_to_rgb, camera_input, ImageTransport
 from oxygen_ros.ros.node_config import build_configs
-from oxygen_ros.ros.observation_cache import InputIssue, ObservationCache, RejectedInput
+from oxygen_ros.ros.observation_cache import ObservationCache
 from oxygen_ros.ros.param_spec import ParameterError
 from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.tools.bag import make_demo
@@ -174,10 +175,10 @@ def test_cache_decodes_compressed_cameras_and_refuses_corrupt_ones():
     assert np.abs(obs.images['base_0_rgb'].astype(int) - SMOOTH).mean() < 3.0
     np.testing.assert_array_equal(obs.images['left_wrist_0_rgb'], wrist_rgb)
     cache.put_image('left_wrist_0_rgb', message(PNG[:100], 'png', stamp), NOW)
-    with pytest.raises(RejectedInput, match=r'camera left_wrist_0_rgb: png of 100 bytes does '
-                                            r'not end with its IEND chunk') as err:
+    with pytest.raises(ObservationError, match=r'camera left_wrist_0_rgb: png of 100 bytes '
+                                               r'does not end with its IEND chunk') as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is InputIssue.BAD_IMAGE
+    assert err.value.reason is RefusalReason.BAD_IMAGE
     cache.put_image('left_wrist_0_rgb', wrist, NOW)  # raw again: fine
     assert cache.assemble(NOW, 0.5).stamp_ns == stamp
 

@@ -24,7 +24,7 @@ def start_node(ros_processes, *params):
 
 def test_the_loaded_adapter_and_the_text_contexts_are_on_diagnostics(ros_node, ros_processes,
                                                                      tmp_path):
-    path = write_oxygen_adapter(tmp_path / 'memory.npz', oxygen_arrays(get_preset('tiny')))
+    path = write_oxygen_adapter(tmp_path / 'memory.npz', oxygen_arrays(get_preset('tiny').model))
     proc = start_node(ros_processes, f'memory_adapter:={path}', 'memory_adapter_alpha:=8.0')
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 10)
 
@@ -42,7 +42,7 @@ def test_the_loaded_adapter_and_the_text_contexts_are_on_diagnostics(ros_node, r
 
 
 def test_an_adapter_of_another_model_fails_configure(ros_node, ros_processes, tmp_path):
-    path = write_oxygen_adapter(tmp_path / 'small.npz', oxygen_arrays(get_preset('small')))
+    path = write_oxygen_adapter(tmp_path / 'small.npz', oxygen_arrays(get_preset('small').model))
     proc = start_node(ros_processes, f'memory_adapter:={path}')
     diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 10)
 

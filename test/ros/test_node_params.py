@@ -1,19 +1,18 @@
 """The node's parameters without DDS traffic: specs, configs, descriptors, files, docs."""
 
-from dataclasses import fields
 import math
 import re
 
 from oxygen_ros.config import CAMERA_SLOTS, PromptFormat
-from oxygen_ros.engine.config import BackendKind, EngineConfig
+from oxygen_ros.engine.config import BackendKind
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.ros import param_docs
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
 from oxygen_ros.ros.node import OxygenNode
-from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
+from oxygen_ros.ros.node_config import build_configs, check_update
 from oxygen_ros.ros.param_handler import ParameterHandler
-from oxygen_ros.ros.param_spec import Into, OnChange, ParameterError, ParamType
+from oxygen_ros.ros.param_spec import descriptor, OnChange, ParameterError, ParamType
 from oxygen_ros.ros.params import declare_parameters, PARAMETERS, SPECS
 from oxygen_ros.ros.security import SecuritySettings
 import pytest
@@ -37,25 +36,25 @@ def yaml_params(name):
 def test_defaults_follow_the_preset():
     engine, node = build_configs({'preset': 'tiny'})
     assert (engine.preset, engine.checkpoint, engine.tokenizer, engine.decode_budget,
-            engine.kv_cache_mb, engine.control_period_s) == ('tiny', None, None, None, None, 0.1)
+            engine.kv_cache_mb) == ('tiny', None, None, None, None)
     assert node.cameras == ('base_0_rgb', 'left_wrist_0_rgb') == engine.cameras
     assert node.joint_names == tuple(f'joint_{i}' for i in range(1, 9))
     assert node.action_joint_names == node.joint_names[:7]  # tiny: robot_action_dim 7
     assert node.camera_topics == ('/camera/base/image_raw', '/camera/left_wrist/image_raw')
     _, base = build_configs({'preset': 'pi05_base'})
     assert base.cameras == CAMERA_SLOTS and len(base.action_joint_names) == 14
-    assert not engine.rtc   # chunk_smoothing none: nothing guided
-    assert build_configs({'preset': 'tiny', 'chunk_smoothing': 'rtc'})[0].rtc
+    assert not engine.backend.rtc   # chunk_smoothing none: nothing guided
+    assert build_configs({'preset': 'tiny', 'chunk_smoothing': 'rtc'})[0].backend.rtc
 
 
 def test_rtc_jacobian_steps_are_every_step_by_default_and_fit_the_presets_euler_steps():
     """-1 (the default) is exact RTC; 0..N is taken; beyond the preset's N steps refused."""
     rtc = {'preset': 'tiny', 'chunk_smoothing': 'rtc'}
     assert SPECS['rtc_jacobian_steps'].default == -1
-    assert build_configs(rtc)[0].rtc_jacobian_steps is None
+    assert build_configs(rtc)[0].backend.rtc_jacobian_steps is None
     for k in (0, 5, 10):
         engine = build_configs({**rtc, 'rtc_jacobian_steps': k})[0]
-        assert engine.rtc_jacobian_steps == engine.backend_config().rtc_jacobian_steps == k
+        assert engine.backend.rtc_jacobian_steps == k
     with pytest.raises(ParameterError, match=r'^rtc_jacobian_steps must be in 0\.\.10 \(the '
                                              r'Euler steps of preset tiny\), got 11$'):
         build_configs({**rtc, 'rtc_jacobian_steps': 11})
@@ -71,14 +70,14 @@ def test_rtc_jacobian_steps_are_every_step_by_default_and_fit_the_presets_euler_
 @pytest.mark.parametrize('name', CONFIGS)
 def test_params_files_build_configs(name):
     engine, node = build_configs(yaml_params(name))
-    assert engine.preset == {'test': 'tiny'}.get(name, name)
-    assert math.isclose(engine.control_period_s, 1 / node.control_rate_hz)
+    assert engine.preset == node.preset == {'test': 'tiny'}.get(name, name)
+    assert math.isclose(node.control_period_s, 1 / node.control_rate_hz)
     assert set(yaml_params(name)) <= set(SPECS)  # no typos in the files
 
 
 def test_test_yaml_values():
     engine, node = build_configs(yaml_params('test'))
-    assert (engine.tokens_per_cycle, engine.max_running_requests) == (4, 8)
+    assert (engine.scheduler.tokens_per_cycle, engine.scheduler.max_running_requests) == (4, 8)
     assert (node.frame_id, node.action_dt, node.memory_period, node.torch_threads) == \
         ('base_link', 0.05, 1.0, 1)
     assert node.joint_names == tuple(JOINTS) and node.action_joint_names == tuple(JOINTS[:7])
@@ -138,33 +137,33 @@ def test_check_update():
     assert check_update(None, 'frame_id', 'table') is None
 
 
-def test_every_row_names_its_config_fields_and_every_dynamic_one_its_change():
-    node_fields = {f.name for f in fields(NodeConfig)}
-    engine_fields = {f.name for f in fields(EngineConfig)}
-    for spec in PARAMETERS:
-        assert Into.NODE not in spec.into or spec.name in node_fields, spec.name
-        assert Into.ENGINE not in spec.into or spec.name in engine_fields, spec.name
-        assert spec.read_only or Into.NODE in spec.into, spec.name  # updated() replaces it
-    fed = {spec.name for spec in PARAMETERS if Into.NODE in spec.into}
-    assert node_fields - fed == {'preset', 'cameras', 'action_space', 'gripper_dims', 'limits',
-                                 'ee_scale', 'compressed_cameras'}  # build_configs derives them
+def test_every_dynamic_parameter_names_its_change_and_lives_in_one_config():
     assert {spec.on_change for spec in PARAMETERS if not spec.read_only} == set(OnChange)
+    for spec in PARAMETERS:
+        if not spec.read_only:  # updated() replaces the node's field, or one config holds it
+            assert spec.configs in (('node',), ('scheduler',)), spec.name
+    _, node = build_configs({'preset': 'tiny'})
+    assert node.updated('max_waiting_requests', 4) is node      # the engine's scheduler's
+    with pytest.raises(ParameterError, match=r'max_waiting_requests must be in \[1, 100000\]'):
+        node.updated('max_waiting_requests', 0)
 
 
-def test_a_row_turns_a_value_into_its_config_field():
-    assert SPECS['decode_budget'].field_value(0) is None            # unset: the preset's
-    assert SPECS['checkpoint'].field_value('') is None
-    assert SPECS['quantile_eps'].field_value(-1.0) is None
-    assert SPECS['quantile_eps'].field_value(0) == 0.0
-    kv = SPECS['kv_cache_mb'].field_value(64)
+def test_an_entry_turns_a_value_into_its_config_field():
+    assert SPECS['decode_budget'].config_value(0) is None            # unset: the preset's
+    assert SPECS['checkpoint'].config_value('') is None
+    assert SPECS['quantile_eps'].config_value(-1.0) is None
+    assert SPECS['quantile_eps'].config_value(0) == 0.0
+    assert SPECS['compile_steps'].config_value(['all']) is None       # every step
+    kv = SPECS['kv_cache_mb'].config_value(64)
     assert kv == 64.0 and isinstance(kv, float)
-    assert SPECS['backend'].field_value('torch') is BackendKind.TORCH
-    assert SPECS['prompt_format'].field_value('pi0') is PromptFormat.PI0
-    assert SPECS['joint_names'].field_value(['a', 'b']) == ('a', 'b')
-    assert SPECS['stop_on_eos'].field_value(False) is False
+    assert SPECS['joint_names'].config_value(['a', 'b']) == ('a', 'b')
+    assert SPECS['stop_on_eos'].config_value(False) is False
     assert SPECS['prefix_attention'].kind is ParamType.STRING
     assert SPECS['velocity_limits'].kind is ParamType.DOUBLE_ARRAY
-    desc = SPECS['tokens_per_cycle'].descriptor()
+    engine, _ = build_configs({'preset': 'tiny', 'backend': 'torch', 'prompt_format': 'pi0'})
+    assert engine.backend.kind is BackendKind.TORCH                  # the field's enum
+    assert engine.prompt_format is PromptFormat.PI0
+    desc = descriptor(SPECS['tokens_per_cycle'])
     assert (desc.integer_range[0].from_value, desc.integer_range[0].to_value) == (1, 1024)
     assert not desc.floating_point_range and desc.read_only
 

@@ -6,12 +6,13 @@ from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, get_preset
 from oxygen_ros.engine.outputs import CycleStats
+from oxygen_ros.observation import ObservationError, RefusalReason
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, Level, STATUS_NAME, status_values
 from oxygen_ros.ros.heap import HeapFigures
 from oxygen_ros.ros.input_limits import MAX_INSTRUCTION_BYTES
-from oxygen_ros.ros.observation_cache import (
-    InputIssue, ObservationCache, RejectedInput, synthetic_observation)
-from oxygen_ros.transforms.inputs import InputFault
+from oxygen_ros.ros.observation_cache import ObservationCache, synthetic_observation
+from oxygen_ros.ros.outcomes import REJECTION_NAMES
 from oxygen_ros.units import NS_PER_S
 import pytest
 from ros_inputs import image, joint_state, JOINTS
@@ -53,9 +54,9 @@ def test_joint_state_without_stamp_is_aged_by_receive_time():
     assert cache.assemble(NOW, 0.5).metadata['joint_state_stamp_ns'] == NOW - 7
     for slot in cache.cameras:
         cache.put_image(slot, image(NOW + NS_PER_S)[1], NOW + NS_PER_S)
-    with pytest.raises(RejectedInput, match=r'joint state is 1.000 s old') as err:
+    with pytest.raises(ObservationError, match=r'joint state is 1.000 s old') as err:
         cache.assemble(NOW + NS_PER_S, 0.5)
-    assert err.value.cause is InputIssue.STALE
+    assert err.value.reason is RefusalReason.STALE
 
 
 def bad_image(**fields):
@@ -66,45 +67,45 @@ def bad_image(**fields):
 
 
 @pytest.mark.parametrize('overrides, issue, match', [
-    ({'base': bad_image(header=image(NOW - 600_000_000)[1].header)}, InputIssue.STALE,
+    ({'base': bad_image(header=image(NOW - 600_000_000)[1].header)}, RefusalReason.STALE,
      r'base_0_rgb is 0.600 s old \(max_observation_age 0.5 s\)'),
-    ({'wrist': image(NOW + 700_000_000)[1]}, InputIssue.STALE,
+    ({'wrist': image(NOW + 700_000_000)[1]}, RefusalReason.STALE,
      r'left_wrist_0_rgb is 0.700 s in the future'),
-    ({'base': image(0)[1]}, InputIssue.STALE, r'base_0_rgb is 1700000000.000 s old'),
-    ({'base': bad_image(encoding='16UC1')}, InputIssue.BAD_IMAGE,
+    ({'base': image(0)[1]}, RefusalReason.STALE, r'base_0_rgb is 1700000000.000 s old'),
+    ({'base': bad_image(encoding='16UC1')}, RefusalReason.BAD_IMAGE,
      r"camera base_0_rgb: unsupported image encoding '16UC1'"),
-    ({'wrist': bad_image(encoding='yuv422')}, InputIssue.BAD_IMAGE,
+    ({'wrist': bad_image(encoding='yuv422')}, RefusalReason.BAD_IMAGE,
      r"camera left_wrist_0_rgb: unsupported image encoding 'yuv422'"),
-    ({'base': bad_image(data=bytes(100))}, InputIssue.BAD_IMAGE,
+    ({'base': bad_image(data=bytes(100))}, RefusalReason.BAD_IMAGE,
      r'needs 2304 bytes, data has 100'),
-    ({'base': bad_image(width=0)}, InputIssue.BAD_IMAGE, r'empty rgb8 image'),
+    ({'base': bad_image(width=0)}, RefusalReason.BAD_IMAGE, r'empty rgb8 image'),
     ({'joints': joint_state(NOW, positions=[0, 1, math.nan, 3, 4, 5, 6, 7])},
-     InputIssue.BAD_JOINTS, r"non-finite positions for joints \['joint_3'\]"),
+     RefusalReason.BAD_STATE, r"non-finite positions for joints \['joint_3'\]"),
     ({'joints': joint_state(NOW, names=JOINTS[:7], positions=range(7))},
-     InputIssue.BAD_JOINTS, r"JointState lacks joints \['gripper'\]"),
-    ({'joints': joint_state(NOW - NS_PER_S)}, InputIssue.STALE, r'joint state is 1.000 s old'),
+     RefusalReason.BAD_STATE, r"JointState lacks joints \['gripper'\]"),
+    ({'joints': joint_state(NOW - NS_PER_S)}, RefusalReason.STALE, r'joint state is 1.000 s old'),
 ])
 def test_assemble_refuses_bad_inputs(overrides, issue, match):
     cache, _, _ = full_cache(**overrides)
-    with pytest.raises(RejectedInput, match=match) as err:
+    with pytest.raises(ObservationError, match=match) as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is issue
+    assert err.value.reason is issue
 
 
 def test_assemble_refuses_missing_inputs():
     cache = ObservationCache(['base_0_rgb', 'left_wrist_0_rgb'], JOINTS)
     cache.put_image('base_0_rgb', image(NOW)[1], NOW)
-    with pytest.raises(RejectedInput, match=r"camera\(s\) \['left_wrist_0_rgb'\]") as err:
+    with pytest.raises(ObservationError, match=r"camera\(s\) \['left_wrist_0_rgb'\]") as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is InputIssue.MISSING_CAMERA
+    assert err.value.reason is RefusalReason.MISSING_CAMERA
     cache.put_image('left_wrist_0_rgb', image(NOW)[1], NOW)
-    with pytest.raises(RejectedInput, match='no joint state received yet') as err:
+    with pytest.raises(ObservationError, match='no joint state received yet') as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is InputIssue.BAD_JOINTS
+    assert err.value.reason is RefusalReason.BAD_STATE
     cache.put_joint_state(joint_state(NOW), NOW)
-    with pytest.raises(RejectedInput, match='no instruction yet') as err:
+    with pytest.raises(ObservationError, match='no instruction yet') as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is InputIssue.NO_INSTRUCTION
+    assert err.value.reason is RefusalReason.NO_INSTRUCTION
     cache.set_instruction('open the drawer')
     assert cache.assemble(NOW, 0.5).prompt == 'open the drawer' == cache.instruction
     with pytest.raises(ValueError, match=r"unknown camera slots \['top'\]"):
@@ -120,10 +121,10 @@ def test_an_instruction_over_the_byte_bound_is_refused_and_replaces_the_previous
     reason = cache.set_instruction(at_bound + 'x')
     assert reason == (f'instruction of {MAX_INSTRUCTION_BYTES + 1} bytes is longer than the '
                       f'{MAX_INSTRUCTION_BYTES}-byte limit')
-    with pytest.raises(RejectedInput) as err:
+    with pytest.raises(ObservationError) as err:
         cache.assemble(NOW, 0.5)
-    assert (err.value.cause, str(err.value)) == (InputIssue.BAD_PROMPT,
-                                                 f'instruction refused: {reason}')
+    assert (err.value.reason, str(err.value)) == (RefusalReason.BAD_PROMPT,
+                                                  f'instruction refused: {reason}')
     assert cache.instruction == ''                 # the previous one is not acted on either
     assert cache.set_instruction('open the drawer') is None
     assert cache.assemble(NOW, 0.5).prompt == 'open the drawer'
@@ -136,29 +137,31 @@ def test_out_of_order_images_are_refused_until_the_newer_one_ages_out():
     cache, _, _ = full_cache(stamp_ns=NOW - 100_000_000)
     assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 100_000_000
     cache.put_image('base_0_rgb', image(NOW - 200_000_000)[1], NOW)  # older, arrives later
-    with pytest.raises(RejectedInput, match=r'base_0_rgb image stamped \d+ ns arrived after one '
-                                            r'stamped \d+ ns \(0.100 s later\): out of order'
-                       ) as err:
+    with pytest.raises(ObservationError, match=r'base_0_rgb image stamped \d+ ns arrived after '
+                                               r'one stamped \d+ ns \(0.100 s later\): out of '
+                                               r'order') as err:
         cache.assemble(NOW, 0.5)
-    assert err.value.cause is InputIssue.STALE
+    assert err.value.reason is RefusalReason.STALE
     cache.put_image('base_0_rgb', image(NOW - 50_000_000)[1], NOW)  # in order again
     assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 50_000_000
     # A garbage stamp far in the future neither blocks later frames nor hides the order.
     cache.put_image('base_0_rgb', image(NOW + 3600 * NS_PER_S)[1], NOW)
-    with pytest.raises(RejectedInput, match='s in the future'):
+    with pytest.raises(ObservationError, match='s in the future'):
         cache.assemble(NOW, 0.5)
     cache.put_image('base_0_rgb', image(NOW - 10_000_000)[1], NOW)
     assert cache.assemble(NOW, 0.5).stamp_ns == NOW - 10_000_000
     cache.put_image('base_0_rgb', image(NOW - 20_000_000)[1], NOW)
-    with pytest.raises(RejectedInput, match=r'\(0.010 s later\): out of order'):
+    with pytest.raises(ObservationError, match=r'\(0.010 s later\): out of order'):
         cache.assemble(NOW, 0.5)
 
 
-def test_engine_faults_map_to_issues():
-    assert {InputIssue.from_fault(f) for f in InputFault} == {
-        InputIssue.MISSING_CAMERA, InputIssue.BAD_IMAGE, InputIssue.BAD_JOINTS,
-        InputIssue.BAD_PROMPT}
-    assert InputIssue.from_fault(InputFault.BAD_STATE) is InputIssue.BAD_JOINTS
+def test_every_refusal_has_its_diagnostics_name():
+    # one refusal type for the node's checks and the engine's: the state is the joints'
+    assert REJECTION_NAMES == {
+        RefusalReason.STALE: 'stale', RefusalReason.MISSING_CAMERA: 'missing camera',
+        RefusalReason.BAD_IMAGE: 'bad image', RefusalReason.BAD_STATE: 'bad joints',
+        RefusalReason.NO_INSTRUCTION: 'no instruction', RefusalReason.BAD_PROMPT: 'bad prompt'}
+    assert list(REJECTION_NAMES) == list(RefusalReason)   # the diagnostics keys' order
 
 
 # ------------------------------------------------------------------------------ diagnostics
@@ -194,7 +197,8 @@ def test_diagnostics_ok_when_acting_at_rate():
     assert (values['text requests running'], values['decode batch'],
             values['tokens per cycle (k)']) == ('2', '2', '4')
     assert values['random weights'] == 'yes' and values['state'] == 'active'
-    assert {f'rejected: {i.value}' for i in InputIssue} <= set(values)
+    assert {f'rejected: {n}' for n in ('stale', 'missing camera', 'bad image', 'bad joints',
+                                       'no instruction', 'bad prompt')} <= set(values)
     assert status.level == DiagnosticStatus.OK
 
 
@@ -202,7 +206,7 @@ def test_diagnostics_warn_then_error_then_recover():
     diag = EngineDiagnostics('tiny')
     diag.set_state('active', 0.0)
     t = run(diag, 0.0, 3.0)
-    diag.record_rejection(InputIssue.BAD_JOINTS, 'JointState has non-finite positions')
+    diag.record_rejection(RefusalReason.BAD_STATE, 'JointState has non-finite positions')
     status = diag.status(t, 10.0, 0.5)
     assert status.level == Level.WARN.octet
     assert status.message == 'inputs rejected (bad joints x1)'
@@ -268,6 +272,6 @@ def test_diagnostics_memory_section():
 
 
 def test_synthetic_observation_has_the_model_shapes():
-    obs = synthetic_observation(get_preset('pi05_base'))
+    obs = synthetic_observation(get_preset('pi05_base').model, preset_robot('pi05_base'))
     assert sorted(obs.images) == sorted(CAMERA_SLOTS) and obs.state.shape == (14,)
     assert obs.images['base_0_rgb'].shape == (224, 224, 3) and obs.prompt == 'warm up'

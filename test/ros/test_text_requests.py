@@ -12,12 +12,11 @@ from types import SimpleNamespace
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
-from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextDelta, TextOutput
+from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextOutput
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.input_limits import MAX_QUESTION_BYTES
 from oxygen_ros.ros.text_outputs import TextOutputs
-from oxygen_ros.ros.text_requests import (
-    Origin, TextDone, TextPiece, TextRequests, TextStatus)
+from oxygen_ros.ros.text_requests import Origin, TextDone, TextPiece, TextRequests
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.detokenizer import IncrementalDetokenizer
@@ -35,8 +34,8 @@ BUDGET = 8  # the tiny preset's decode_budget
 @pytest.fixture
 def make_engine(tiny_models, tokenizer):
     def make(**changes):
-        cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS,
-                           tokens_per_cycle=2, stop_on_eos=False, **changes)
+        cfg = EngineConfig.create(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                                  tokens_per_cycle=2, stop_on_eos=False, **changes)
         return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
     return make
 
@@ -64,12 +63,14 @@ def run_cycles(texts, engine, n, first=1):
     return events
 
 
-def step(deltas=(), texts=()):
-    return StepOutput(None, tuple(texts), STATS, tuple(deltas))
+def step(outputs=()):
+    return StepOutput(None, tuple(outputs), STATS)
 
 
 def finished(req_id, task, text, ids, reason=FinishReason.STOP, error=''):
-    return TextOutput(req_id, task, text, tuple(ids), reason, 7, 2, error)
+    """Return the last output of a request the engine ended (no new piece: its whole text)."""
+    return TextOutput(req_id, task, (), '', len(ids), 7, reason, text=text, token_ids=tuple(ids),
+                      num_cycles=2, error=error)
 
 
 def test_a_full_queue_refuses_at_once_and_every_question_gets_one_reply(make_engine):
@@ -79,7 +80,7 @@ def test_a_full_queue_refuses_at_once_and_every_question_gets_one_reply(make_eng
     jobs.append(texts.ask_topic('   ', 0.0))
     refused = texts.take()
     assert [d.job for d in refused] == jobs[4:]
-    assert {d.status for d in refused} == {TextStatus.REFUSED}
+    assert {d.finish_reason for d in refused} == {FinishReason.REFUSED}
     assert refused[0].reason == 'queue full (4 requests waiting, max_waiting_requests 4)'
     assert refused[-1].reason == 'empty question' and notified
     assert engine.num_waiting == 4 and set(texts.live) == {j.req_id for j in jobs[:4]}
@@ -90,7 +91,7 @@ def test_a_full_queue_refuses_at_once_and_every_question_gets_one_reply(make_eng
     assert [d.job for d in done] == jobs[:4]
     for d in done:
         pieces = [e.text for e in events if isinstance(e, TextPiece) and e.job is d.job]
-        assert d.status is TextStatus.LENGTH and d.num_tokens == BUDGET
+        assert d.finish_reason is FinishReason.LENGTH and d.num_tokens == BUDGET
         assert d.text == ''.join(pieces) and d.frame_stamp_ns > 0
     assert texts.live == {} and engine.num_waiting == engine.num_running == 0
     assert status_values(diag.status(0.0, 10.0, 0.5))['text requests rejected'] == '7'
@@ -100,13 +101,14 @@ def test_how_a_request_ends_sets_its_reply(make_engine):
     texts, diag, _ = make_texts(make_engine(), max_waiting=4)
     jobs = [texts.ask_topic(f'question {i}?', 0.0) for i in range(4)]
     ends = [finished(jobs[0].req_id, TextTask.ANSWER, 'a cup', [9, 1]),
-            finished(jobs[1].req_id, TextTask.ANSWER, '', [], None, 'bad text prompt: x'),
+            finished(jobs[1].req_id, TextTask.ANSWER, '', [], FinishReason.DROPPED,
+                     'bad text prompt: x'),
             finished(jobs[2].req_id, TextTask.ANSWER, 'two', [5, 6], FinishReason.LENGTH),
             finished(jobs[3].req_id, TextTask.ANSWER, 'par', [4], FinishReason.ABORT)]
-    texts.finish(step(texts=ends))
-    assert [(d.status, d.text, d.reason) for d in texts.take()] == [
-        (TextStatus.EOS, 'a cup', ''), (TextStatus.DROPPED, '', 'bad text prompt: x'),
-        (TextStatus.LENGTH, 'two', ''), (TextStatus.DROPPED, 'par', 'request aborted')]
+    texts.finish(step(ends))
+    assert [(d.finish_reason, d.text, d.reason) for d in texts.take()] == [
+        (FinishReason.STOP, 'a cup', ''), (FinishReason.DROPPED, '', 'bad text prompt: x'),
+        (FinishReason.LENGTH, 'two', ''), (FinishReason.DROPPED, 'par', 'request aborted')]
     assert texts.live == {}
     assert status_values(diag.status(0.0, 10.0, 0.5))['last text rejection'] == \
         f'{jobs[3].req_id}: request aborted'
@@ -119,7 +121,7 @@ def test_a_question_over_the_byte_bound_is_refused_with_the_reason(make_engine):
     long = 'a' * (MAX_QUESTION_BYTES - 1) + '€'                      # € is 3 bytes
     job = texts.ask_topic(long, 0.0)
     [done] = texts.take()
-    assert (done.job, done.status, done.reason) == (job, TextStatus.REFUSED, reason)
+    assert (done.job, done.finish_reason, done.reason) == (job, FinishReason.REFUSED, reason)
     assert texts.ask_goal(object(), long, None, 0.0) == reason       # the action: rejected
     assert status_values(diag.status(0.0, 10.0, 0.5))['last text rejection'] == \
         f'question refused: {reason}'
@@ -133,7 +135,7 @@ def test_a_question_the_kv_pool_could_never_hold_is_refused_with_the_reason(make
     texts, _, _ = make_texts(engine)
     job = texts.ask_topic('what is on the table?', 0.0)
     [done] = texts.take()
-    assert (done.job, done.status) == (job, TextStatus.REFUSED)
+    assert (done.job, done.finish_reason) == (job, FinishReason.REFUSED)
     assert done.reason.startswith(f'{job.req_id}: needs up to ')
     assert done.reason.endswith('it could never be admitted (lower max_tokens or give the KV '
                                 'pool more memory)')
@@ -172,7 +174,7 @@ def test_events_of_a_goal_wait_for_its_handle(make_engine):
     assert events == [] and texts.live == {}
     job = texts.goal_accepted(SimpleNamespace(request=goal))
     piece, done = texts.take()
-    assert (piece.job, done.job, done.status) == (job, job, TextStatus.LENGTH)
+    assert (piece.job, done.job, done.finish_reason) == (job, job, FinishReason.LENGTH)
     assert piece.final and piece.text == done.text
 
 
@@ -182,14 +184,14 @@ def test_cancel_while_waiting_and_while_decoding(make_engine):
     waiting = texts.ask_topic('first?', 0.0)
     assert texts.cancel(waiting.req_id)
     [done] = texts.take()
-    assert (done.job, done.status, done.text) == (waiting, TextStatus.CANCELED, '')
+    assert (done.job, done.finish_reason, done.text) == (waiting, FinishReason.ABORT, '')
     assert engine.num_waiting == 0 and texts.live == {}
     running = texts.ask_topic('second?', 0.0)
     pieces = [e.text for e in run_cycles(texts, engine, 1)]
     assert engine.num_running == 1 and engine.scheduler.kv.num_used_blocks > 0
     assert texts.cancel(running.req_id)     # at once, no control cycle needed
     [done] = texts.take()
-    assert (done.job, done.status, done.num_tokens) == (running, TextStatus.CANCELED, 2)
+    assert (done.job, done.finish_reason, done.num_tokens) == (running, FinishReason.ABORT, 2)
     assert done.text.startswith(''.join(pieces))
     assert engine.num_running == 0 and engine.scheduler.kv.num_used_blocks == 0
     assert not texts.cancel(running.req_id) and texts.live == {}
@@ -206,13 +208,13 @@ def test_periodic_requests_wait_for_valid_input_and_the_previous_one(make_engine
     assert task is TextTask.SUBTASK and engine.num_waiting == 1
     texts.ask_periodic(12.5, 2.0, 0.0, True)  # due, but the first one is still open
     assert list(texts.live) == [first]
-    texts.finish(step(texts=[finished(first, TextTask.SUBTASK, 'grasp the cup', [3, 1])]))
+    texts.finish(step([finished(first, TextTask.SUBTASK, 'grasp the cup', [3, 1])]))
     texts.ask_periodic(12.6, 2.0, 0.0, True)
     [second] = texts.live
-    texts.finish(step(texts=[finished(second, TextTask.SUBTASK, '', [], None,
-                                      'bad text prompt')]))
-    assert [(d.job.origin, d.status) for d in texts.take()] == [
-        (Origin.PERIODIC, TextStatus.EOS), (Origin.PERIODIC, TextStatus.DROPPED)]
+    texts.finish(step([finished(second, TextTask.SUBTASK, '', [], FinishReason.DROPPED,
+                                'bad text prompt')]))
+    assert [(d.job.origin, d.finish_reason) for d in texts.take()] == [
+        (Origin.PERIODIC, FinishReason.STOP), (Origin.PERIODIC, FinishReason.DROPPED)]
     texts.ask_periodic(13.0, 2.0, 0.0, True)  # next due at 14.6
     assert texts.live == {}
     # a full queue: the due request is asked again every cycle, not refused
@@ -236,12 +238,13 @@ def test_drop_all_ends_every_open_request(make_engine):
     assert texts.ask_goal(goal, 'waiting?', None, 0.0) is None
     texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
     [done] = texts.take()
-    assert (done.job, done.status, done.reason) == (running, TextStatus.DROPPED,
-                                                    'engine shut down')
+    assert (done.job, done.finish_reason, done.reason) == (running, FinishReason.DROPPED,
+                                                           'engine shut down')
     assert done.text.startswith(''.join(pieces)) and done.num_tokens == 2
     job = texts.goal_accepted(SimpleNamespace(request=goal))  # its result was waiting for it
     [done] = texts.take()
-    assert (done.job, done.status, done.reason) == (job, TextStatus.DROPPED, 'engine shut down')
+    assert (done.job, done.finish_reason, done.reason) == (job, FinishReason.DROPPED,
+                                                           'engine shut down')
     assert texts.live == {}
 
 
@@ -257,8 +260,8 @@ def test_a_question_racing_the_cleanup_gets_one_reply(make_engine):
         return submit(*args, **kwargs)     # EngineClosedError
     engine.submit_text = cleanup_first
     job = texts.ask_topic('just in time?', 0.0)
-    assert [(d.job, d.status, d.reason) for d in texts.take()] == [
-        (job, TextStatus.DROPPED, 'engine shut down (node cleanup)')]
+    assert [(d.job, d.finish_reason, d.reason) for d in texts.take()] == [
+        (job, FinishReason.DROPPED, 'engine shut down (node cleanup)')]
     assert texts.live == {}
 
 
@@ -274,7 +277,7 @@ class FakeAsk:
         self.feedback_calls.append((job.req_id, piece.text, text_so_far))
 
     def finish(self, done, whole):
-        self.results.append((done.job.req_id, done.status, whole))
+        self.results.append((done.job.req_id, done.finish_reason, whole))
 
 
 def outputs():
@@ -284,14 +287,18 @@ def outputs():
     return out, published, ask
 
 
-def deltas(tok, req_id, chunks, stamp):
-    """Return the TextDelta of each chunk of ids, detokenized as the engine does."""
+def cycle_outputs(tok, req_id, chunks, stamp):
+    """Return the engine's output of each chunk of ids (the last one ends it: EOS)."""
     detok, out, num = IncrementalDetokenizer(tok), [], 0
+    ids = tuple(i for chunk in chunks for i in chunk)
     for i, chunk in enumerate(chunks):
         last, num = i == len(chunks) - 1, num + len(chunk)
-        out.append(TextDelta(req_id, TextTask.ANSWER, tuple(chunk),
-                             detok.push(chunk, final=last), num, stamp, last))
-    return out, detok.text
+        piece = detok.push(chunk, final=last)
+        out.append(TextOutput(req_id, TextTask.ANSWER, tuple(chunk), piece, num, stamp,
+                              FinishReason.STOP if last else None,
+                              text=detok.text if last else '', token_ids=ids if last else (),
+                              num_cycles=len(chunks) if last else 0))
+    return out
 
 
 def test_pieces_stream_and_concatenate_to_the_whole_text(tok, make_engine):
@@ -306,12 +313,9 @@ def test_pieces_stream_and_concatenate_to_the_whole_text(tok, make_engine):
            *tok.encode(' cup', add_bos=False), tok.eos_id]
     chunks = [ids[:2], ids[2:4], ids[4:5], ids[5:]]  # '€' split over three cycles
     stamp = 1_700_000_000_123_456_789
-    per_request = {r: deltas(tok, r, chunks, stamp) for r in (job.req_id, goal_job.req_id)}
+    per_request = {r: cycle_outputs(tok, r, chunks, stamp) for r in (job.req_id, goal_job.req_id)}
     for i in range(len(chunks)):
-        last = i == len(chunks) - 1
-        ends = [finished(r, TextTask.ANSWER, whole, ids) for r, (_, whole) in
-                per_request.items()] if last else []
-        texts.finish(step([d[i] for d, _ in per_request.values()], ends))
+        texts.finish(step([d[i] for d in per_request.values()]))
         out.handle(texts.take())
     stream = [m for key, m in published if key == 'answer/stream' and m.request_id == job.req_id]
     assert ''.join(m.text for m in stream) == tok.decode(ids) == ' a red€ cup'
@@ -325,7 +329,7 @@ def test_pieces_stream_and_concatenate_to_the_whole_text(tok, make_engine):
     # the topic question is answered on ~/answer, the goal by its result (not on ~/answer)
     assert [m.data for key, m in published if key == 'answer'] == [' a red€ cup']
     [(req_id, status, whole)] = ask.results
-    assert (req_id, status, whole.text, whole.is_final) == (goal_job.req_id, TextStatus.EOS,
+    assert (req_id, status, whole.text, whole.is_final) == (goal_job.req_id, FinishReason.STOP,
                                                             ' a red€ cup', True)
     assert [t for _, t, _ in ask.feedback_calls] == [m.text for m in stream]
     assert ask.feedback_calls[-1][2] == ' a red€ cup'
@@ -339,16 +343,16 @@ def test_cancelled_goal_gets_its_partial_text_and_a_final_piece(tok, make_engine
     job = texts.goal_accepted(SimpleNamespace(request=goal))
     ids = tok.encode(' on the', add_bos=False) + [tok.piece_to_id('<0xE2>')]
     piece = IncrementalDetokenizer(tok).push(ids)             # the byte is held back
-    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, tuple(ids), piece, len(ids), 5,
-                                 False)]))
+    texts.finish(step([TextOutput(job.req_id, TextTask.ANSWER, tuple(ids), piece, len(ids),
+                                  5)]))
     out.handle(texts.take())
     # the engine's abort lets the held-back byte out: its text is ' on the\ufffd'
-    out.handle([TextDone(job, TextStatus.CANCELED, ' on the\ufffd', len(ids), 5,
+    out.handle([TextDone(job, FinishReason.ABORT, ' on the\ufffd', len(ids), 5,
                          reason='cancelled')])
     stream = [m for key, m in published if key == 'answer/stream']
     assert [(m.text, m.is_final) for m in stream] == [(' on the', False), ('\ufffd', True)]
     [(_, status, whole)] = ask.results
-    assert (status, whole.text, whole.num_tokens) == (TextStatus.CANCELED, ' on the\ufffd',
+    assert (status, whole.text, whole.num_tokens) == (FinishReason.ABORT, ' on the\ufffd',
                                                       len(ids))
     assert [key for key, _ in published] == ['answer/stream', 'answer/stream']
 
@@ -376,8 +380,8 @@ def test_a_question_before_the_node_is_configured_is_answered_no_answer():
 def test_text_done_and_piece_events_carry_the_job(make_engine):
     texts, _, _ = make_texts(make_engine())
     job = texts.ask_topic('q', 0.0)
-    texts.finish(step([TextDelta(job.req_id, TextTask.ANSWER, (5,), 'x', 1, 9, True)],
-                      [finished(job.req_id, TextTask.ANSWER, 'x', [5])]))
+    texts.finish(step([TextOutput(job.req_id, TextTask.ANSWER, (5,), 'x', 1, 9,
+                                  FinishReason.STOP, text='x', token_ids=(5,))]))
     piece, done = texts.take()
     assert isinstance(piece, TextPiece) and isinstance(done, TextDone)
     assert piece.job is done.job is job and piece.final

@@ -19,8 +19,7 @@ from oxygen_ros.engine.engine import Engine
 from oxygen_ros.engine.outputs import CycleStats, StepOutput, TextOutput
 from oxygen_ros.ros.diagnostics import EngineDiagnostics, status_values
 from oxygen_ros.ros.text_outputs import TextOutputs
-from oxygen_ros.ros.text_requests import (
-    RESERVATION_TIMEOUT_S, TextDone, TextRequests, TextStatus)
+from oxygen_ros.ros.text_requests import RESERVATION_TIMEOUT_S, TextDone, TextRequests
 from oxygen_ros.sched.request import FinishReason
 from oxygen_ros.tools.common.workload import make_observation
 from oxygen_ros.transforms.prompt import TextTask
@@ -59,8 +58,8 @@ class Clock:
 
 @pytest.fixture
 def engine(tiny_models, tokenizer):
-    cfg = EngineConfig(preset='tiny', prefix_attention=MODE, cameras=CAMS, tokens_per_cycle=2,
-                       stop_on_eos=False, max_running_requests=2)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=MODE, cameras=CAMS,
+                              tokens_per_cycle=2, stop_on_eos=False, max_running_requests=2)
     return Engine(cfg, model=tiny_models(MODE, CAMS), tokenizer=tokenizer)
 
 
@@ -79,8 +78,8 @@ def cycle(texts, engine, frame):
     return out
 
 
-def step(texts=()):
-    return StepOutput(None, tuple(texts), STATS, ())
+def step(outputs=()):
+    return StepOutput(None, tuple(outputs), STATS)
 
 
 def test_the_queue_holds_requests_until_admitted_and_cancels_free_their_place(engine):
@@ -88,18 +87,18 @@ def test_the_queue_holds_requests_until_admitted_and_cancels_free_their_place(en
     jobs = [texts.ask_topic(f'q{i}?', 0.0) for i in range(4)]
     late = texts.ask_topic('one more?', 0.0)
     [refused] = texts.take()
-    assert (refused.job, refused.status) == (late, TextStatus.REFUSED)
+    assert (refused.job, refused.finish_reason) == (late, FinishReason.REFUSED)
     assert refused.reason == 'queue full (4 requests waiting, max_waiting_requests 4)'
     # a cycle admits two (max_running_requests 2): two places free for new questions
     cycle(texts, engine, 1)
     assert (engine.num_running, engine.num_waiting) == (2, 2)
     accepted = [texts.ask_topic(f'again {i}?', 0.0) for i in range(2)]
-    assert [e.status for e in texts.take() if isinstance(e, TextDone)] == []
+    assert [e.finish_reason for e in texts.take() if isinstance(e, TextDone)] == []
     assert engine.num_waiting == 4
     # a cancel of a waiting question frees its place at once, without a cycle
     assert texts.cancel(jobs[3].req_id)
     assert engine.num_waiting == 3
-    assert [d.status for d in texts.take()] == [TextStatus.CANCELED]
+    assert [d.finish_reason for d in texts.take()] == [FinishReason.ABORT]
     assert {j.req_id for j in accepted} <= set(texts.live)
 
 
@@ -127,7 +126,7 @@ def test_the_control_cycle_queues_its_log_lines_for_the_text_group(engine):
     job = texts.ask_topic('what is on the table?', 0.0)           # a callback
     outputs, frame = [], 1
     while not outputs:                                             # control cycles
-        outputs = cycle(texts, engine, frame).texts
+        outputs = cycle(texts, engine, frame).finished
         frame += 1
     assert logger.lines == []                                      # nothing logged yet
     events = texts.take()                                          # text group
@@ -167,7 +166,7 @@ class FailingAsk:
     def finish(self, done, whole):
         if done.job.req_id == self.fail_for and whole is not None:
             raise RuntimeError('result could not be built')
-        self.results.append((done.job.req_id, done.status, done.reason))
+        self.results.append((done.job.req_id, done.finish_reason, done.reason))
 
 
 def test_an_exception_publishing_one_event_loses_no_reply(engine):
@@ -185,10 +184,10 @@ def test_an_exception_publishing_one_event_loses_no_reply(engine):
     ask = FailingAsk(goal.req_id)
     out = TextOutputs(publish, ask, on_error=lambda where, exc, trace: errors.append(where))
     out.frame_id = 'base_link'
-    ends = [TextOutput(topic[0].req_id, TextTask.ANSWER, 'boom', (9,), FinishReason.STOP, 7, 1),
-            TextOutput(goal.req_id, TextTask.ANSWER, 'a cup', (9,), FinishReason.STOP, 7, 1),
-            TextOutput(topic[1].req_id, TextTask.ANSWER, 'fine', (9,), FinishReason.STOP, 7, 1),
-            TextOutput(topic[2].req_id, TextTask.ANSWER, 'also', (9,), FinishReason.STOP, 7, 1)]
+    ends = [TextOutput(req_id, TextTask.ANSWER, (), '', 1, 7, FinishReason.STOP, text=text,
+                       token_ids=(9,), num_cycles=1)
+            for req_id, text in ((topic[0].req_id, 'boom'), (goal.req_id, 'a cup'),
+                                 (topic[1].req_id, 'fine'), (topic[2].req_id, 'also'))]
     texts.finish(step(ends))
     out.handle(texts.take())
     answers = [m.data for key, m in published if key == 'answer']
@@ -196,7 +195,7 @@ def test_an_exception_publishing_one_event_loses_no_reply(engine):
     assert answers == ['no answer: internal error: RuntimeError: publisher failed', 'fine',
                        'also']
     # the failed goal result still ends the goal: DROPPED with the reason
-    assert ask.results == [(goal.req_id, TextStatus.DROPPED,
+    assert ask.results == [(goal.req_id, FinishReason.DROPPED,
                             'internal error: RuntimeError: result could not be built')]
     assert errors == [f'publishing {topic[0].req_id}', f'publishing {goal.req_id}']
 

@@ -4,7 +4,6 @@ Scheduler: job programs of both policies, budgets, EOS, cancellation, deadline, 
 Admission: one bounded waiting queue, first come first served.
 """
 
-from dataclasses import replace
 import math
 
 from oxygen_ros.config import PrefixAttention
@@ -14,7 +13,7 @@ from oxygen_ros.sched.output import (
     VisionJob)
 from oxygen_ros.sched.request import FinishReason, Request, RequestKind, RequestStatus
 from oxygen_ros.sched.request_queue import QueueFullError
-from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
+from oxygen_ros.sched.scheduler import Policy
 import pytest
 from sched_plans import ACTION_PROMPT, EOS, frame, IMG, make, run, SUBTASK_PROMPT, text
 
@@ -140,7 +139,7 @@ def test_cancellation_frees_everything():
     assert out.new_requests == ()
     assert out.jobs_of(JobKind.DECODE)[0].req_ids == ('w',)
     run(sched, out)
-    sched.abort_all()
+    sched.drop_all('engine shut down')
     assert sched.kv.num_used_blocks == 0 and sched.kv.num_segments == 0
     assert not sched.requests and not sched.running
     sched.kv.check_consistency()
@@ -148,9 +147,7 @@ def test_cancellation_frees_everything():
 
 def test_deadline_shrinks_k_with_measured_times():
     cost = CostModel(alpha=1.0)
-    sched = Scheduler(SchedulerConfig(num_blocks=64, max_prefix_tokens=IMG + 8, block_size=8,
-                                      prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                                      tokens_per_cycle=8, min_tokens_per_cycle=1), cost)
+    sched = make(mode=PrefixAttention.CAUSAL_TEXT, k=8, min_tokens_per_cycle=1, cost=cost)
     for timing in [JobTiming(JobKind.VISION, 0.010, batch_size=2),     # 5 ms per image
                    JobTiming(JobKind.PREFILL, 0.032, num_tokens=IMG),  # 1 ms per token
                    JobTiming(JobKind.DENOISE, 0.020),
@@ -186,25 +183,19 @@ def measured_cost():
 
 
 def test_the_decode_job_carries_the_action_deadline():
-    sched = Scheduler(SchedulerConfig(num_blocks=64, max_prefix_tokens=IMG + 8, block_size=8,
-                                      tokens_per_cycle=4), measured_cost())
+    sched = make(mode=PrefixAttention.BIDIRECTIONAL, k=4, cost=measured_cost())
     sched.add_request(text('t', budget=30))
     out = sched.schedule(frame(0, deadline=1.5), now=1.0)
     assert out.jobs_of(JobKind.DECODE)[0].deadline == 1.5
     run(sched, out)
-    # no deadline, or a fixed k: every planned step runs
+    # no deadline (the engine's caller gave none): the fixed k, every planned step runs
     out = sched.schedule(frame(1), now=2.0)
     assert out.jobs_of(JobKind.DECODE)[0].deadline is None
-    run(sched, out)
-    sched.config = replace(sched.config, adapt_tokens_per_cycle=False)
-    out = sched.schedule(frame(2, deadline=3.5), now=3.0)
-    assert out.jobs_of(JobKind.DECODE)[0].deadline is None
+    assert out.tokens_per_cycle == 4
 
 
 def test_admissions_stop_where_the_measured_times_leave_no_decode_step():
-    sched = Scheduler(SchedulerConfig(num_blocks=128, max_prefix_tokens=IMG + 8, block_size=8,
-                                      prefix_attention=PrefixAttention.CAUSAL_TEXT,
-                                      tokens_per_cycle=4), measured_cost())
+    sched = make(mode=PrefixAttention.CAUSAL_TEXT, num_blocks=128, k=4, cost=measured_cost())
     for i in range(4):  # each its own 4-token text segment: 4 ms prefill + 1 ms seed
         sched.add_request(text(f't{i}', budget=30, prompt=(2, 10, 30 + i, 21)))
     # action path: 10 vision + 37 prefill + 20 denoise = 67 ms of 100. With t0: 72 ms, and

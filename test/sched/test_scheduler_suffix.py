@@ -4,7 +4,7 @@ from oxygen_ros.config import PrefixAttention
 from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import JobKind, JobTiming, SegmentKind, SuffixJob
 from oxygen_ros.sched.request import FrameSpec, Request, RequestKind, TextContext
-from oxygen_ros.sched.scheduler import Policy, Scheduler, SchedulerConfig
+from oxygen_ros.sched.scheduler import Policy
 import pytest
 from sched_plans import ACTION_PROMPT, frame, IMG, make, run
 
@@ -110,8 +110,7 @@ def test_suffix_time_is_measured_apart_and_counted_in_admission():
         cost.observe(timing)
     assert cost.prefill_s_per_token == pytest.approx(0.001)
     assert cost.suffix_s_per_token == pytest.approx(0.002)
-    sched = Scheduler(SchedulerConfig(num_blocks=128, max_prefix_tokens=IMG + 8, block_size=8,
-                                      tokens_per_cycle=4), cost)
+    sched = make(mode=PrefixAttention.BIDIRECTIONAL, num_blocks=128, k=4, cost=cost)
     for i in range(3):
         sched.add_request(on_root(f'm{i}', budget=30))
     # 10 vision + 37 prefill + 20 denoise = 67 ms; each request adds 6 ms of suffix and

@@ -71,7 +71,7 @@ def answer_of(engine, observations, question):
     """Return the engine's TextOutput of ``question`` asked before the first observation."""
     req_id = engine.submit_text(TextTask.ANSWER, question=question)
     for obs in observations:
-        for text in engine.step(obs).texts:
+        for text in engine.step(obs).finished:
             if text.req_id == req_id:
                 return text
     raise AssertionError('the reference answer did not finish')

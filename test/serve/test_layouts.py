@@ -1,7 +1,8 @@
 """The robot layouts: openpi's keys to the engine's observation, and every bad key refused."""
 
 import numpy as np
-from oxygen_ros.config import get_preset, RobotAdapter
+from oxygen_ros.policies import preset_robot, RobotPolicy
+from oxygen_ros.policies.aloha import ALOHA
 from oxygen_ros.serve.errors import BadValue, MissingKey, UnknownKey
 from oxygen_ros.serve.layouts import (
     check_layout, default_layout, Layout, message_bytes, observation_keys, to_observation)
@@ -12,34 +13,36 @@ SIDE = 1920
 
 
 def read(layout, obs, preset=None, **kwargs):
-    return to_observation(layout, obs, get_preset(preset or PRESETS[layout]),
+    return to_observation(layout, obs, preset_robot(preset or PRESETS[layout]),
                           max_image_side=SIDE, **kwargs)
 
 
 def test_presets_name_their_robot_and_fit_it():
-    assert default_layout(get_preset('pi05_libero')) is Layout.LIBERO
-    assert default_layout(get_preset('pi05_droid')) is Layout.DROID
-    assert default_layout(get_preset('pi05_base')) is Layout.ALOHA
-    assert default_layout(get_preset('tiny')) is None
+    assert default_layout(preset_robot('pi05_libero')) is Layout.LIBERO
+    assert default_layout(preset_robot('pi05_droid')) is Layout.DROID
+    assert default_layout(preset_robot('pi05_base')) is Layout.ALOHA
+    assert default_layout(preset_robot('tiny_aloha')) is Layout.ALOHA
+    assert default_layout(preset_robot('tiny')) is None
     for preset in ('pi05_libero', 'pi05_droid', 'pi05_base'):
-        check_layout(default_layout(get_preset(preset)), get_preset(preset))
-    check_layout(Layout.DROID, get_preset('tiny'))
+        check_layout(default_layout(preset_robot(preset)), preset_robot(preset))
+    check_layout(Layout.DROID, preset_robot('tiny'))
 
 
 @pytest.mark.parametrize('layout, preset, match', [
-    (Layout.ALOHA, 'pi05_droid', 'sends a state of 14 dims; preset pi05_droid takes 8'),
+    (Layout.ALOHA, 'pi05_droid', 'sends a state of 14 dims; robot droid takes 8'),
     (Layout.DROID, 'pi05_base', r"also needs \['right_wrist_0_rgb'\]"),
     (Layout.LIBERO, 'pi05_base', r"also needs \['right_wrist_0_rgb'\]"),
 ])
 def test_a_layout_that_cannot_feed_the_preset_is_refused(layout, preset, match):
     with pytest.raises(ValueError, match=match):
-        check_layout(layout, get_preset(preset))
+        check_layout(layout, preset_robot(preset))
 
 
-def test_aloha_needs_the_aloha_adapter():
-    cfg = get_preset('tiny_aloha').with_overrides(robot_adapter=RobotAdapter.NONE)
-    with pytest.raises(ValueError, match='needs a preset with the ALOHA adapter'):
-        check_layout(Layout.ALOHA, cfg)
+def test_aloha_needs_the_aloha_transforms():
+    plain = RobotPolicy('plain', ALOHA.cameras, 14, 14, ALOHA.action_space, ALOHA.gripper_dims,
+                        ALOHA.prompt_format)           # ALOHA's data, no transforms
+    with pytest.raises(ValueError, match='needs the ALOHA robot policy'):
+        check_layout(Layout.ALOHA, plain)
 
 
 @pytest.mark.parametrize('layout', list(Layout))
@@ -120,7 +123,7 @@ def test_bad_keys_and_values_are_refused_with_their_reason(layout, change, error
 
 
 def test_metadata_lists_each_key_and_the_message_bound_holds_the_images():
-    keys = observation_keys(Layout.ALOHA, get_preset('pi05_base'))
+    keys = observation_keys(Layout.ALOHA, preset_robot('pi05_base'))
     assert keys['images/cam_low'].endswith('-> unused')
     assert keys['images/cam_high'].endswith('-> base_0_rgb') and keys['state'] == 'float [14]'
     assert message_bytes(Layout.DROID, 224) == 2 * 224 * 224 * 3 + 2**20

@@ -29,7 +29,7 @@ def test_openpi_client_gets_the_engines_actions_and_answer(layout, tokenizer):
         assert (meta['server'], meta['preset'], meta['layout']) == \
             ('oxygen_serve', PRESETS[layout], layout.value)
         assert (meta['action_horizon'], meta['action_dim']) == \
-            (cfg.action_horizon, cfg.robot_action_dim)
+            (cfg.action_horizon, reference.robot.robot_action_dim)
         assert meta['random_weights'] is True and meta['language']['tokens_per_frame'] == 5
         assert meta['limits']['max_connections'] == 4
         assert set(meta['observation_keys']) >= set(openpi_observation(layout, 0)) - {'images'}
@@ -44,12 +44,13 @@ def test_openpi_client_gets_the_engines_actions_and_answer(layout, tokenizer):
             reply = client.infer(obs)
             want = reference.step(engine_observation(layout, obs))
             assert reply['actions'].dtype == np.float32
-            assert reply['actions'].shape == (cfg.action_horizon, cfg.robot_action_dim)
+            assert reply['actions'].shape == (cfg.action_horizon,
+                                              reference.robot.robot_action_dim)
             np.testing.assert_array_equal(reply['actions'], want.action.actions)
             assert set(reply['policy_timing']) >= {'infer_ms', 'action_ms', 'queue_ms'}
             assert ('prev_total_ms' in reply['server_timing']) == (frame > 0)
             updates += reply['language_updates']
-            ref_texts += [t for t in want.texts if t.req_id == ref_id]
+            ref_texts += [t for t in want.finished if t.req_id == ref_id]
             stamps.append(want.action.stamp_ns)
 
         answer = ref_texts[0]

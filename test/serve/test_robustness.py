@@ -103,7 +103,7 @@ def test_bad_clients_do_not_disturb_a_good_one(tokenizer, caplog):
     answer = None
     for seed in range(100, 100 + frame):
         out = reference.step(engine_observation(LAYOUT, openpi_observation(LAYOUT, seed)))
-        answer = answer or next((t for t in out.texts if t.req_id == req_id), None)
+        answer = answer or next((t for t in out.finished if t.req_id == req_id), None)
     assert updates[-1]['text'] == answer.text
     assert sum((u['tokens'] for u in updates), []) == list(answer.token_ids)
     assert srv.server.driver.num_open_requests == 0

@@ -21,7 +21,7 @@ from safetensors.numpy import load_file
 import torch
 
 # Heads x head dim != width everywhere, so a transposed einsum cannot pass unnoticed.
-CFG = get_preset('tiny').with_overrides(
+CFG = get_preset('tiny').model.with_overrides(
     name='convert_test', vocab_size=1000,
     vision=VisionConfig(patch_size=28, width=24, depth=2, num_heads=2, mlp_dim=40),
     vlm=GemmaConfig(width=24, depth=2, num_heads=2, num_kv_heads=1, head_dim=8, mlp_dim=40),
@@ -109,7 +109,7 @@ def test_bfloat16_output_is_what_save_checkpoint_writes(direct, orbax_ckpt, tmp_
 
 def test_the_cli_converts_a_registered_preset(tmp_path, capsys):
     torch.manual_seed(6)
-    tiny = get_preset('tiny')
+    tiny = get_preset('tiny').model
     save_checkpoint(build_model(tiny), tmp_path / 'direct')
     tree = jax_tree(load_file(str(tmp_path / 'direct/model.safetensors')), tiny)
     write_orbax(tmp_path / 'ckpt', tree)

@@ -83,8 +83,8 @@ def test_tensorrt_is_absent_here_and_only_the_tensorrt_backend_needs_it():
     torch_backend = kernel_checks.check_tensorrt(EngineConfig(preset='tiny'), jetson=False)
     assert torch_backend.level is Level.INFO
     assert 'backend torch needs none' in torch_backend.summary
-    trt = kernel_checks.check_tensorrt(EngineConfig(preset='tiny', backend=BackendKind.TENSORRT),
-                                       jetson=False)
+    trt = kernel_checks.check_tensorrt(
+        EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT), jetson=False)
     assert trt.level is Level.ERROR and '--system-site-packages' in trt.fix
 
 
@@ -154,7 +154,7 @@ def test_tokenizer_found_and_loadable_or_not(tmp_path):
 def tiny_checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp('ckpt')
     torch.manual_seed(1)
-    save_checkpoint(build_model(get_preset('tiny')), folder)
+    save_checkpoint(build_model(get_preset('tiny').model), folder)
     return folder
 
 
@@ -177,7 +177,7 @@ def test_checkpoint_found_fits_and_loads_or_says_why(tiny_checkpoint, tmp_path):
     ok = model_files.check_checkpoint(config)
     assert ok.level is Level.OK and 'openpi layout, fits preset tiny' in ok.summary
     loaded = model_files.check_checkpoint(config, load=True)
-    count = sum(p.numel() for p in build_model(get_preset('tiny')).parameters())
+    count = sum(p.numel() for p in build_model(get_preset('tiny').model).parameters())
     assert loaded.summary.endswith(f'loaded: {count / 1e9:.2f} G parameters in float32')
 
 

@@ -33,8 +33,8 @@ def test_the_fp8_finding_is_the_load_probe_on_this_cpu():
 
 
 def test_fp8_asked_on_cuda_without_cuda_is_an_error():
-    config = EngineConfig(preset='tiny', quantization=Quantization.FP8, device='cuda',
-                          dtype='bfloat16')
+    config = EngineConfig.create(preset='tiny', quantization=Quantization.FP8, device='cuda',
+                                 dtype='bfloat16')
     found = kernel_checks.check_fp8(config)
     assert found.level is Level.ERROR
     assert found.summary.startswith('quantization fp8, but row-wise scaled torch._scaled_mm '

@@ -301,15 +301,17 @@ def test_test_outcomes_are_read_with_and_without_xdist_and_when_cut_off():
 
 def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
     """A fast path's ``dropped`` (feature -> reason) reaches the bench's and start's JSON."""
-    from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
-    from oxygen_ros.backends.fast_path.backend import FastPathBackend
+    from oxygen_ros.backends.config import CompileMode, Step
     from oxygen_ros.backends.torch_backend import TorchBackend
     from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
+    from oxygen_ros.engine.config import EngineConfig
+    from oxygen_ros.engine.loading import make_backend_for
 
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:1])
-    backend = FastPathBackend.create(
-        BackendConfig(compile_mode=CompileMode.DEFAULT), model, 64, backend='aot_eager',
-        progress=False, only=(Step.SEED,), precompile=False)
+    config = EngineConfig.create(preset='tiny', compile_mode=CompileMode.DEFAULT,
+                                 tokens_per_cycle=1)
+    backend = make_backend_for(config, model, 64, backend='aot_eager', progress=False,
+                               only=(Step.SEED,), precompile=False)
     record = warmup_summary(backend)
     assert set(record['graphs']) == {'seed'} and record['fallbacks'] == {}
     assert record['dropped'] == dropped_features(backend) == {}

@@ -7,7 +7,7 @@ from oxygen_ros.tools.bench.call_costs import (
 from oxygen_ros.tools.bench.gpu_specs import JETSON_AGX_THOR, lookup_gpu
 import pytest
 
-PI05 = get_preset('pi05_droid')
+PI05 = get_preset('pi05_droid').model
 H100 = lookup_gpu('NVIDIA H100 80GB HBM3')
 
 

@@ -11,6 +11,7 @@ from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
 from oxygen_ros.model.pi05 import build_model
 from oxygen_ros.observation import Observation
+from oxygen_ros.policies import preset_robot
 from oxygen_ros.transforms.conventions import (
     CheckpointFamily, NormStatsNotFound, resolve_conventions)
 from oxygen_ros.transforms.images import ImageResize
@@ -18,7 +19,8 @@ from oxygen_ros.transforms.normalize import NormMode
 import pytest
 import torch
 
-CFG = get_preset('tiny')  # state_dim 8, robot_action_dim 7, asset id 'tiny'
+CFG = get_preset('tiny').model  # its robot: state_dim 8, robot_action_dim 7; asset id 'tiny'
+CAMERAS = preset_robot('tiny').cameras
 
 
 @pytest.fixture(scope='module')
@@ -32,7 +34,7 @@ def _frames(stats, n=3):
     mean, std = stats['observation.state']['mean'], stats['observation.state']['std']
     for f in range(n):
         images = {slot: rng.integers(0, 256, (60, 80, 3), dtype=np.uint8)
-                  for slot in CFG.cameras}
+                  for slot in CAMERAS}
         state = (mean + rng.uniform(-1.5, 1.5, 8) * std).astype(np.float64)
         yield Observation(images=images, state=state, prompt='put the bowl on the plate',
                           stamp_ns=f * 100_000_000)
@@ -123,7 +125,7 @@ def test_lerobot_prompt_and_explicit_settings(tmp_path, caplog):
     stats = dataset_stats(np.random.default_rng(4))
     write_lerobot_processors(tmp_path, stats)
     # openpi's pi05_libero has no state in the prompt; LeRobot's pi05 always has it
-    assert get_preset('pi05_libero').prompt_format is PromptFormat.PI0
+    assert preset_robot('pi05_libero').prompt_format is PromptFormat.PI0
     with caplog.at_level(logging.WARNING):
         assert _conventions(tmp_path, 'pi05_libero').prompt_format is PromptFormat.PI05_STATE
     assert f'{tmp_path}: trained with LeRobot chunk_size 4, preset pi05_libero denoises 10 ' \

@@ -2,9 +2,8 @@
 
 import numpy as np
 
-from oxygen_ros.config import get_preset
 from oxygen_ros.transforms.images import (
-    check_image, image_to_model, ImageResize, prepare_images, resize_on_device, resize_with_pad)
+    check_image, image_to_model, ImageResize, resize_on_device, resize_with_pad)
 from PIL import Image
 import pytest
 from skimage import data
@@ -127,35 +126,6 @@ def test_bad_target_size():
         resize_with_pad(np.zeros((8, 8, 3), np.uint8), 0, 224)
 
 
-def test_prepare_images_masks_missing_and_unused_slots():
-    cfg = get_preset('tiny')  # cameras: base_0_rgb, left_wrist_0_rgb
-    size = cfg.vision.image_size
-    base = np.full((480, 640, 3), 255, np.uint8)
-    right = np.full((480, 640, 3), 128, np.uint8)
-    images, mask = prepare_images({'base_0_rgb': base, 'right_wrist_0_rgb': right}, cfg)
-    assert images.shape == (3, 3, size, size) and images.dtype == np.float32
-    assert mask.tolist() == [True, False, False] and mask.dtype == np.bool_
-    np.testing.assert_array_equal(images[0], image_to_model(base, size))
-    assert (images[1:] == -1.0).all()  # black, as openpi's zeros_like uint8 image
-
-
-def test_prepare_images_all_three_slots():
-    cfg = get_preset('pi05_base')
-    imgs = {slot: _gradient(96, 128) for slot in cfg.cameras}
-    images, mask = prepare_images(imgs, cfg)
-    assert mask.tolist() == [True, True, True]
-    for i, slot in enumerate(('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')):
-        np.testing.assert_array_equal(images[i], image_to_model(imgs[slot], 224))
-
-
-def test_prepare_images_errors():
-    cfg = get_preset('tiny')
-    with pytest.raises(ValueError, match=r"unknown camera slots \['wrist'\]"):
-        prepare_images({'wrist': np.zeros((8, 8, 3), np.uint8)}, cfg)
-    with pytest.raises(ValueError, match='camera left_wrist_0_rgb: .*got 4'):
-        prepare_images({'left_wrist_0_rgb': np.zeros((8, 8, 4), np.uint8)}, cfg)
-
-
 def _lerobot_reference(img: np.ndarray, size: int) -> np.ndarray:
     """Restate LeRobot's pi05 input: [0, 1] float, F.interpolate, clip, pad 0, x * 2 - 1."""
     import torch
@@ -192,17 +162,6 @@ def test_the_two_families_filters_differ_on_a_photograph():
     assert (openpi[:, :37] == -1).all() and (lerobot[:, :37] == -1).all()
     same = image_to_model(_gradient(224, 224), 224, ImageResize.LEROBOT)
     np.testing.assert_array_equal(same, image_to_model(_gradient(224, 224), 224))
-
-
-def test_prepare_images_takes_the_filter():
-    cfg = get_preset('tiny')
-    photo = _gradient(120, 160)
-    slot = cfg.cameras[0]
-    openpi, _ = prepare_images({slot: photo}, cfg)
-    lerobot, _ = prepare_images({slot: photo}, cfg, ImageResize.LEROBOT)
-    size = cfg.vision.image_size
-    np.testing.assert_array_equal(lerobot[0], _lerobot_reference(photo, size))
-    assert not np.array_equal(openpi[0], lerobot[0])
 
 
 ONE_LEVEL = 2.0 / 255.0 + 1e-6          # one uint8 level in model units ([-1, 1])

@@ -5,6 +5,7 @@ import json
 import numpy as np
 
 from oxygen_ros.config import get_preset
+from oxygen_ros.policies import TEST_ARM
 from oxygen_ros.transforms.norm_stats import (
     identity_norm_stats, load_norm_stats, NormStats, save_norm_stats)
 from oxygen_ros.transforms.normalize import (
@@ -191,10 +192,10 @@ def test_save_errors(tmp_path):
 # --- Normalizer -------------------------------------------------------------------------------
 
 def _tiny_normalizer():
-    cfg = get_preset('tiny')  # state_dim 8, robot_action_dim 7, action_dim 32
+    cfg = get_preset('tiny').model  # action_dim 32; its robot: state_dim 8, robot_action_dim 7
     state = _stats(np.arange(8.0), np.arange(8.0) + 2)
     actions = _stats(-np.ones(7), np.arange(1.0, 8.0))
-    return cfg, Normalizer.from_config(cfg, {'state': state, 'actions': actions})
+    return cfg, Normalizer.from_config(cfg, TEST_ARM, {'state': state, 'actions': actions})
 
 
 def test_state_to_model_and_prompt_state():
@@ -236,16 +237,16 @@ def test_normalizer_errors():
         bad[1, 3] = np.inf
         norm.actions_to_robot(bad)
     with pytest.raises(ValueError, match='state norm stats have 3 dims, the robot state has 8'):
-        Normalizer.from_config(cfg, {'state': STATS, 'actions': identity_norm_stats(7)})
+        Normalizer.from_config(cfg, TEST_ARM, {'state': STATS, 'actions': identity_norm_stats(7)})
     with pytest.raises(ValueError, match='action norm stats have 3 dims, the robot takes 7'):
-        Normalizer.from_config(cfg, {'state': identity_norm_stats(8), 'actions': STATS})
+        Normalizer.from_config(cfg, TEST_ARM, {'state': identity_norm_stats(8), 'actions': STATS})
     with pytest.raises(ValueError, match=r"lack \['actions'\]"):
-        Normalizer.from_config(cfg, {'state': identity_norm_stats(8)})
+        Normalizer.from_config(cfg, TEST_ARM, {'state': identity_norm_stats(8)})
 
 
 def test_identity_normalizer():
-    cfg = get_preset('tiny')
-    norm = Normalizer.identity(cfg)
+    cfg = get_preset('tiny').model
+    norm = Normalizer.identity(cfg, TEST_ARM)
     actions = np.linspace(-1, 1, cfg.action_horizon * 32).reshape(cfg.action_horizon, 32)
     np.testing.assert_allclose(norm.actions_to_robot(actions), actions[:, :7], atol=1e-6)
     np.testing.assert_allclose(norm.normalize_state(np.full(8, 0.25)), 0.25, atol=1e-6)

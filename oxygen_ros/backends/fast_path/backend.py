@@ -19,6 +19,7 @@ from oxygen_ros.backends.interface import CompileCacheUse, WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.sched.scheduler import SchedulerConfig
 
 DEFAULT_COMPILE_BACKEND = 'inductor'
 """``torch.compile`` backend of ``FastPathBackend.create`` (tests swap in aot_eager)."""
@@ -60,6 +61,7 @@ class FastPathBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+               scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                backend: str | Callable | None = None, progress: bool = True,
                only: Collection[Step] | None = None,
                camera_counts: tuple[int, ...] | None = None,
@@ -71,8 +73,11 @@ class FastPathBackend(TorchBackend):
         Build the backend and warm it up (compile, capture and gate every static shape).
 
         The warm-up runs with ``config.attention``'s kernel (chosen while tracing); a
-        ``config.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
+        ``scheduler.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
 
+        :param scheduler: the block size, the largest decode batch and k.
+        :param max_decode_tokens: the most tokens a text request decodes.
+        :param max_cameras: the most valid cameras of a frame (the robot's).
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
         :param only: steps to put on the fast path (default all; ``FastPathModel``), within
             ``config.compile_steps``.
@@ -91,19 +96,20 @@ class FastPathBackend(TorchBackend):
             only = config.compile_steps if only is None else \
                 frozenset(only) & config.compile_steps
         limits = EngineLimits.for_model(
-            cfg, num_slots=num_blocks * config.block_size, max_batch=config.max_running_requests,
-            max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
+            cfg, num_slots=num_blocks * scheduler.block_size,
+            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens,
+            max_cameras=max_cameras)
         fast = FastPathModel(model, config.compile_mode, limits,
                              backend=backend or DEFAULT_COMPILE_BACKEND,
-                             block_size=config.block_size, only=only,
+                             block_size=scheduler.block_size, only=only,
                              camera_counts=camera_counts, adapter=adapter, guided=config.rtc,
                              jacobian_steps=(config.rtc_jacobian_steps, *extra_jacobian_steps),
                              precompile=precompile, attention=config.attention,
-                             tokens_per_cycle=(config.tokens_per_cycle,))
+                             tokens_per_cycle=(scheduler.tokens_per_cycle,))
         if config.compile_steps is not None:
             _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
                       ', '.join(step.value for step in fast.steps()) or 'none')
-        out = cls(fast, num_blocks, config.block_size, attention=config.attention,
+        out = cls(fast, num_blocks, scheduler.block_size, attention=config.attention,
                   adapter=adapter)
         with sdpa_context(config.attention):
             out.warmup_seconds = fast.warmup(out.cache, progress=progress, reference=reference)

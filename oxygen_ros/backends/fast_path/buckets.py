@@ -133,6 +133,7 @@ class EngineLimits:
 
     :ivar num_slots: KV pool slots (fixed).
     :ivar max_batch: largest decode batch (``max_running_requests``).
+    :ivar max_cameras: most valid cameras of a frame (the robot's, ``RobotPolicy.cameras``).
     :ivar max_prefix: longest prefix: all camera slots' tokens + ``max_token_len``, rounded up
         to a multiple of ``CTX_ALIGN``.
     :ivar max_ctx: longest decode context: ``max_prefix`` + decode budget, rounded up.
@@ -144,22 +145,28 @@ class EngineLimits:
     max_prefix: int
     max_ctx: int
     max_token_len: int
+    max_cameras: int
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, num_slots: int, max_batch: int,
-                  max_decode_tokens: int) -> EngineLimits:
+                  max_decode_tokens: int, max_cameras: int) -> EngineLimits:
         """
         Return the limits for ``cfg`` with a pool of ``num_slots`` slots.
 
-        :raises ValueError: a count < 1.
+        :param max_decode_tokens: the most tokens a text request decodes (the decode budget).
+        :param max_cameras: the most valid cameras of a frame (the robot's).
+        :raises ValueError: a count < 1, or more cameras than ``CAMERA_SLOTS``.
         """
         for name, value in (('num_slots', num_slots), ('max_batch', max_batch),
-                            ('max_decode_tokens', max_decode_tokens)):
+                            ('max_decode_tokens', max_decode_tokens),
+                            ('max_cameras', max_cameras)):
             if value < 1:
                 raise ValueError(f'{name} must be >= 1, got {value}')
+        if max_cameras > len(CAMERA_SLOTS):
+            raise ValueError(f'max_cameras must be <= {len(CAMERA_SLOTS)}, got {max_cameras}')
         prefix = len(CAMERA_SLOTS) * cfg.image_tokens_per_camera + cfg.max_token_len
         return cls(num_slots, max_batch, _round_up(prefix),
-                   _round_up(prefix + max_decode_tokens), cfg.max_token_len)
+                   _round_up(prefix + max_decode_tokens), cfg.max_token_len, max_cameras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,22 +197,23 @@ class StaticShapes:
     tokens_per_cycle: tuple[int, ...] = ()
 
     @classmethod
-    def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int,
+    def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int, max_cameras: int,
                   camera_counts: tuple[int, ...] | None = None,
                   tokens_per_cycle: tuple[int, ...] = ()) -> StaticShapes:
         """
-        Return the shapes for ``cfg``'s cameras, ``max_batch`` rows and ``max_ctx`` slots.
+        Return the shapes for ``max_cameras`` cameras, ``max_batch`` rows, ``max_ctx`` slots.
 
-        :param camera_counts: numbers of valid cameras to compile (default: 1 to all of
-            ``cfg.cameras``, as a node needs when a camera drops out; a benchmark whose
+        :param max_cameras: the robot's cameras (``EngineLimits.max_cameras``).
+        :param camera_counts: numbers of valid cameras to compile (default: 1 to
+            ``max_cameras``, as a node needs when a camera drops out; a benchmark whose
             cameras are all valid compiles only their number). A prefix of another count
             runs eagerly, with a warning.
         :param tokens_per_cycle: values of k to compile k decode steps as one graph for (1 is
             the plain decode step: dropped).
-        :raises ValueError: a limit below 1, a camera count outside ``1..len(cfg.cameras)``,
-            or ``max_ctx`` shorter than the longest prefix.
+        :raises ValueError: a limit below 1, a camera count outside ``1..max_cameras``, or
+            ``max_ctx`` shorter than the longest prefix.
         """
-        cams = len(cfg.cameras)
+        cams = max_cameras
         counts = tuple(range(1, cams + 1)) if camera_counts is None else \
             tuple(sorted(set(camera_counts)))
         if not counts or counts[0] < 1 or counts[-1] > cams:

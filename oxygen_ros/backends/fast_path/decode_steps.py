@@ -2,7 +2,7 @@
 A decode job's k greedy steps on the fast path: one graph replay for all k, or none.
 
 ``FastPathModel`` takes :meth:`DecodeSteps.decode_greedy_steps` from here. Its graphs
-(``Step.DECODE_STEPS``, ``model.static_calls.DecodeLoopCall``) hold k decode steps: the
+(``Step.DECODE_STEPS``, ``static_calls.DecodeLoopCall``) hold k decode steps: the
 per-step index math of ``TorchBackend._decode`` (position, write slot, context mask), the
 K/V writes and the argmax that feeds the next step, keyed by (batch bucket, context bucket,
 k), the context bucket covering every row's context plus its new tokens. k is the
@@ -38,7 +38,7 @@ class DecodeSteps:
         Row ``b``'s step ``s`` feeds the previous step's id (``tokens`` first) at position
         ``base[b] + s`` on the context ``all_slots[b, :base[b] + s]`` and writes its K/V to
         ``all_slots[b, base[b] + s]`` while ``s < steps[b]``, else to ``null_slot``:
-        ``model.static_calls.DecodeLoopCall``, the same steps as ``num_steps`` calls of
+        ``static_calls.DecodeLoopCall``, the same steps as ``num_steps`` calls of
         ``decode_greedy``.
 
         :param tokens: ``int64 [B]`` the rows' last ids; ``base``, ``steps``: ``int64 [B]``.

@@ -137,6 +137,7 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         self.fold_norms = fold_norms
         self.shapes = StaticShapes.for_model(model.cfg, max_batch=limits.max_batch,
                                              max_ctx=limits.max_ctx,
+                                             max_cameras=limits.max_cameras,
                                              camera_counts=camera_counts,
                                              tokens_per_cycle=tokens_per_cycle)
         self.compile_seconds = 0.0

@@ -18,6 +18,11 @@ full prefills, prefill tokens and suffix tokens per frame.
 The probe also times real-time chunking's guided denoise beside the plain one (the result's
 ``denoise`` line): compiled on the fast path with ``--rtc``, else eagerly.
 
+The engines are driven through the engine's public API (``oxygen_ros.engine``); what the
+benchmark builds and probes beneath it (the shared backend, the adapter, the component probe)
+is in ``engine_parts.py``. The probe runs on slots the OxyGen engine lends from its own pool
+(``Engine.borrow_kv_slots``).
+
 Frame time = wall time of one ``Engine.step`` (one control cycle). The first
 ceil(budget / k) frames are excluded from the timing statistics: OxyGen's decode batch is
 still filling (OxyGen's warm-up frames).
@@ -39,13 +44,11 @@ from typing import Callable
 
 import numpy as np
 
-from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention, preset_names
-from oxygen_ros.sched.request import TextContext
+from oxygen_ros.engine import AttentionBackend, TextContext
 from oxygen_ros.tools.bench.arrivals import Arrival, ArrivalPattern
 from oxygen_ros.tools.bench.options import (
     add_fast_path_arguments, add_quantization_argument, COMPILE_MODES)
-from oxygen_ros.tools.bench.options import fast_path_options
 from oxygen_ros.tools.common.machine import cpu_name
 
 
@@ -154,11 +157,9 @@ def main(argv: list[str] | None = None, *,
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     import torch
 
-    from oxygen_ros.backends.attention import sdpa_context
-    from oxygen_ros.backends.errors import BackendUnavailableError
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import load_model
-    from oxygen_ros.sched.scheduler import Policy
+    from oxygen_ros.engine import BackendUnavailableError, Engine, load_model, Policy
+    from oxygen_ros.tools.bench.engine_parts import (
+        attention_context, memory_adapter, shared_backend)
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -172,25 +173,25 @@ def main(argv: list[str] | None = None, *,
     model = loaded.model
     blocks = base.pool_blocks()
     try:       # one backend, one warm-up: the isolated engine on the pool's upper half
-        adapter = _adapter(args.memory_adapter, model, args.seed)
-        shared = _shared_backend(args, base, model, 2 * blocks, adapter, loaded.reference)
+        adapter = memory_adapter(args.memory_adapter, model, args.seed)
+        shared = shared_backend(args, base, model, 2 * blocks, adapter, loaded.reference)
     except (BackendUnavailableError, OSError, ValueError) as exc:
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
     loaded = replace(loaded, reference=None)        # the fast path's gate is over
-    oxygen = Engine(replace(base, policy=Policy.OXYGEN), model=loaded, backend=shared)
-    engines = {Policy.ISOLATED: Engine(replace(base, policy=Policy.ISOLATED), model=loaded,
+    oxygen = Engine(base.with_settings(policy=Policy.OXYGEN), model=loaded, backend=shared)
+    engines = {Policy.ISOLATED: Engine(base.with_settings(policy=Policy.ISOLATED), model=loaded,
                                        backend=shared.sharing_pool(blocks)),
                Policy.OXYGEN: oxygen}
-    with sdpa_context(shared.attention):         # the probes call the model directly
+    with attention_context(shared):              # the probes call the model directly
         return _run(args, base, model, engines, torch, on_warm)
 
 
 def _config(args: argparse.Namespace, context: TextContext):
     """Return the ``EngineConfig`` both policies share (raises ValueError on a bad mix)."""
-    from oxygen_ros.engine.config import BackendKind, CompileMode, EngineConfig
+    from oxygen_ros.engine import BackendKind, CompileMode, EngineConfig
 
-    return EngineConfig(
+    return EngineConfig.create(
         preset=args.preset, dtype=args.dtype, quantization=args.quantization,
         device=args.device, backend=BackendKind(args.backend),
         compile_mode=CompileMode(args.compile),
@@ -204,53 +205,23 @@ def _config(args: argparse.Namespace, context: TextContext):
         rtc_jacobian_steps=args.rtc_jacobian_steps, resize_on_device=args.resize_on_device)
 
 
-def _adapter(name: str | None, model, seed: int):
-    """Return the memory adapter of ``--memory-adapter`` (None, a path, or 'random')."""
-    from oxygen_ros.model.lora import from_oxygen_arrays, load_oxygen_adapter, oxygen_shapes
-
-    if not name:
-        return None
-    if name != 'random':
-        return load_oxygen_adapter(name, model.cfg, dtype=model.dtype, device=model.device)
-    rng = np.random.default_rng(seed)
-    arrays = {k: rng.normal(0.0, 0.02, shape).astype(np.float32)
-              for k, shape in oxygen_shapes(model.cfg, 16).items()}
-    return from_oxygen_arrays(arrays, model.cfg, dtype=model.dtype, device=model.device)
-
-
-def _shared_backend(args: argparse.Namespace, config, model, num_blocks: int, adapter,
-                    reference=None):
-    """Return the backend both engines run on (the fast path warmed up once)."""
-    from oxygen_ros.backends.factory import make_backend
-
-    options = fast_path_options(args, progress=not args.no_progress)
-    if args.rtc and args.rtc_jacobian_steps is not None:   # exact RTC timed beside it
-        options['extra_jacobian_steps'] = (None,)
-    return make_backend(config.backend_config(), model, num_blocks, adapter=adapter,
-                        reference=reference, **options)
-
-
 def _run(args: argparse.Namespace, base, model, engines: dict, torch,
          on_warm: Callable[[dict], None] | None) -> int:
     """Interleave the two policies' frames, probe components, write the results."""
     from tqdm import tqdm
 
-    from oxygen_ros.backends.async_io import block_slots
-    from oxygen_ros.transforms.inputs import prepare_camera
-    from oxygen_ros.transforms.prompt import TextTask, tokenize_text_prompt, tokenize_text_suffix
-    from oxygen_ros.sched.scheduler import Policy
-    from oxygen_ros.tools.bench.probe import ComponentProbe
+    from oxygen_ros.engine import Policy, TextTask
+    from oxygen_ros.tools.bench.engine_parts import component_probe
     from oxygen_ros.tools.bench.warmup_summary import dropped_features, warmup_summary
     from oxygen_ros.tools.common.workload import make_observation
 
     oxygen = engines[Policy.OXYGEN]
     model_cfg = oxygen.model_cfg
     compile_s = oxygen.backend.warmup_report.seconds
-    tok = engines[Policy.OXYGEN].tokenizer
     k, budget = args.tokens_per_cycle, args.decode_budget
     warm = math.ceil(budget / k)
     total_frames = warm + args.frames
-    obs = [make_observation(f, model_cfg.cameras, model_cfg.state_dim)
+    obs = [make_observation(f, oxygen.robot.cameras, oxygen.robot.state_dim)
            for f in range(total_frames)]
     for eng in engines.values():
         eng.warmup(obs[0])
@@ -263,44 +234,21 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
     n_text = sum(arrivals[warm:]) / args.frames + (1 / args.memory_every
                                                    if args.memory_every else 0)
     batch = min(args.max_running, max(1, round(n_text * math.ceil(budget / k))))
-    prepared = engines[Policy.OXYGEN].prepare(obs[0])
     on_root = base.subtask_context is TextContext.ACTION_PREFIX
-    max_len = model_cfg.max_token_len
-    text_ids = tuple(tokenize_text_prompt(tok, obs[0].prompt, TextTask.SUBTASK,
-                                          max_len=max_len).ids)
-    suffix_ids = tuple(tokenize_text_suffix(tok, TextTask.SUBTASK, max_len=max_len).ids)
-    prefix_len = prepared.num_cameras * model_cfg.image_tokens_per_camera + (
-        len(prepared.action_prompt_ids) + len(suffix_ids) if on_root else len(text_ids))
-    # probe what the engine runs (compiled model or TensorRT runner), not the eager model
-    # the probe times the model calls alone: images resized on the host, as the vision graph
-    # takes them (where the engine resizes on its device, its cameras are still uint8)
-    host_images = np.stack([
-        prepare_camera(c, model_cfg, oxygen.conventions.image_resize).pixels
-        if c.dtype == np.uint8 else c for c in prepared.cameras])
-    probe = ComponentProbe(engines[Policy.OXYGEN].backend.model,
-                           torch.from_numpy(host_images)[None],
-                           prepared.action_prompt_ids, text_ids, prefix_len + budget // 2, batch,
-                           suffix_ids=suffix_ids, adapter=oxygen.adapter,
-                           jacobian_steps=args.rtc_jacobian_steps)
+    probe = component_probe(oxygen, obs[0], args, batch, on_root)
 
     def probe_round(decode_batch: int | None = None) -> None:
         """Probe on slots borrowed from the OxyGen engine's pool (its graphs' pool)."""
         need = probe.slots_needed(decode_batch or probe.batch)
-        blocks = oxygen.scheduler.kv.pool.allocate(oxygen.scheduler.kv.blocks_for(need))
-        if blocks is None:     # pool full: the probe's own cache (eager calls)
-            logging.warning('KV pool full: probing on a private cache (eager calls)')
-            cache = slots = None
-        else:
+        with oxygen.borrow_kv_slots(need) as slots:
             cache = oxygen.backend.cache
-            slots = block_slots(tuple(blocks), need, base.block_size, oxygen.backend.device)
-        try:
+            if slots is None:     # pool full: the probe's own cache (eager calls)
+                logging.warning('KV pool full: probing on a private cache (eager calls)')
+                cache = None
             if decode_batch is None:
                 probe.measure_once(cache, slots)
             else:
                 probe.measure_decode('decode_b', decode_batch, cache, slots)
-        finally:
-            if blocks is not None:
-                oxygen.scheduler.kv.pool.free(blocks)
 
     records = {pol: {'cycles': [], 'all': [], 'actions': [], 'texts': {}, 'tokens': 0}
                for pol in engines}
@@ -437,7 +385,7 @@ def _asdict_ms(comp) -> dict:
 
 
 def _collect(rec: dict, out, measured: bool) -> None:
-    for t in out.texts:
+    for t in out.finished:
         rec['texts'][t.req_id] = t.token_ids
     rec['all'].append(out.stats)
     if measured:

@@ -26,22 +26,30 @@ def autotune_components(ctx: Any) -> bool:
     """
     import torch
 
-    from oxygen_ros.backends.config import BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step
+    from oxygen_ros.backends.config import (
+        AttentionBackend, BackendConfig, CompileMode, MAX_AUTOTUNE_ENV, Step)
     from oxygen_ros.backends.fast_path.backend import FastPathBackend
     from oxygen_ros.backends.parity import float32_copy
+    from oxygen_ros.config import get_preset
+    from oxygen_ros.parameters import declared_config
+    from oxygen_ros.sched.scheduler import SchedulerConfig
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
 
     a, work = ctx.args, ctx.workload()
     model = work.build_model()
     reference = float32_copy(model)
-    config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device)
+    config = declared_config(BackendConfig, 'backend', compile_mode=CompileMode(a.compile_mode),
+                             device=a.device, attention=AttentionBackend.AUTO)
+    scheduler = declared_config(SchedulerConfig, 'scheduler', tokens_per_cycle=1)
     runs: dict = {}
     for name, steps in (('default', ''), ('max_autotune', 'vision,prefill')):
         os.environ[MAX_AUTOTUNE_ENV] = steps
         torch._dynamo.reset()
         backend = FastPathBackend.create(
-            config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
-            only=(Step.VISION, Step.PREFILL), camera_counts=(work.cameras,),
+            config, model, work.num_blocks(), scheduler=scheduler,
+            max_decode_tokens=get_preset(work.preset).decode_budget, max_cameras=work.cameras,
+            backend=a.compile_backend, progress=False, only=(Step.VISION, Step.PREFILL),
+            camera_counts=(work.cameras,),
             reference=reference)
         report = backend.warmup_report
         runs[name] = {'warmup_s': report.seconds, 'fallbacks': dict(report.fallbacks),

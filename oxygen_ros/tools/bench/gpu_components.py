@@ -49,13 +49,13 @@ class Workload:
     @property
     def prefix_tokens(self) -> int:
         from oxygen_ros.config import get_preset
-        return self.cameras * get_preset(self.preset).image_tokens_per_camera + \
+        return self.cameras * get_preset(self.preset).model.image_tokens_per_camera + \
             self.prompt_tokens
 
     def model_config(self):
-        """Return the preset with ``cameras`` camera slots."""
-        from oxygen_ros.config import CAMERA_SLOTS, get_preset
-        return get_preset(self.preset).with_overrides(cameras=CAMERA_SLOTS[:self.cameras])
+        """Return the preset's network (the workload's ``cameras`` are given apart)."""
+        from oxygen_ros.config import get_preset
+        return get_preset(self.preset).model
 
     def num_blocks(self, block_size: int = 16) -> int:
         """Return a KV pool for the probes: the context, every decode row, and room."""

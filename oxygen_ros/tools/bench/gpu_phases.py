@@ -327,7 +327,8 @@ def fp8_components(ctx: PhaseContext) -> bool:
     bf16 = model if model.dtype == torch.bfloat16 else None
     if bf16 is not None:
         t0 = time.perf_counter()
-        check = check_fp8_actions(fp8, bf16, reference if reference is not None else model)
+        check = check_fp8_actions(fp8, bf16, reference if reference is not None else model,
+                                  num_cameras=work.cameras)
         ctx.save('quantization', {**info, 'acceptance': check.as_dict(),
                                   'acceptance_s': time.perf_counter() - t0,
                                   'acceptance_rule': check.describe()})
@@ -348,20 +349,27 @@ def _fast_path_components(ctx: PhaseContext, model, reference, work: Workload, *
     from oxygen_ros.backends.fast_path.backend import FastPathBackend
     from oxygen_ros.backends.fast_path.graph_builder import Kernels
     from oxygen_ros.backends.fast_path.paged_attention import decode_attention, denoise_attention
+    from oxygen_ros.config import get_preset
     from oxygen_ros.model.flex import prefill_attention
     from oxygen_ros.model.kv_cache import KVCache
+    from oxygen_ros.parameters import declared_config
+    from oxygen_ros.sched.scheduler import SchedulerConfig
     from oxygen_ros.tools.bench.gpu_components import (
         denoise_entry, K_STEPS, pipeline_parity, roofline_entry, run_components)
     from oxygen_ros.tools.bench.warmup_summary import warmup_summary
 
     a = ctx.args
     attention = AttentionBackend.resolve(a.attention)
-    config = BackendConfig(compile_mode=CompileMode(a.compile_mode), device=a.device,
-                           max_running_requests=max(work.decode_batches), decode_budget=30,
-                           attention=attention, rtc=True, tokens_per_cycle=K_STEPS)
+    config = declared_config(BackendConfig, 'backend', compile_mode=CompileMode(a.compile_mode),
+                             device=a.device, attention=attention, rtc=True)
+    scheduler = declared_config(SchedulerConfig, 'scheduler',
+                                max_running_requests=max(work.decode_batches),
+                                tokens_per_cycle=K_STEPS)
     with _Recompiles() as recompiles:
         backend = FastPathBackend.create(
-            config, model, work.num_blocks(), backend=a.compile_backend, progress=False,
+            config, model, work.num_blocks(), scheduler=scheduler,
+            max_decode_tokens=max(get_preset(work.preset).decode_budget, 30),
+            max_cameras=work.cameras, backend=a.compile_backend, progress=False,
             camera_counts=(work.cameras,), reference=reference)
     fast, report = backend.fast_path, backend.warmup_report
     compiled = fast.kernels is Kernels.INDUCTOR and 'decode' not in report.fallbacks

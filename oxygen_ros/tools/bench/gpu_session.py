@@ -49,8 +49,8 @@ import subprocess
 import sys
 import time
 
-from oxygen_ros.backends.config import AttentionBackend
 from oxygen_ros.config import preset_names
+from oxygen_ros.engine import AttentionBackend
 from oxygen_ros.tools.bench.gpu_components import DECODE_BATCHES
 
 SESSIONS = {
@@ -210,7 +210,7 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     if args.session is None:
         return args
     cpu = not args.device.startswith('cuda')
-    cfg = get_preset(args.preset)
+    cfg = get_preset(args.preset).model
     args.out = args.out.resolve()
     args.budget_s = args.budget_s or float(BUDGET_S[args.session])
     args.cameras = args.cameras or 3

@@ -53,7 +53,7 @@ def run(targets: Sequence[int], presets: Sequence[str], dtypes: Sequence[str], *
     from oxygen_ros.backends.fast_path.kernels.builds import build, launch_kinds, model_launches
 
     launches = launch_kinds(launch for p in presets for d in dtypes
-                            for launch in model_launches(get_preset(p), getattr(torch, d)))
+                            for launch in model_launches(get_preset(p).model, getattr(torch, d)))
     out = []
     for arch in targets:
         for launch in launches:

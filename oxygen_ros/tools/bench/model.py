@@ -50,7 +50,7 @@ def run(preset: str, dtype: torch.dtype, repeats: int, warmup: int, prompt_len: 
     :returns: ``(label, value)`` rows; times in milliseconds.
     """
     torch.manual_seed(seed)
-    cfg = get_preset(preset)
+    cfg = get_preset(preset).model
     start = time.perf_counter()
     model = build_model(cfg, dtype=dtype)
     rows = [('parameters (M)', model.count_parameters() / 1e6),

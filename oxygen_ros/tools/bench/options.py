@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from oxygen_ros.backends.config import AttentionBackend, Quantization, Step
+from oxygen_ros.engine import AttentionBackend, Quantization, Step
 
 COMPILE_MODES = ('none', 'auto', 'default', 'reduce-overhead', 'cuda-graphs')
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from oxygen_ros.engine.outputs import CycleStats
+from oxygen_ros.engine import CycleStats
 
 _PHASES = (('prefill', ('vision', 'prefill'), '#4c72b0'), ('denoise', ('denoise',), '#dd8452'),
            ('decode', ('seed', 'decode'), '#55a868'), ('idle / bookkeeping', (), '#c7c7c7'))

@@ -32,7 +32,9 @@ import time
 
 import numpy as np
 
-from oxygen_ros.config import get_preset, preset_names
+from oxygen_ros.config import preset_names
+from oxygen_ros.policies import preset_robot
+from oxygen_ros.tools.bench.serve_messages import client_messages
 from oxygen_ros.tools.common.machine import cpu_name
 
 TARGET = 0.05
@@ -59,45 +61,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _messages(layout, model, frames: int, size: int, text_every: int) -> list[dict]:
-    """Return the openpi observation dicts of every frame (what the client sends)."""
-    from oxygen_ros.tools.common.workload import camera_image, DEFAULT_INSTRUCTION, joint_state
-
-    out = []
-    for f in range(frames):
-        imgs = [_resized(camera_image(slot, f), size)
-                for slot in ('base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb')]
-        state = joint_state(f, model.state_dim).astype(np.float64)
-        if layout.value == 'libero':
-            msg = {'observation/image': imgs[0], 'observation/wrist_image': imgs[1],
-                   'observation/state': state}
-        elif layout.value == 'droid':
-            msg = {'observation/exterior_image_1_left': imgs[0],
-                   'observation/wrist_image_left': imgs[1],
-                   'observation/joint_position': state[:7],
-                   'observation/gripper_position': state[7:]}
-        else:
-            msg = {'images': {name: img.transpose(2, 0, 1) for name, img in zip(
-                ('cam_high', 'cam_left_wrist', 'cam_right_wrist'), imgs)}, 'state': state}
-        msg['prompt'] = DEFAULT_INSTRUCTION
-        if text_every and f % text_every == 0:
-            msg['language_requests'] = [{'task': 'answer', 'question': 'what is on the table?',
-                                         'request_id': f'q{f}'}]
-        out.append(msg)
-    return out
-
-
 def _direct_step(engine, obs, questions: list[dict]):
     """Return the engine's own step of ``obs`` and its wall time (seconds)."""
     t0 = time.perf_counter()
     for q in questions:
         engine.submit_text('answer', question=q['question'])
     return engine.step(obs), time.perf_counter() - t0
-
-
-def _resized(img: np.ndarray, size: int) -> np.ndarray:
-    from oxygen_ros.transforms.images import resize_with_pad
-    return resize_with_pad(img, size, size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from websockets.sync.client import connect
 
-    from oxygen_ros.engine.config import EngineConfig
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine import Engine, EngineConfig, load_model
     from oxygen_ros.serve.layouts import check_layout, default_layout, Layout, to_observation
     from oxygen_ros.serve.limits import ServeLimits
     from oxygen_ros.serve.run import make_server, ServerThread, warmup_observation
@@ -117,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_cfg = get_preset(args.preset)
-    layout = Layout(args.layout) if args.layout else default_layout(model_cfg) or Layout.DROID
+    robot = preset_robot(args.preset)
+    layout = Layout(args.layout) if args.layout else default_layout(robot) or Layout.DROID
     try:
-        check_layout(layout, model_cfg)
+        check_layout(layout, robot)
     except ValueError as exc:
         print(f'oxygen_bench serve: {exc}', file=sys.stderr)
         return 2
@@ -130,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for engine in (served, direct):
         engine.warmup(warmup_observation(engine, None))
     total = args.warmup + args.frames
-    messages = _messages(layout, model_cfg, total, args.image_size, args.text_every)
+    messages = client_messages(layout, robot, total, args.image_size, args.text_every)
     limits = ServeLimits(max_message_bytes=64 * 2**20, idle_timeout_s=None)
     srv = ServerThread(make_server(served, layout, limits))
     rows, equal, sizes = [], True, []
@@ -140,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             for f, msg in enumerate(messages):
                 data = pack(msg)
                 obs = to_observation(layout, unpack_message(data, max_text_bytes=4096),
-                                     model_cfg, max_image_side=4096)
+                                     robot, max_image_side=4096)
                 questions = msg.get('language_requests', [])
                 order = ('wire', 'direct') if f % 2 == 0 else ('direct', 'wire')
                 times = {}

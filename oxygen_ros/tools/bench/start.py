@@ -49,29 +49,27 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import replace
     import logging
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
-    from oxygen_ros.backends.factory import make_backend
-    from oxygen_ros.engine.config import AttentionBackend, CompileMode, EngineConfig
-    from oxygen_ros.engine.engine import Engine
-    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine import AttentionBackend, CompileMode, Engine, EngineConfig, load_model
+    from oxygen_ros.engine.loading import make_backend_for
     from oxygen_ros.tools.bench.warmup_summary import dropped_features
     from oxygen_ros.tools.common.workload import make_observation
     import torch
     t_import = time.perf_counter()
-    cfg = EngineConfig(preset=args.preset, dtype=args.dtype, quantization=args.quantization,
-                       device=args.device, compile_mode=CompileMode(args.compile_mode),
-                       cameras=CAMERA_SLOTS[:args.cameras], decode_budget=args.decode_budget,
-                       max_running_requests=args.max_running,
-                       attention_backend=AttentionBackend.resolve(args.attention))
+    cfg = EngineConfig.create(
+        preset=args.preset, dtype=args.dtype, quantization=args.quantization,
+        device=args.device, compile_mode=CompileMode(args.compile_mode),
+        cameras=CAMERA_SLOTS[:args.cameras], decode_budget=args.decode_budget,
+        max_running_requests=args.max_running,
+        attention_backend=AttentionBackend.resolve(args.attention))
     loaded = load_model(cfg, cfg.model_config())   # what Engine(cfg) does, fast path narrowed
-    backend = make_backend(cfg.backend_config(), loaded.model, cfg.pool_blocks(),
-                           reference=loaded.reference,
-                           **fast_path_options(args, progress=False))
+    backend = make_backend_for(cfg, loaded.model, cfg.pool_blocks(), reference=loaded.reference,
+                               **fast_path_options(args, progress=False))
     engine = Engine(cfg, model=replace(loaded, reference=None), backend=backend)
     t_build = time.perf_counter()
-    cameras = cfg.model_config().cameras
-    engine.warmup(make_observation(0, cameras, engine.model_cfg.state_dim))
+    cameras, state_dim = engine.robot.cameras, engine.robot.state_dim
+    engine.warmup(make_observation(0, cameras, state_dim))
     t_warm = time.perf_counter()
-    out = engine.step(make_observation(1, cameras, engine.model_cfg.state_dim))
+    out = engine.step(make_observation(1, cameras, state_dim))
     if out.action is None:
         raise RuntimeError('no action chunk from the first cycle')
     first = time.time()

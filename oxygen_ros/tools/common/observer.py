@@ -11,16 +11,16 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from lifecycle_msgs.srv import GetState
 import numpy as np
-from oxygen_ros.ros.ask_action import OUTCOME_NAMES
+from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.diagnostics import status_values
 from oxygen_ros.ros.endpoints import (
     ACTION_CHUNK, ASK_ACTION, ASK_TOPIC, DIAGNOSTICS, GET_STATE, NODE_NAME, text_endpoints)
+from oxygen_ros.ros.outcomes import OUTCOME_NAMES
 from oxygen_ros.ros.stamps import stamp_to_ns
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros.tools.common.children import Child
 from oxygen_ros.tools.common.text_timing import AskTiming, TextTiming
 from oxygen_ros.tools.keystore.names import NodeNames
-from oxygen_ros.transforms.prompt import TextTask
 from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import rclpy

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from oxygen_ros.config import CAMERA_SLOTS
-from oxygen_ros.observation import Observation
+from oxygen_ros.engine import Observation
 from oxygen_ros.units import NS_PER_S
 
 DEFAULT_INSTRUCTION = 'pick up the coffee cup and put it on the plate'

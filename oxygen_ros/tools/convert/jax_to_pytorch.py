@@ -67,10 +67,10 @@ def choose_preset(dims: dict[str, int], preset: str | ModelConfig | None,
         and the presets that fit), or no / several candidates.
     """
     fitting = [n for n in preset_names()
-               if all(config_dims(get_preset(n)).get(k) == v for k, v in dims.items())]
+               if all(config_dims(get_preset(n).model).get(k) == v for k, v in dims.items())]
     if preset is not None:
         try:
-            cfg = preset if isinstance(preset, ModelConfig) else get_preset(preset)
+            cfg = preset if isinstance(preset, ModelConfig) else get_preset(preset).model
         except ValueError as exc:
             raise ConvertError(str(exc)) from None
         ours = config_dims(cfg)
@@ -88,7 +88,7 @@ def choose_preset(dims: dict[str, int], preset: str | ModelConfig | None,
     if len(chosen) > 1:
         raise ConvertError(f'several presets fit the checkpoint ({", ".join(chosen)}; its '
                            f'assets: {", ".join(asset_ids) or "none"}): pass --preset')
-    return get_preset(chosen[0])
+    return get_preset(chosen[0]).model
 
 
 def convert_checkpoint(source: str | Path, out_dir: str | Path, *,
@@ -179,10 +179,11 @@ def _copy_assets(ckpt: Path, out_dir: Path, cfg: ModelConfig, asset_ids: list[st
                      'node norm_stats:=/path/to/norm_stats.json', ckpt)
         return
     shutil.copytree(src, out_dir / 'assets', dirs_exist_ok=overwrite)
-    if cfg.asset_id not in asset_ids:
+    asset_id = get_preset(cfg.name).asset_id if cfg.name in preset_names() else None
+    if asset_id is not None and asset_id not in asset_ids:
         _LOG.warning("%s: no norm stats for preset %s's asset id %r (it has: %s); pass "
                      'norm_stats:= or choose the preset of these assets', src, cfg.name,
-                     cfg.asset_id, ', '.join(asset_ids) or 'none')
+                     asset_id, ', '.join(asset_ids) or 'none')
 
 
 def _write_config(out_dir: Path, ckpt: Path, cfg: ModelConfig, precision: str,

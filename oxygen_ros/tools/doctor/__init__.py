@@ -52,11 +52,12 @@ def _parser() -> argparse.ArgumentParser:
 def describe(engine, node) -> str:
     """Return the configuration line: preset, device, dtype, backend, compile mode, steps."""
     from oxygen_ros.backends.config import ALL_STEPS
-    mode = engine.compile_mode.resolve(engine.device)
-    steps = ALL_STEPS if engine.compile_steps is None else \
-        ','.join(sorted(s.value for s in engine.compile_steps))
-    return (f'preset {node.preset}, device {engine.device}, dtype {engine.dtype}, backend '
-            f'{engine.backend.value}, compile_mode {engine.compile_mode.value} ({mode.value} '
+    backend = engine.backend
+    mode = backend.compile_mode.resolve(backend.device)
+    steps = ALL_STEPS if backend.compile_steps is None else \
+        ','.join(sorted(s.value for s in backend.compile_steps))
+    return (f'preset {node.preset}, device {backend.device}, dtype {engine.dtype}, backend '
+            f'{backend.kind.value}, compile_mode {backend.compile_mode.value} ({mode.value} '
             f'here), compile_steps {steps}, quantization {engine.quantization.value}, cameras '
             f'{",".join(node.cameras)}')
 
@@ -94,7 +95,7 @@ def run_checks(args: argparse.Namespace, ros_args: Sequence[str]) -> list:
     from oxygen_ros.tools.doctor.findings import Finding, Level
     engine, node, params = read_config(args.preset, ros_args)
     config = engine or EngineConfig(preset='demo')
-    device = config.device
+    device = config.backend.device
     on_jetson = jetson.jetson_model() is not None
     checks: list[tuple[str, Callable[[], Finding]]] = [
         ('python', tch.check_python), ('ros 2', ros.check_ros), ('venv', ros.check_venv),

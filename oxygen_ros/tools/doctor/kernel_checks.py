@@ -61,11 +61,12 @@ def check_triton_build(config: EngineConfig) -> Finding:
     """Return whether the project's Triton kernels build for the configured device and model."""
     from oxygen_ros.backends.fast_path.kernels.device_check import check_device
     from oxygen_ros.engine.loading import torch_dtype
-    result = check_device(config.device, config.model_config(), torch_dtype(config.dtype))
+    device = config.backend.device
+    result = check_device(device, config.model_config(), torch_dtype(config.dtype))
     if result.ok:
         return Finding('triton build', Level.OK, f'{result.target}: {len(result.lines)} '
                        f'kernels of {config.preset} in {config.dtype} build')
-    if not config.device.startswith('cuda'):
+    if not device.startswith('cuda'):
         return Finding('triton build', Level.INFO, f'{result.reason}')
     failed = [line for line in result.lines if ': FAILED: ' in line]
     return Finding('triton build', Level.WARN, f'{result.target}: {result.reason}' +
@@ -79,18 +80,19 @@ def check_triton_build(config: EngineConfig) -> Finding:
 def check_fp8(config: EngineConfig) -> Finding:
     """Return whether row-wise scaled ``torch._scaled_mm`` runs on the configured device."""
     from oxygen_ros.model.fp8 import probe_scaled_mm
-    reason = probe_scaled_mm(config.device)
+    device = config.backend.device
+    reason = probe_scaled_mm(device)
     asked = config.quantization is Quantization.FP8
     if reason is None:
         return Finding('fp8', Level.OK, f'row-wise scaled torch._scaled_mm runs on '
-                       f'{config.device}' + ('' if asked else ' (quantization none: unused)'))
-    if asked and not config.device.startswith('cuda'):
-        return Finding('fp8', Level.WARN, f'quantization fp8 on {config.device}: {reason}; the '
+                       f'{device}' + ('' if asked else ' (quantization none: unused)'))
+    if asked and not device.startswith('cuda'):
+        return Finding('fp8', Level.WARN, f'quantization fp8 on {device}: {reason}; the '
                        'weight-only reference path runs (a reported fallback)',
                        'quantization:=none, or FP8 weights on a CUDA GPU')
     if asked:
         return Finding('fp8', Level.ERROR, f'quantization fp8, but row-wise scaled '
-                       f'torch._scaled_mm does not run on {config.device}: {reason}; the load '
+                       f'torch._scaled_mm does not run on {device}: {reason}; the load '
                        'runs the unquantized bf16 weights instead',
                        'quantization:=none (bf16 weights), or a torch whose build has the '
                        'row-wise FP8 kernel for this GPU')
@@ -103,16 +105,17 @@ def check_tensorrt(config: EngineConfig, jetson: bool) -> Finding:
     try:
         import tensorrt
     except ImportError as exc:
-        if config.backend is BackendKind.TENSORRT:
+        if config.backend.kind is BackendKind.TENSORRT:
             return Finding('tensorrt', Level.ERROR, f'backend tensorrt, but TensorRT is not '
                            f'importable ({exc})', 'JetPack 7 installs TensorRT 10.13 for the '
                            'system Python 3.12 (python3-libnvinfer): a venv made with '
                            '--system-site-packages sees it; or backend:=torch')
         return Finding('tensorrt', Level.INFO, f'not importable ({exc}); backend '
-                       f'{config.backend.value} needs none')
+                       f'{config.backend.kind.value} needs none')
     version = getattr(tensorrt, '__version__', '?')
     summary = f'{version} ({os.path.dirname(tensorrt.__file__)})'
-    if jetson and version.startswith('10.13') and config.backend is BackendKind.TENSORRT:
+    if jetson and version.startswith('10.13') and \
+            config.backend.kind is BackendKind.TENSORRT:
         return Finding('tensorrt', Level.WARN, f'{summary}: on Jetson Thor 10.13 builds FP32 '
                        'engines silently when FP8/FP4 flags are set (NVIDIA/TensorRT#4590)',
                        "check the engine's precision after a build; trt_precision graph or "

@@ -38,6 +38,7 @@ def check_checkpoint(config: EngineConfig, load: bool = False) -> Finding:
     :param load: also load every tensor (as the node does at configure), on the CPU.
     """
     from oxygen_ros.checkpoint.weights import CheckpointError, inspect_checkpoint
+    from oxygen_ros.config import get_preset
     from oxygen_ros.transforms.conventions import resolve_conventions
     cfg = config.model_config()
     if not config.checkpoint:
@@ -51,7 +52,7 @@ def check_checkpoint(config: EngineConfig, load: bool = False) -> Finding:
                        'a model.safetensors of this preset (oxygen_convert turns an openpi '
                        'JAX checkpoint into one; docs/checkpoints.md)')
     try:
-        conventions = resolve_conventions(config, cfg)
+        conventions = resolve_conventions(config, get_preset(config.preset))
     except (FileNotFoundError, ValueError) as exc:
         return Finding('checkpoint', Level.ERROR, f'{file} ({layout.value} layout) fits '
                        f'preset {cfg.name}, but: {" ".join(str(exc).split())}',

@@ -20,9 +20,8 @@ from typing import Sequence
 
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
-from oxygen_ros.ros.ask_action import OUTCOME_NAMES
 from oxygen_ros.ros.diagnostics import STATUS_NAME, status_values
-from oxygen_ros.ros.text_requests import NO_ANSWER
+from oxygen_ros.ros.outcomes import NO_ANSWER, OUTCOME_NAMES
 from oxygen_ros.units import NS_PER_S
 from oxygen_ros_interfaces.action import Ask
 from rclpy.action import ActionClient

@@ -52,7 +52,7 @@ from typing import Sequence
 
 import numpy as np
 from oxygen_ros.resources import config_file
-from oxygen_ros.ros.text_events import NO_ANSWER
+from oxygen_ros.ros.outcomes import NO_ANSWER
 from oxygen_ros.tools.bag.make_demo import demo_bag
 from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC
 from oxygen_ros.tools.common.children import Child, replay_args, ros_environment

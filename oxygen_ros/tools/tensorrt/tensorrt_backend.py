@@ -35,6 +35,7 @@ from oxygen_ros.backends.fast_path.buckets import EngineLimits
 from oxygen_ros.backends.interface import WarmupReport
 from oxygen_ros.backends.torch_backend import TorchBackend
 from oxygen_ros.model.pi05 import Pi05Model
+from oxygen_ros.sched.scheduler import SchedulerConfig
 from oxygen_ros.tools.tensorrt.graph_runner import GraphRunner
 from oxygen_ros.tools.tensorrt.onnx_export import export_graphs
 from oxygen_ros.tools.tensorrt.onnx_manifest import load_manifest, weights_sha256
@@ -164,14 +165,17 @@ class TensorRTBackend(TorchBackend):
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+               scheduler: SchedulerConfig, max_decode_tokens: int, max_cameras: int,
                precision: TrtPrecision = TrtPrecision.GRAPH,
                cache_dir: str | Path | None = None,
                cuda_graphs: bool = True) -> TensorRTBackend:
         """
         Export (if needed), build or load the engines, and return the backend.
 
-        :param config: device, block size, ``max_running_requests`` (decode batch profile),
-            decode budget (context profile).
+        :param config: the device.
+        :param scheduler: the block size and ``max_running_requests`` (decode batch profile).
+        :param max_decode_tokens: the decode budget (context profile).
+        :param max_cameras: the robot's cameras (the vision and prefill profiles' optimum).
         :param model: the weights, in the dtype the engines run (GRAPH precision).
         :param num_blocks: KV pool blocks (part of the engine shapes).
         :param precision: see ``TrtPrecision``.
@@ -189,9 +193,9 @@ class TensorRTBackend(TorchBackend):
         manifest = load_manifest(export_dir)
         cfg = model.cfg
         limits = EngineLimits.for_model(
-            cfg, num_slots=num_blocks * config.block_size,
-            max_batch=config.max_running_requests,
-            max_decode_tokens=max(cfg.decode_budget, config.decode_budget or 0))
+            cfg, num_slots=num_blocks * scheduler.block_size,
+            max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens,
+            max_cameras=max_cameras)
         profiles = engine_profiles(limits, cfg)
         key = (str(export_dir), precision, limits, str(device), cuda_graphs)
         executor = _EXECUTORS.get(key)
@@ -206,20 +210,24 @@ class TensorRTBackend(TorchBackend):
         seconds = time.perf_counter() - t0
         _LOG.info('TensorRT %s backend ready in %.1f s (engines under %s)', trt.__version__,
                   seconds, cache / 'tensorrt')
-        return cls(runner, num_blocks, config.block_size, source_model=model,
+        return cls(runner, num_blocks, scheduler.block_size, source_model=model,
                    warmup_seconds=seconds)
 
 
-def create_backend(config: BackendConfig, model: Pi05Model, num_blocks: int) -> TensorRTBackend:
+def create_backend(config: BackendConfig, model: Pi05Model, num_blocks: int, *,
+                   scheduler: SchedulerConfig, max_decode_tokens: int,
+                   max_cameras: int) -> TensorRTBackend:
     """
     Return the TensorRT backend of ``config``: the ``tensorrt`` entry point of the backends.
 
     ``backend: tensorrt`` reaches it through ``backends.factory.make_backend`` (group
-    ``oxygen_ros.backends``, ``setup.py``), with ``trt_precision`` and ``engine_cache_dir``.
+    ``oxygen_ros.backends``, ``setup.py``), with ``trt_precision`` and ``engine_cache_dir``;
+    ``scheduler``, ``max_decode_tokens`` and ``max_cameras`` as :meth:`TensorRTBackend.create`.
 
     :raises BackendUnavailableError: as :meth:`TensorRTBackend.create`.
     """
-    return TensorRTBackend.create(config, model, num_blocks,
+    return TensorRTBackend.create(config, model, num_blocks, scheduler=scheduler,
+                                  max_decode_tokens=max_decode_tokens, max_cameras=max_cameras,
                                   precision=TrtPrecision(config.trt_precision),
                                   cache_dir=config.engine_cache_dir)
 

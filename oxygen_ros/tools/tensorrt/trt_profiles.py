@@ -83,7 +83,7 @@ def engine_profiles(limits: EngineLimits, cfg: ModelConfig
                     ) -> dict[GraphName, tuple[Profile, ...]]:
     """Return the optimization profiles of every graph (see the module doc)."""
     cams = len(CAMERA_SLOTS)
-    opt_cams = min(len(cfg.cameras), cams)
+    opt_cams = min(limits.max_cameras, cams)
     opt_tokens = max(1, limits.max_token_len // 4)
     slots = {'num_slots': DimRange(limits.num_slots, limits.num_slots, limits.num_slots)}
     denoise = denoise_ctx_len(limits)

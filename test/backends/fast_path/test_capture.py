@@ -122,7 +122,7 @@ def test_every_graph_is_captured_through_one_capture(tiny_models, monkeypatch):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     monkeypatch.setattr(fast_warmup, 'GraphCapture', CpuCapture)
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                          only=[Step.VISION, Step.DENOISE, Step.SEED])
     comp.cuda_graphs = True                      # what a CUDA device sets
@@ -158,7 +158,7 @@ def test_compile_cache_errors_are_logged_not_raised(tiny_models, monkeypatch, tm
     monkeypatch.setattr(torch.compiler, 'save_cache_artifacts', broken)
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.SEED])
     with caplog.at_level(logging.ERROR, logger='oxygen_ros.backends.fast_path.model'):
@@ -219,7 +219,7 @@ def test_a_decode_step_pads_nothing_outside_its_graph(tiny_models):
     """Around the graph: the inputs copied into its buffers, the token ids copied out."""
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=4,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
                          only=[Step.DECODE])
     pool = KVCache(model.cfg.vlm, SLOTS)

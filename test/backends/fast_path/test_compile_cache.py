@@ -30,8 +30,9 @@ from oxygen_ros.model.kv_cache import KVCache
 from oxygen_ros.model.pi05 import build_model
 logging.basicConfig(level=logging.INFO)
 torch.manual_seed(0)
-model = build_model(get_preset('tiny'), dtype=torch.bfloat16)
-limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2, max_decode_tokens=8)
+model = build_model(get_preset('tiny').model, dtype=torch.bfloat16)
+limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2, max_decode_tokens=8,
+                                max_cameras=2)
 comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor', only=[Step.SEED],
                      precompile=sys.argv[1] == 'aot')
 comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)

@@ -12,14 +12,14 @@ import logging
 import time
 
 from oxygen_adapter import oxygen_arrays
-from oxygen_ros.backends.config import BackendConfig, CompileMode, Step
+from oxygen_ros.backends.config import CompileMode, Step
 from oxygen_ros.backends.fast_path import backend as fast_backend, graph_builder
-from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.fast_path.static_calls import DecodeLoopCall
 from oxygen_ros.backends.torch_backend import _RowState, TorchBackend
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.loading import make_backend_for
 from oxygen_ros.model.lora import from_oxygen_arrays
 from oxygen_ros.sched.output import DecodeJob
 from oxygen_ros.tools.common.workload import make_observation
@@ -42,11 +42,10 @@ def fresh_dynamo():
 
 
 def _backend(model, adapter=None):
-    config = BackendConfig(compile_mode=CompileMode.DEFAULT, block_size=BLOCK,
-                           max_running_requests=4, tokens_per_cycle=K)
-    return FastPathBackend.create(config, model, BLOCKS, backend='aot_eager',
-                                  progress=False, only=[Step.DECODE, Step.DECODE_STEPS],
-                                  adapter=adapter)
+    config = EngineConfig.create(preset='tiny', compile_mode=CompileMode.DEFAULT,
+                                 block_size=BLOCK, max_running_requests=4, tokens_per_cycle=K)
+    return make_backend_for(config, model, BLOCKS, backend='aot_eager', progress=False,
+                            only=[Step.DECODE, Step.DECODE_STEPS], adapter=adapter)
 
 
 def _start(backend, adapter_rows=(True, False, True)):
@@ -188,21 +187,21 @@ def test_an_engine_decoding_k_steps_per_replay_equals_the_eager_engine(
         tiny_models, tokenizer, monkeypatch):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, max_running_requests=4,
-                       tokens_per_cycle=K, stop_on_eos=False, seed=2)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, max_running_requests=4,
+                              tokens_per_cycle=K, stop_on_eos=False, seed=2)
 
     def run(engine):
         texts = {}
         for f, budget in enumerate((7, 9, 2)):
             engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-            out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
-            texts.update({t.req_id: t.token_ids for t in out.texts})
+            out = engine.step(make_observation(f, cfg.robot().cameras, 8))
+            texts.update({t.req_id: t.token_ids for t in out.finished})
         while engine.num_running:
-            texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+            texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
         return texts
 
     want = run(Engine(cfg, model=model, tokenizer=tokenizer))
-    fast = Engine(replace(cfg, compile_mode=CompileMode.DEFAULT), model=model,
+    fast = Engine(cfg.with_settings(compile_mode=CompileMode.DEFAULT), model=model,
                   tokenizer=tokenizer)
     assert fast.fallbacks == {}
     compiled = fast.backend.fast_path

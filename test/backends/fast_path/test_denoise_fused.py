@@ -112,7 +112,7 @@ def _denoise(model, cache, slots, mask, num_tokens, noise, fused, num_steps=None
 
 def test_the_fused_denoise_equals_the_gathered_one_and_the_model():
     torch.manual_seed(0)
-    model = build_model(get_preset('tiny'), dtype=torch.float32)
+    model = build_model(get_preset('tiny').model, dtype=torch.float32)
     cache, slots, mask, num_tokens, noise = _pool_prefix(model)
     fused = _denoise(model, cache, slots, mask, num_tokens, noise, True)
     gathered = _denoise(model, cache, slots, mask, num_tokens, noise, False)
@@ -130,10 +130,10 @@ def test_the_fused_denoise_equals_the_gathered_one_and_the_model():
 
 def test_in_float16_the_fused_denoise_is_as_close_to_float32_as_the_gathered_one():
     torch.manual_seed(0)
-    model = build_model(get_preset('tiny'), dtype=torch.float16)
+    model = build_model(get_preset('tiny').model, dtype=torch.float16)
     cache, slots, mask, num_tokens, noise = _pool_prefix(model)
     torch.manual_seed(0)
-    model32 = build_model(get_preset('tiny'), dtype=torch.float32)
+    model32 = build_model(get_preset('tiny').model, dtype=torch.float32)
     cache32 = KVCache(model.cfg.vlm, 1024)
     cache32.k.copy_(cache.k)
     cache32.v.copy_(cache.v)
@@ -144,8 +144,8 @@ def test_in_float16_the_fused_denoise_is_as_close_to_float32_as_the_gathered_one
 
 def test_at_pi05s_attention_shape_the_fused_denoise_equals_the_gathered_one():
     """8 query heads on 1 kv head of 256 dims, 15 action tokens: 120 query rows per layer."""
-    cfg = get_preset('tiny').with_overrides(vlm=PI05_HEADS, expert=PI05_HEADS,
-                                            action_horizon=15)
+    cfg = get_preset('tiny').model.with_overrides(vlm=PI05_HEADS, expert=PI05_HEADS,
+                                                  action_horizon=15)
     torch.manual_seed(0)
     model = build_model(cfg, dtype=torch.float32)
     cache, slots, mask, num_tokens, noise = _pool_prefix(model, c=100, valid=77)
@@ -166,7 +166,7 @@ def test_the_kernels_serve_the_denoise_where_chosen_and_auto_only_compiled_for_c
             assert denoise_attention('cuda', False, h) == 'gathered'
             assert denoise_attention('cpu', True, h) == 'gathered'
     with pytest.raises(ValueError, match='a replacement step needs fused=True or False'):
-        DenoiseCall(build_model(get_preset('tiny'))).use(None, lambda *a: None)
+        DenoiseCall(build_model(get_preset('tiny').model)).use(None, lambda *a: None)
 
 
 # ------------------------------------------------------------------ kernels per layer-step
@@ -205,7 +205,7 @@ def test_compiled_a_layer_step_launches_fewer_kernels_than_before():
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
-    model = build_model(get_preset('tiny'), dtype=torch.float32)
+    model = build_model(get_preset('tiny').model, dtype=torch.float32)
     cache, slots, mask, num_tokens, noise = _pool_prefix(model)
     depth = model.cfg.expert.depth
     outside = 3                       # action_in_proj, the first norm, action_out_proj
@@ -257,7 +257,7 @@ TRACE_FOR_HOPPER = """
         return never
     heads = GemmaConfig(width=64, depth=2, num_heads=8, num_kv_heads=1, head_dim=256,
                         mlp_dim=128)
-    cfg = get_preset('tiny').with_overrides(vlm=heads, expert=heads, action_horizon=15)
+    cfg = get_preset('tiny').model.with_overrides(vlm=heads, expert=heads, action_horizon=15)
     model = build_model(cfg, dtype=torch.bfloat16)
     call = DenoiseCall(model, 1)
     call.use(True)
@@ -306,7 +306,7 @@ def test_traced_for_hopper_the_fused_step_reads_the_pool_in_place():
 def test_padding_the_context_changes_nothing():
     """The padded tail of the context (masked slots) is never attended, as before."""
     torch.manual_seed(0)
-    model = build_model(get_preset('tiny'), dtype=torch.float32)
+    model = build_model(get_preset('tiny').model, dtype=torch.float32)
     cache, slots, mask, num_tokens, noise = _pool_prefix(model, c=130, valid=130)
     short = _denoise(model, cache, slots, mask, num_tokens, noise, True, 2)
     padded = _denoise(model, cache, F.pad(slots, (0, 70), value=3), F.pad(mask, (0, 70)),

@@ -14,7 +14,6 @@ import logging
 import numpy as np
 from oxygen_adapter import oxygen_arrays
 from oxygen_ros.backends.config import CompileMode
-from oxygen_ros.backends.factory import make_backend
 from oxygen_ros.backends.fast_path import backend as fast_backend
 from oxygen_ros.backends.fast_path.backend import FastPathBackend
 from oxygen_ros.backends.fast_path.buckets import (
@@ -30,6 +29,7 @@ from oxygen_ros.config import CAMERA_SLOTS, get_preset, PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest, soft_mask
 from oxygen_ros.engine.config import EngineConfig
 from oxygen_ros.engine.engine import Engine
+from oxygen_ros.engine.loading import make_backend_for
 from oxygen_ros.model.guidance import (
     guidance_weights, guided_denoise, GuidedDenoiseCall, RtcGuidance)
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
@@ -45,7 +45,7 @@ SLOTS = 2048
 
 def _limits(model, max_batch=4):
     return EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
-                                  max_decode_tokens=model.cfg.decode_budget)
+                                  max_decode_tokens=8, max_cameras=2)
 
 
 def _warm(model, backend='aot_eager', only=None, max_batch=4, fold_norms=None):
@@ -76,19 +76,21 @@ def test_buckets():
     assert ctx_buckets(1024, min_ctx=257) == (512, 768, 1024)
     assert bucket_for(0, (16, 32)) == 16 and bucket_for(17, (16, 32)) == 32
     assert bucket_for(33, (16, 32)) is None
-    cfg = get_preset('pi05_droid').with_overrides(cameras=CAMERA_SLOTS)
-    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024)
+    cfg = get_preset('pi05_droid').model
+    shapes = StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, max_cameras=3)
     assert shapes.camera_counts == (1, 2, 3) and shapes.batch[-1] == 32
     assert shapes.ctx == (512, 768, 1024)          # a context holds a camera's 256 tokens
     assert len(shapes.denoise) == 15 and shapes.denoise[-1] == 3 * 256 + 208
     assert bucket_for(3 * 256 + 50, shapes.denoise) == 3 * 256 + 64   # 818 slots, not 1024
-    only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, camera_counts=(3,))
+    only3 = StaticShapes.for_model(cfg, max_batch=8, max_ctx=1024, max_cameras=3,
+                                   camera_counts=(3,))
     assert only3.camera_counts == (3,) and only3.ctx == (1024,)
     assert only3.denoise == tuple(768 + t for t in only3.prompt)
     with pytest.raises(ValueError, match='longest prefix'):
-        StaticShapes.for_model(cfg, max_batch=32, max_ctx=900)
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=900, max_cameras=3)
     with pytest.raises(ValueError, match='camera_counts'):
-        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, camera_counts=(4,))
+        StaticShapes.for_model(cfg, max_batch=32, max_ctx=1024, max_cameras=3,
+                               camera_counts=(4,))
     with pytest.raises(ValueError):
         batch_buckets(0)
 
@@ -306,11 +308,11 @@ def _engine_run(cfg, model, tokenizer, engine=None):
     actions, texts = [], {}
     for f, budget in enumerate((4, 6, 2)):
         engine.submit_text(TextTask.SUBTASK, max_tokens=budget, req_id=f'r{f}')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, engine
 
 
@@ -318,10 +320,11 @@ def _engine_run(cfg, model, tokenizer, engine=None):
 def test_engine_on_the_fast_path_equals_eager(tiny_models, tokenizer, monkeypatch, mode):
     model = tiny_models(mode, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
-    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=CAMS,
-                       max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMS,
+                              max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False,
+                              seed=2)
     want = _engine_run(cfg, model, tokenizer)
-    got = _engine_run(replace(cfg, compile_mode=CompileMode.DEFAULT), model, tokenizer)
+    got = _engine_run(cfg.with_settings(compile_mode=CompileMode.DEFAULT), model, tokenizer)
     backend = got[2].backend
     assert type(want[2].backend) is TorchBackend and isinstance(backend, FastPathBackend)
     assert isinstance(backend, Backend) and backend.source_model is model
@@ -336,7 +339,7 @@ def test_make_backend_compiles_only_when_asked(tiny_models):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     cfg = EngineConfig(preset='tiny', cameras=CAMS)
     for mode in (CompileMode.NONE, CompileMode.AUTO):      # AUTO on the CPU: eager
-        backend = make_backend(replace(cfg, compile_mode=mode).backend_config(), model, 8)
+        backend = make_backend_for(cfg.with_settings(compile_mode=mode), model, 8)
         assert type(backend) is TorchBackend and backend.warmup_report == WarmupReport()
     with pytest.raises(ValueError, match='other than NONE'):
         FastPathModel(model, CompileMode.AUTO, _limits(model))
@@ -385,14 +388,14 @@ def test_the_memory_adapter_runs_inside_the_suffix_and_decode_graphs(tiny_models
 def test_engine_exposes_the_fallbacks(tiny_models, tokenizer, monkeypatch):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', _failing)
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
-                       max_running_requests=2)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
+                              max_running_requests=2)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
     assert {'denoise', 'decode', 'decode_steps', 'prefill', 'suffix', 'vision',
             'seed'} == set(engine.fallbacks)        # decode_steps: tokens_per_cycle 5
     assert 'no codegen today' in engine.fallbacks['decode']
     assert engine.fallbacks['decode_steps'].endswith('decoding step by step')
-    eager = Engine(replace(cfg, compile_mode=CompileMode.NONE), model=model,
+    eager = Engine(cfg.with_settings(compile_mode=CompileMode.NONE), model=model,
                    tokenizer=tokenizer)
     assert eager.fallbacks == {}
 
@@ -402,25 +405,26 @@ def test_two_engines_share_one_fast_path_on_two_halves_of_its_pool(tiny_models, 
     from oxygen_ros.sched.scheduler import Policy
 
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
-                       max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False, seed=2)
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, compile_mode=CompileMode.DEFAULT,
+                              max_running_requests=4, tokens_per_cycle=3, stop_on_eos=False,
+                              seed=2)
     blocks = cfg.pool_blocks()
-    shared = FastPathBackend.create(cfg.backend_config(), model, 2 * blocks,
-                                    backend='aot_eager', progress=False,
-                                    only=[Step.DECODE, Step.SEED])
-    iso = Engine(replace(cfg, policy=Policy.ISOLATED), model=model, tokenizer=tokenizer,
+    shared = make_backend_for(cfg, model, 2 * blocks, backend='aot_eager', progress=False,
+                              only=[Step.DECODE, Step.SEED])
+    iso = Engine(cfg.with_settings(policy=Policy.ISOLATED), model=model, tokenizer=tokenizer,
                  backend=shared.sharing_pool(blocks))
     graphs = [g for gs in shared.model._graphs.values() for g in gs.values()]
     calls = sum(g.num_calls for g in graphs)
-    half = blocks * cfg.block_size
-    got = _engine_run(replace(cfg, policy=Policy.ISOLATED), model, tokenizer, engine=iso)
+    block_size = cfg.scheduler.block_size
+    half = blocks * block_size
+    got = _engine_run(cfg.with_settings(policy=Policy.ISOLATED), model, tokenizer, engine=iso)
     assert sum(g.num_calls for g in graphs) > calls                 # through the graphs
-    low = shared.cache.k[:, cfg.block_size:half]                    # block 0: padding rows
+    low = shared.cache.k[:, block_size:half]                        # block 0: padding rows
     assert (low == 0).all() and (shared.cache.k[:, half:] != 0).any()
     oxy = Engine(cfg, model=model, tokenizer=tokenizer, backend=shared)
     both = _engine_run(cfg, model, tokenizer, engine=oxy)
-    assert (shared.cache.k[:, cfg.block_size:half] != 0).any()      # its own half
-    want = _engine_run(replace(cfg, compile_mode=CompileMode.NONE), model, tokenizer)
+    assert (shared.cache.k[:, block_size:half] != 0).any()          # its own half
+    want = _engine_run(cfg.with_settings(compile_mode=CompileMode.NONE), model, tokenizer)
     assert got[1] == want[1] == both[1]
     for a, b in zip(want[0], got[0]):
         np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
@@ -539,9 +543,9 @@ def test_an_rtc_engine_on_the_fast_path_guides_as_the_eager_engine(
         tiny_models, tokenizer, monkeypatch, jacobian_steps):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMS)
     monkeypatch.setattr(fast_backend, 'DEFAULT_COMPILE_BACKEND', 'aot_eager')
-    cfg = EngineConfig(preset='tiny', cameras=CAMS, max_running_requests=2, seed=2, rtc=True,
-                       rtc_jacobian_steps=jacobian_steps)
-    fast = Engine(replace(cfg, compile_mode=CompileMode.DEFAULT), model=model,
+    cfg = EngineConfig.create(preset='tiny', cameras=CAMS, max_running_requests=2, seed=2,
+                              rtc=True, rtc_jacobian_steps=jacobian_steps)
+    fast = Engine(cfg.with_settings(compile_mode=CompileMode.DEFAULT), model=model,
                   tokenizer=tokenizer)
     assert fast.fallbacks == {} and Step.GUIDED_DENOISE in fast.backend.model._graphs
     eager = Engine(cfg, model=model, tokenizer=tokenizer)

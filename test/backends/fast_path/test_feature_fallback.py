@@ -60,7 +60,7 @@ def test_a_kernel_that_fails_to_build_is_dropped_and_every_step_stays_compiled(
         raise RuntimeError(H200)
     monkeypatch.setattr(paged_decode, '_check', broken)
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend=record,
                          only=[Step.SUFFIX, Step.DENOISE, Step.DECODE])
     pool = KVCache(model.cfg.vlm, 1024)
@@ -111,14 +111,14 @@ INDUCTOR_ON_THE_CPU = """
     from oxygen_ros.backends.fast_path.buckets import EngineLimits
     from oxygen_ros.backends.fast_path.model import FastPathModel
     from oxygen_ros.backends.config import AttentionBackend, CompileMode, Step
-    from oxygen_ros.config import CAMERA_SLOTS, get_preset
+    from oxygen_ros.config import get_preset
     from oxygen_ros.model.kv_cache import KVCache
     from oxygen_ros.model.pi05 import build_model
-    cfg = get_preset('tiny').with_overrides(cameras=CAMERA_SLOTS[:1])
+    cfg = get_preset('tiny').model
     torch.manual_seed(0)
     model = build_model(cfg)
     limits = EngineLimits.for_model(cfg, num_slots=1024, max_batch=2,
-                                    max_decode_tokens=cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=1)
     fast = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only={Step.DECODE}, precompile=False,
                          attention=AttentionBackend.TRITON)

@@ -98,7 +98,7 @@ def test_torch_types_a_float_argument_of_a_user_kernel_as_the_kernels_expect():
         from torch._inductor import config
         from oxygen_ros.config import get_preset
         from oxygen_ros.backends.fast_path.kernels.builds import inductor_signature, model_launches
-        launch = next(la for la in model_launches(get_preset('tiny'), torch.bfloat16)
+        launch = next(la for la in model_launches(get_preset('tiny').model, torch.bfloat16)
                       if la.name == '_context_partials')
         types, constants = inductor_signature(launch)
         print(json.dumps({'types': types, 'rope': constants['ROPE'],
@@ -116,7 +116,7 @@ def test_the_launches_are_the_callers_own():
         import json, torch
         from oxygen_ros.config import get_preset
         from oxygen_ros.backends.fast_path.kernels.builds import model_launches, variant
-        launches = model_launches(get_preset('pi05_droid'), torch.bfloat16)
+        launches = model_launches(get_preset('pi05_droid').model, torch.bfloat16)
         print(json.dumps({
             'kinds': sorted([la.name, variant(la)] for la in launches),
             'mod': [str(la.args['mod_ptr'].dtype) for la in launches
@@ -136,7 +136,7 @@ def test_the_launches_are_the_callers_own():
 def test_under_the_interpreter_there_is_nothing_to_build():
     from oxygen_ros.backends.fast_path.kernels.builds import model_launches
     with pytest.raises(RuntimeError, match='TRITON_INTERPRET'):
-        model_launches(get_preset('tiny'), torch.float32)
+        model_launches(get_preset('tiny').model, torch.float32)
 
 
 def test_the_device_check_answers_on_the_cpu_without_building():
@@ -151,10 +151,10 @@ def test_the_device_check_answers_on_the_cpu_without_building():
 def test_a_target_the_compiler_cannot_build_for_is_refused_and_the_caller_lives_on():
     """Triton's LLVM aborts its process for a GPU newer than it knows: the child's, not ours."""
     from oxygen_ros.backends.fast_path.kernels.device_check import check_target_apart, PTXAS_HINT
-    out = check_target_apart(('cuda', 200, 32), get_preset('tiny'), torch.bfloat16)
+    out = check_target_apart(('cuda', 200, 32), get_preset('tiny').model, torch.bfloat16)
     assert not out.ok and out.target == 'cuda sm_200'
     assert out.reason.startswith('the Triton compiler crashed building the kernels for cuda '
                                  'sm_200 (exit -6): LLVM ERROR')
     assert out.reason.endswith(PTXAS_HINT)
-    thor = check_target_apart(('cuda', 110, 32), get_preset('tiny'), torch.bfloat16)
+    thor = check_target_apart(('cuda', 110, 32), get_preset('tiny').model, torch.bfloat16)
     assert thor.ok and thor.reason is None and len(thor.lines) == 7, thor

@@ -26,7 +26,7 @@ def test_the_environment_names_steps_or_all(monkeypatch):
 def test_the_named_steps_compile_with_max_autotune_under_inductor_only(monkeypatch, compiler):
     """Other compilers get no Inductor options (aot_eager would warn that it ignores them)."""
     monkeypatch.setenv(MAX_AUTOTUNE_ENV, 'vision')
-    model = build_model(get_preset('tiny'))
+    model = build_model(get_preset('tiny').model)
     builder = GraphBuilder(model, model.vlm.layers, KVCache(model.cfg.vlm, 64),
                            compiler=compiler)
     tuned = {'max_autotune': True} if compiler == 'inductor' else None

@@ -26,7 +26,7 @@ TOL = {'atol': 1e-5, 'rtol': 0}
 @pytest.fixture(scope='module')
 def model():
     torch.manual_seed(0)
-    return build_model(get_preset('tiny'), dtype=torch.float32)
+    return build_model(get_preset('tiny').model, dtype=torch.float32)
 
 
 def _pool(model, seed=1):

@@ -33,7 +33,7 @@ def _model(dtype):
 def _compiled(model, backend, max_batch=1):
     """Warm up the denoise and decode steps only (Inductor on this CPU: minutes a step)."""
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=max_batch,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend=backend,
                          only=[Step.DENOISE, Step.DECODE])
     comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
@@ -88,7 +88,7 @@ def test_the_guided_denoise_compiled_by_inductor_passes_the_bfloat16_gate():
     """The guided step of RTC (velocity and its vector-Jacobian product), Inductor's C++."""
     model = _model('bfloat16')
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.GUIDED_DENOISE], guided=True)
     comp.warmup(KVCache(model.cfg.vlm, 1024, dtype=model.dtype), progress=False)
@@ -103,7 +103,7 @@ def test_inductor_compiles_vision_and_prefill_in_full_graphs_equal_to_eager():
     """Inductor's C++ kernels (fullgraph=True: no graph break) for SigLIP and the prefill."""
     model = _model('float32')
     limits = EngineLimits.for_model(model.cfg, num_slots=1024, max_batch=1,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='inductor',
                          only=[Step.VISION, Step.PREFILL], camera_counts=(2,))
     pool = KVCache(model.cfg.vlm, 1024)

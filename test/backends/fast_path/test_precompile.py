@@ -39,7 +39,7 @@ def _start(model, only=STEPS, max_batch=2, precompile=True, tokens_per_cycle=())
     """One start: a fresh Dynamo, a fresh fast path on the cache folder; (model, traces)."""
     torch._dynamo.reset()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=max_batch,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager', only=only,
                          precompile=precompile, tokens_per_cycle=tokens_per_cycle)
     before = graphs_compiled()
@@ -192,7 +192,7 @@ def test_the_guided_denoise_is_compiled_just_in_time_without_trying(caplog):
     """Real-time chunking's guided step: torch refuses its VJP ahead of time."""
     model = _model()
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
-                                    max_decode_tokens=8)
+                                    max_decode_tokens=8, max_cameras=2)
     for _ in range(2):
         torch._dynamo.reset()
         comp = FastPathModel(model, CompileMode.DEFAULT, limits, backend='aot_eager',
@@ -211,7 +211,7 @@ def test_precompile_is_off_by_default_for_aot_eager_and_custom_compilers():
     assert plain.store is None and traced == 1 and plain.loaded == {'seed': 0}
     assert 'float32' in plain.gate
     limits = EngineLimits.for_model(model.cfg, num_slots=SLOTS, max_batch=2,
-                                    max_decode_tokens=8)
+                                    max_decode_tokens=8, max_cameras=2)
     custom = FastPathModel(model, CompileMode.DEFAULT, limits, backend=lambda gm, ex: gm,
                            precompile=True)
     assert not custom.precompile                      # a callable cannot be saved by name

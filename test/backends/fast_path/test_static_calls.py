@@ -24,7 +24,7 @@ TOL = {'atol': 1e-5, 'rtol': 0}
 
 def _model(mode=PrefixAttention.BIDIRECTIONAL, dtype=torch.float32):
     torch.manual_seed(0)
-    return build_model(get_preset('tiny').with_overrides(prefix_attention=mode), dtype=dtype)
+    return build_model(get_preset('tiny').model.with_overrides(prefix_attention=mode), dtype=dtype)
 
 
 def _prefix(model, cams=2, t=7, base=16):

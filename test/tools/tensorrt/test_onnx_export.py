@@ -40,7 +40,7 @@ def exported(tmp_path_factory):
     def get(preset, mode, dtype=torch.float32):
         key = (preset, mode, dtype)
         if key not in cache:
-            cfg = get_preset(preset).with_overrides(prefix_attention=mode)
+            cfg = get_preset(preset).model.with_overrides(prefix_attention=mode)
             torch.manual_seed(1)
             model = build_model(cfg, dtype=dtype)
             out = tmp_path_factory.mktemp(f'{preset}-{mode.value}')
@@ -232,7 +232,7 @@ def test_float16_graphs_run_and_bfloat16_graphs_pass_the_checker(exported):
 
 def test_embedded_weights_make_self_contained_files(tmp_path):
     torch.manual_seed(2)
-    model = build_model(get_preset('tiny'))
+    model = build_model(get_preset('tiny').model)
     export_graphs(model, tmp_path / 'a', graphs=(GraphName.LM_HEAD,),
                   storage=WeightStorage.EMBEDDED)
     assert not (tmp_path / 'a' / WEIGHTS_FILE).exists()
@@ -262,7 +262,7 @@ def test_export_cli(tmp_path, capsys):
 
 def test_export_cli_refuses_a_checkpoint_of_another_preset(tmp_path, capsys):
     torch.manual_seed(0)
-    save_checkpoint(build_model(get_preset('tiny')), tmp_path / 'ckpt')
+    save_checkpoint(build_model(get_preset('tiny').model), tmp_path / 'ckpt')
     rc = export_main(['--preset', 'demo', '--checkpoint', str(tmp_path / 'ckpt'),
                       '--out', str(tmp_path / 'out')])
     err = capsys.readouterr().err

@@ -7,7 +7,6 @@ wrapped in a check that every call fits the TensorRT optimization profiles the e
 would be built with. The real TensorRT / CUDA checks are in ``test/gpu`` (gpu-marked).
 """
 
-from dataclasses import replace
 import importlib.util
 import subprocess
 import sys
@@ -116,9 +115,9 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
     recorder = Recording(model)
     backends = []
 
-    def make_backend(config, _model, num_blocks, adapter=None, **_options):
+    def make_backend(_config, _model, num_blocks, scheduler, adapter=None, **_options):
         assert adapter is None
-        backends.append(factory(config, recorder, num_blocks))
+        backends.append(factory(scheduler, recorder, num_blocks))
         return backends[-1]
     monkeypatch.setattr('oxygen_ros.engine.loading.make_backend', make_backend)
     engine = Engine(cfg, model=model, tokenizer=tokenizer)
@@ -130,11 +129,11 @@ def _run_engine(cfg, model, tokenizer, monkeypatch, factory):
             engine.submit_text(TextTask.MEMORY, max_tokens=4, req_id='mem1')
             engine.submit_text(TextTask.ANSWER, question='where is the cup?', max_tokens=3,
                                req_id='ask1')
-        out = engine.step(make_observation(f, cfg.model_config().cameras, 8))
+        out = engine.step(make_observation(f, cfg.robot().cameras, 8))
         actions.append(out.action.actions)
-        texts.update({t.req_id: t.token_ids for t in out.texts})
+        texts.update({t.req_id: t.token_ids for t in out.finished})
     while engine.num_running:
-        texts.update({t.req_id: t.token_ids for t in engine.step(None).texts})
+        texts.update({t.req_id: t.token_ids for t in engine.step(None).finished})
     return actions, texts, recorder.calls, backends[0]
 
 
@@ -143,23 +142,23 @@ def test_engine_on_graphs_equals_engine_on_torch(mode, tiny_models, tokenizer, e
                                                  monkeypatch):
     cameras = CAMERA_SLOTS[:2]
     model = tiny_models(mode, cameras)
-    cfg = EngineConfig(preset='tiny', prefix_attention=mode, cameras=cameras, seed=4,
-                       tokens_per_cycle=2, stop_on_eos=False, max_running_requests=8,
-                       block_size=BLOCK_SIZE)
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=cameras, seed=4,
+                              tokens_per_cycle=2, stop_on_eos=False, max_running_requests=8,
+                              block_size=BLOCK_SIZE)
     export_dir = exports(model)
     manifest = load_manifest(export_dir)
     checked = {}
 
-    def graph_backend(config, recorder, num_blocks):
-        limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * config.block_size,
-                                        max_batch=config.max_running_requests,
-                                        max_decode_tokens=model.cfg.decode_budget)
+    def graph_backend(scheduler, recorder, num_blocks):
+        limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * scheduler.block_size,
+                                        max_batch=scheduler.max_running_requests,
+                                        max_decode_tokens=8, max_cameras=2)
         checked['executor'] = ProfileChecked(OrtExecutor(export_dir), manifest,
                                              engine_profiles(limits, model.cfg))
         runner = Recording(GraphRunner(model.cfg, model.dtype, 'cpu', checked['executor'],
                                        denoise_ctx_len=denoise_ctx_len(limits)))
         recorder.calls = runner.calls          # record the runner's outputs instead
-        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
+        return TensorRTBackend(runner, num_blocks, scheduler.block_size, source_model=model)
 
     want = _run_engine(cfg, model, tokenizer, monkeypatch,
                        lambda c, m, n: TorchBackend(m, n, c.block_size))
@@ -190,13 +189,13 @@ def _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch):
     """Return an engine on ``TensorRTBackend`` with onnxruntime running its graphs."""
     export_dir = exports(model)
 
-    def graph_backend(config, _model, num_blocks, **_options):
-        limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * config.block_size,
-                                        max_batch=config.max_running_requests,
-                                        max_decode_tokens=model.cfg.decode_budget)
+    def graph_backend(_config, _model, num_blocks, scheduler, **_options):
+        limits = EngineLimits.for_model(model.cfg, num_slots=num_blocks * scheduler.block_size,
+                                        max_batch=scheduler.max_running_requests,
+                                        max_decode_tokens=8, max_cameras=2)
         runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(export_dir),
                              denoise_ctx_len=denoise_ctx_len(limits))
-        return TensorRTBackend(runner, num_blocks, config.block_size, source_model=model)
+        return TensorRTBackend(runner, num_blocks, scheduler.block_size, source_model=model)
     monkeypatch.setattr('oxygen_ros.engine.loading.make_backend', graph_backend)
     try:
         return Engine(cfg, model=model, tokenizer=tokenizer)
@@ -209,8 +208,8 @@ def test_rtc_on_the_tensorrt_backend_is_refused_with_the_reason(tiny_models, tok
     """Its denoise engine has no gradient: refused up front, not an AttributeError later."""
     cameras = CAMERA_SLOTS[:2]
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, cameras)
-    cfg = EngineConfig(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
-                       max_running_requests=8)
+    cfg = EngineConfig.create(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
+                              max_running_requests=8)
     engine = _engine_on_graphs(cfg, model, tokenizer, exports, monkeypatch)
     rtc = RtcRequest(1, 100_000_000)
     with pytest.raises(ValueError, match='the tensorrt backend cannot guide denoising') as info:
@@ -220,7 +219,7 @@ def test_rtc_on_the_tensorrt_backend_is_refused_with_the_reason(tiny_models, tok
     assert engine.step(make_observation(3, cameras, 8)).action is not None   # plain: fine
     with pytest.raises(ValueError, match=r'real-time chunking \(chunk_smoothing rtc\) is not '
                                          r'possible here: the tensorrt backend cannot guide'):
-        _engine_on_graphs(replace(cfg, rtc=True), model, tokenizer, exports, monkeypatch)
+        _engine_on_graphs(cfg.with_settings(rtc=True), model, tokenizer, exports, monkeypatch)
 
 
 def test_an_engine_takes_a_tensorrt_backend_built_from_its_model(tiny_models, tokenizer,
@@ -228,11 +227,11 @@ def test_an_engine_takes_a_tensorrt_backend_built_from_its_model(tiny_models, to
     """Checked by ``source_model``: a runner of exported graphs has no eager model inside."""
     cameras = CAMERA_SLOTS[:2]
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, cameras)
-    cfg = EngineConfig(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
-                       max_running_requests=8)
+    cfg = EngineConfig.create(preset='tiny', cameras=cameras, block_size=BLOCK_SIZE,
+                              max_running_requests=8)
     blocks = cfg.pool_blocks()
     limits = EngineLimits.for_model(model.cfg, num_slots=blocks * BLOCK_SIZE, max_batch=8,
-                                    max_decode_tokens=model.cfg.decode_budget)
+                                    max_decode_tokens=8, max_cameras=2)
     runner = GraphRunner(model.cfg, model.dtype, 'cpu', OrtExecutor(exports(model)),
                          denoise_ctx_len=denoise_ctx_len(limits))
     backend = TensorRTBackend(runner, blocks, BLOCK_SIZE, source_model=model,
@@ -250,7 +249,8 @@ def test_without_tensorrt_the_engine_says_what_to_install(tokenizer):
     if HAVE_TENSORRT:
         pytest.skip('tensorrt is installed here')
     with pytest.raises(BackendUnavailableError) as info:
-        Engine(EngineConfig(preset='tiny', backend=BackendKind.TENSORRT), tokenizer=tokenizer)
+        Engine(EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT),
+               tokenizer=tokenizer)
     msg = str(info.value)
     for part in ("'tensorrt'", 'TensorRT 10.x', 'No module named', 'Linux x86_64 and aarch64',
                  'CUDA GPU', 'Jetson AGX Thor', 'JetPack 7', 'pip install', "'--backend torch'"):
@@ -272,20 +272,24 @@ def test_cuda_and_version_are_checked_before_anything_is_built(monkeypatch):
     fake = types.SimpleNamespace(__version__='10.13.0')
     monkeypatch.setitem(sys.modules, 'tensorrt', fake)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    cfg = EngineConfig(preset='tiny', backend=BackendKind.TENSORRT)
+    cfg = EngineConfig.create(preset='tiny', backend=BackendKind.TENSORRT)
     with pytest.raises(BackendUnavailableError, match=r"needs a CUDA GPU.*'--backend torch'"):
-        TensorRTBackend.create(cfg.backend_config(), None, 10)
+        TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
+                               max_decode_tokens=8, max_cameras=2)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     with pytest.raises(BackendUnavailableError, match="runs on device 'cuda', got 'cpu'"):
-        TensorRTBackend.create(cfg.backend_config(), None, 10)
+        TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
+                               max_decode_tokens=8, max_cameras=2)
     fake.__version__ = '8.6.1'
     with pytest.raises(BackendUnavailableError, match='found tensorrt 8.6.1, too old'):
-        TensorRTBackend.create(cfg.backend_config(), None, 10)
+        TensorRTBackend.create(cfg.backend, None, 10, scheduler=cfg.scheduler,
+                               max_decode_tokens=8, max_cameras=2)
 
 
 def test_profiles_and_limits():
-    cfg = get_preset('pi05_droid')
-    limits = EngineLimits.for_model(cfg, num_slots=4096, max_batch=32, max_decode_tokens=30)
+    cfg = get_preset('pi05_droid').model
+    limits = EngineLimits.for_model(cfg, num_slots=4096, max_batch=32, max_decode_tokens=30,
+                                    max_cameras=2)
     assert limits.max_prefix == 1024 and limits.max_prefix >= 3 * 256 + 200
     assert limits.max_ctx == 1024 and denoise_ctx_len(limits) == 1024
     profiles = engine_profiles(limits, cfg)
@@ -302,22 +306,24 @@ def test_profiles_and_limits():
     with pytest.raises(ValueError, match='need 1 <= min <= opt <= max'):
         DimRange(2, 1, 3)
     with pytest.raises(ValueError, match='max_batch must be >= 1, got 0'):
-        EngineLimits.for_model(cfg, num_slots=1, max_batch=0, max_decode_tokens=1)
+        EngineLimits.for_model(cfg, num_slots=1, max_batch=0, max_decode_tokens=1,
+                               max_cameras=2)
 
 
 def load_spec(name):
     from oxygen_ros.model.pi05 import Pi05Model
     from oxygen_ros.tools.tensorrt.onnx_graphs import graph_specs
     with torch.device('meta'):
-        model = Pi05Model(get_preset('tiny'))
+        model = Pi05Model(get_preset('tiny').model)
     return graph_specs(model)[name]
 
 
 def test_input_shapes_of_a_profile():
     spec = load_spec(GraphName.DENOISE)
-    limits = EngineLimits.for_model(get_preset('tiny'), num_slots=640, max_batch=4,
-                                    max_decode_tokens=8)
-    shapes = input_shapes(spec, engine_profiles(limits, get_preset('tiny'))[GraphName.DENOISE][0])
+    limits = EngineLimits.for_model(get_preset('tiny').model, num_slots=640, max_batch=4,
+                                    max_decode_tokens=8, max_cameras=2)
+    profiles = engine_profiles(limits, get_preset('tiny').model)
+    shapes = input_shapes(spec, profiles[GraphName.DENOISE][0])
     ctx = denoise_ctx_len(limits)
     assert shapes['k_pool'] == ((2, 640, 1, 8),) * 3
     assert shapes['ctx_slots'] == ((1, ctx),) * 3
@@ -329,7 +335,8 @@ def test_input_shapes_of_a_profile():
 def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models):
     model = tiny_models(PrefixAttention.BIDIRECTIONAL, CAMERA_SLOTS[:2])
     manifest = load_manifest(exports(model))
-    limits = EngineLimits.for_model(model.cfg, num_slots=512, max_batch=8, max_decode_tokens=8)
+    limits = EngineLimits.for_model(model.cfg, num_slots=512, max_batch=8, max_decode_tokens=8,
+                                    max_cameras=2)
     profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     base = {'trt_version': '10.13.0', 'device_name': 'NVIDIA Thor',
             'compute_capability': (11, 0), 'optimization_level': 3}
@@ -337,7 +344,7 @@ def test_engine_cache_key_covers_what_an_engine_depends_on(exports, tiny_models)
     assert key == engine_cache_key(manifest, GraphName.DECODE, profiles, TrtPrecision.GRAPH,
                                    **base)
     other_limits = EngineLimits.for_model(model.cfg, num_slots=528, max_batch=8,
-                                          max_decode_tokens=8)
+                                          max_decode_tokens=8, max_cameras=2)
     variants = [
         engine_cache_key(manifest, GraphName.LM_HEAD, engine_profiles(limits, model.cfg)[
             GraphName.LM_HEAD], TrtPrecision.GRAPH, **base),
@@ -432,7 +439,8 @@ def test_build_engine_with_a_fake_tensorrt(exports, tiny_models):
     model = tiny_models(PrefixAttention.CAUSAL_TEXT, CAMERA_SLOTS[:2])
     export_dir = exports(model)
     manifest = load_manifest(export_dir)
-    limits = EngineLimits.for_model(model.cfg, num_slots=256, max_batch=4, max_decode_tokens=8)
+    limits = EngineLimits.for_model(model.cfg, num_slots=256, max_batch=4, max_decode_tokens=8,
+                                    max_cameras=2)
     profiles = engine_profiles(limits, model.cfg)[GraphName.DECODE]
     trt = FakeTrt()
     plan = trt_runtime.build_engine(trt, export_dir / 'decode.onnx', manifest, GraphName.DECODE,

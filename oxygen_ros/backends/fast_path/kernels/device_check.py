@@ -72,7 +72,7 @@ def check_device(device: torch.device | str, cfg: ModelConfig | None = None,
     except Exception as exc:  # noqa: B902 - no driver, no device: the answer, not an error
         return DeviceBuildCheck(ok=False, target=str(device),
                                 reason=f'{type(exc).__name__}: {exc}')
-    return check_target_apart(target, cfg or get_preset('pi05_droid'), dtype)
+    return check_target_apart(target, cfg or get_preset('pi05_droid').model, dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     """Build for the target the JSON argument names; print the check as JSON (the child)."""
     from oxygen_ros.backends.fast_path.kernels.builds import check_target
     spec = json.loads((argv if argv is not None else sys.argv[1:])[0])
-    cfg = get_preset(spec['preset']).with_overrides(
+    cfg = get_preset(spec['preset']).model.with_overrides(
         vlm=GemmaConfig(**spec['vlm']), expert=GemmaConfig(**spec['expert']),
         action_horizon=spec['action_horizon'])
     out = check_target(tuple(spec['target']), cfg, getattr(torch, spec['dtype']))

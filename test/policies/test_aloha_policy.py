@@ -1,8 +1,9 @@
 """openpi's robot transforms: ALOHA's flips, gripper maps and absolute actions; pass-through."""
 
 import numpy as np
-from oxygen_ros.config import get_preset, RobotAdapter
-from oxygen_ros.transforms import robot_adapters
+from oxygen_ros.config import get_preset
+from oxygen_ros.policies import aloha, preset_robot
+from oxygen_ros.policies.aloha import ALOHA, AlohaPolicy
 from oxygen_ros.transforms.norm_stats import NormStats
 from oxygen_ros.transforms.normalize import Normalizer
 import pytest
@@ -15,17 +16,17 @@ GRIPPER_FROM_ANGULAR = {0.0: 0.5533778345878898, 0.25: 0.6717322350044973}
 
 
 def test_aloha_gripper_maps_match_openpi_constants():
-    assert robot_adapters.aloha_gripper_to_angular(np.array(0.5)) == \
+    assert aloha.aloha_gripper_to_angular(np.array(0.5)) == \
         pytest.approx(GRIPPER_TO_ANGULAR_HALF, abs=1e-12)
     for value, want in GRIPPER_FROM_ANGULAR.items():
-        assert robot_adapters.aloha_gripper_from_angular(np.array(value)) == \
+        assert aloha.aloha_gripper_from_angular(np.array(value)) == \
             pytest.approx(want, abs=1e-12)
 
 
 def test_aloha_state_is_flipped_and_its_grippers_mapped():
     state = np.arange(1, 15, dtype=np.float64) / 10
     state[[6, 13]] = 0.5
-    out = robot_adapters.state_to_model(RobotAdapter.ALOHA, state)
+    out = ALOHA.state_to_model(state)
     flip = [1, -1, -1, 1, 1, 1, 1, 1, -1, -1, 1, 1, 1, 1]
     joints = [i for i in range(14) if i not in (6, 13)]
     np.testing.assert_allclose(out[joints], (np.array(flip) * state)[joints])
@@ -37,7 +38,7 @@ def test_aloha_actions_add_the_state_to_arm_joints_then_flip_and_map_grippers():
     model_state = np.linspace(-0.7, 0.6, 14)
     actions = np.zeros((2, 14))
     actions[1] = 0.25
-    out = robot_adapters.actions_to_robot(RobotAdapter.ALOHA, actions, model_state)
+    out = ALOHA.actions_to_robot(actions, model_state)
     flip = np.array([1, -1, -1, 1, 1, 1, 1, 1, -1, -1, 1, 1, 1, 1])
     arm = [i for i in range(14) if i not in (6, 13)]
     for row in range(2):
@@ -45,46 +46,51 @@ def test_aloha_actions_add_the_state_to_arm_joints_then_flip_and_map_grippers():
     np.testing.assert_allclose(out[0, [6, 13]], GRIPPER_FROM_ANGULAR[0.0])  # absolute: no state
     np.testing.assert_allclose(out[1, [6, 13]], GRIPPER_FROM_ANGULAR[0.25])
     with pytest.raises(ValueError, match='relative to the state'):
-        robot_adapters.actions_to_robot(RobotAdapter.ALOHA, actions, None)
+        ALOHA.actions_to_robot(actions, None)
+    with pytest.raises(ValueError, match='ALOHA needs 14 state and action dims, got 8 and 8'):
+        AlohaPolicy('aloha8', ALOHA.cameras, 8, 8, ALOHA.action_space, (6,), ALOHA.prompt_format)
 
 
-def test_no_adapter_passes_state_and_actions_through():
-    x = np.array([0.1, -0.2, 0.3])
-    np.testing.assert_array_equal(robot_adapters.state_to_model(RobotAdapter.NONE, x), x)
-    a = np.ones((2, 3))
-    np.testing.assert_array_equal(robot_adapters.actions_to_robot(RobotAdapter.NONE, a, None), a)
+@pytest.mark.parametrize('robot', ['droid', 'libero', 'panda', 'test_arm'])
+def test_the_other_robots_pass_state_and_actions_through(robot):
+    robot = preset_robot({'droid': 'pi05_droid', 'libero': 'pi05_libero', 'panda': 'demo',
+                          'test_arm': 'tiny'}[robot])
+    x = np.linspace(-0.3, 0.4, robot.state_dim)
+    np.testing.assert_array_equal(robot.state_to_model(x), x)
+    a = np.ones((2, robot.robot_action_dim))
+    np.testing.assert_array_equal(robot.actions_to_robot(a, None), a)
+    np.testing.assert_array_equal(robot.actions_to_model(a, None), a)
+    assert not robot.relative_actions
 
 
 def _stats(dim):
     return NormStats(mean=np.zeros(dim), std=np.ones(dim), q01=-np.ones(dim), q99=np.ones(dim))
 
 
-def test_pi05_base_normalizer_applies_the_aloha_adapter():
-    cfg = get_preset('pi05_base')
-    assert cfg.robot_adapter is RobotAdapter.ALOHA
-    norm = Normalizer.from_config(cfg, {'state': _stats(14), 'actions': _stats(14)})
+def test_pi05_base_normalizer_applies_the_aloha_transforms():
+    cfg, robot = get_preset('pi05_base').model, preset_robot('pi05_base')
+    assert robot is ALOHA
+    norm = Normalizer.from_config(cfg, robot, {'state': _stats(14), 'actions': _stats(14)})
     state = np.full(14, 0.5)
     # identity-like stats: normalized = (x + 1) / (2 + 1e-6) * 2 - 1 of the adapted state
-    adapted = robot_adapters.state_to_model(RobotAdapter.ALOHA, state)
+    adapted = ALOHA.state_to_model(state)
     np.testing.assert_allclose(norm.normalize_state(state),
                                (adapted + 1) / (2 + 1e-6) * 2 - 1)
     actions = np.zeros((3, 32))
     robot = norm.actions_to_robot(actions, state)
     unnorm = np.full((3, 14), (0 + 1) / 2 * (2 + 1e-6) - 1)
-    np.testing.assert_allclose(robot, robot_adapters.actions_to_robot(
-        RobotAdapter.ALOHA, unnorm, adapted))
-    with pytest.raises(ValueError, match=r'the aloha adapter needs the frame state of shape'):
+    np.testing.assert_allclose(robot, ALOHA.actions_to_robot(unnorm, adapted))
+    with pytest.raises(ValueError, match=r'the aloha robot needs the frame state of shape'):
         norm.actions_to_robot(actions)
 
 
 @pytest.mark.parametrize('preset', ['pi05_droid', 'pi05_libero', 'tiny'])
 def test_other_presets_need_no_state_for_their_actions(preset):
-    cfg = get_preset(preset)
-    assert cfg.robot_adapter is RobotAdapter.NONE
-    norm = Normalizer.identity(cfg)
+    cfg, robot = get_preset(preset).model, preset_robot(preset)
+    norm = Normalizer.identity(cfg, robot)
     actions = np.random.default_rng(0).normal(size=(cfg.action_horizon, 32))
     np.testing.assert_allclose(norm.actions_to_robot(actions),
-                               actions[:, :cfg.robot_action_dim], rtol=2e-6, atol=1e-6)
+                               actions[:, :robot.robot_action_dim], rtol=2e-6, atol=1e-6)
 
 
 def _quantile_stats(dim, seed):
@@ -95,8 +101,9 @@ def _quantile_stats(dim, seed):
 
 
 def test_aloha_actions_to_model_inverts_actions_to_robot_for_the_same_state():
-    norm = Normalizer.from_config(get_preset('pi05_base'), {'state': _quantile_stats(14, 1),
-                                                            'actions': _quantile_stats(14, 2)})
+    norm = Normalizer.from_config(get_preset('pi05_base').model, ALOHA,
+                                  {'state': _quantile_stats(14, 1),
+                                   'actions': _quantile_stats(14, 2)})
     rng = np.random.default_rng(3)
     actions, state = rng.normal(size=(5, 32)), rng.uniform(0.1, 0.9, 14)
     robot = norm.actions_to_robot(actions, state)
@@ -116,12 +123,12 @@ def test_aloha_actions_to_model_inverts_actions_to_robot_for_the_same_state():
 
 @pytest.mark.parametrize('preset', ['pi05_droid', 'pi05_libero', 'tiny'])
 def test_actions_to_model_of_absolute_velocity_and_delta_presets_is_the_plain_inverse(preset):
-    cfg = get_preset(preset)
-    norm = Normalizer.from_config(cfg, {'state': _quantile_stats(cfg.state_dim, 4),
-                                        'actions': _quantile_stats(cfg.robot_action_dim, 5)})
+    cfg, arm = get_preset(preset).model, preset_robot(preset)
+    norm = Normalizer.from_config(cfg, arm, {'state': _quantile_stats(arm.state_dim, 4),
+                                             'actions': _quantile_stats(arm.robot_action_dim, 5)})
     assert not norm.relative_actions
     actions = np.random.default_rng(6).normal(size=(cfg.action_horizon, 32))
     robot = norm.actions_to_robot(actions)
-    for state in (None, np.ones(cfg.state_dim)):     # the state changes nothing
+    for state in (None, np.ones(arm.state_dim)):     # the state changes nothing
         np.testing.assert_allclose(norm.actions_to_model(robot, state),
-                                   actions[:, :cfg.robot_action_dim], atol=1e-12)
+                                   actions[:, :arm.robot_action_dim], atol=1e-12)

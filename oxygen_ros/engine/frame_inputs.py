@@ -1,0 +1,92 @@
+"""
+One valid observation as a frame: what the scheduler plans it with, what the backend runs it on.
+
+``FrameMaker.make`` turns a ``PreparedObservation`` into the scheduler's ``FrameSpec`` (its
+action request with the cycle's deadline and action prompt, its image tokens; the engine adds
+the own prompts built on its instruction under its lock) and the backend's ``FrameInputs``:
+the flow-matching noise (seeded per frame), real-time chunking's guidance toward the previous
+chunk, and the cameras as the vision tower's input on the backend's device.
+
+The camera images end their preparation here, in the order they flow: checked (and resized
+on the host, where the device does not resize) once when they arrived (``Engine.prepare_image``
+or ``transforms.inputs.prepare_observation``), then uploaded through persistent pinned buffers
+(``backends.async_io.CameraUpload``) and, those left to the device, resized there with the
+checkpoint family's filter (``transforms.images.resize_on_device``). The backend runs the
+vision job on what it is given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from oxygen_ros.backends.async_io import CameraUpload
+from oxygen_ros.backends.interface import FrameInputs
+from oxygen_ros.config import ModelConfig
+from oxygen_ros.control.rtc import ChunkHistory, RtcRequest
+from oxygen_ros.model.guidance import RtcGuidance
+from oxygen_ros.sched.request import FrameSpec, Request, RequestKind
+from oxygen_ros.transforms.images import ImageResize, resize_on_device
+from oxygen_ros.transforms.inputs import PreparedObservation
+import torch
+
+
+class FrameMaker:
+    """
+    Makes the frame of each valid observation of one engine.
+
+    :param cfg: the model preset.
+    :param device: the backend's device (where the images go).
+    :param image_resize: the checkpoint family's filter (for images the device resizes).
+    :param seed: the engine's seed (the noise of frame ``f`` is seeded with it and ``f``).
+    :param rtc_jacobian_steps: the guided sampler's Jacobian steps (None: every step).
+    """
+
+    def __init__(self, cfg: ModelConfig, device: torch.device, image_resize: ImageResize,
+                 seed: int, rtc_jacobian_steps: int | None) -> None:
+        self._cfg = cfg
+        self._upload = CameraUpload(device)
+        self._resize = image_resize
+        self._seed = seed
+        self._jacobian_steps = rtc_jacobian_steps
+
+    def make(self, frame_id: int, prepared: PreparedObservation, now: float,
+             deadline: float | None, history: ChunkHistory,
+             rtc: RtcRequest | None) -> tuple[FrameSpec, FrameInputs]:
+        """
+        Return the frame's ``FrameSpec`` and ``FrameInputs``.
+
+        :param now: monotonic seconds at the start of the cycle (the action's arrival).
+        :param deadline: when the cycle's text work must end (the action request's deadline).
+        :param history: the previous chunk (the guidance target, with ``rtc``).
+        """
+        cfg = self._cfg
+        action = Request(f'action-{frame_id}', RequestKind.ACTION, prepared.action_prompt_ids,
+                         arrival_time=now, deadline=deadline)
+        num_cams = prepared.num_cameras
+        frame = FrameSpec(frame_id, num_cams * cfg.image_tokens_per_camera, num_cams, action)
+        gen = torch.Generator().manual_seed(self._seed * 1_000_003 + frame_id)
+        noise = torch.randn((1, cfg.action_horizon, cfg.action_dim), generator=gen,
+                            dtype=torch.float32)
+        target = (history.guidance(prepared.stamp_ns, prepared.state, rtc)
+                  if rtc is not None else None)
+        guidance = None if target is None else RtcGuidance.from_numpy(
+            target.target, target.soft_mask, target.max_guidance_weight, self._jacobian_steps)
+        return frame, FrameInputs(frame_id, self.images(prepared.cameras), noise, guidance)
+
+    @torch.inference_mode()
+    def images(self, cameras: tuple[np.ndarray, ...]) -> torch.Tensor:
+        """
+        Return the cameras as the vision tower's input on the device.
+
+        :param cameras: per camera ``float32 [3, S, S]`` in [-1, 1] (resized on the host) or
+            ``uint8 [H, W, 3]`` (resized here, on the device).
+        :returns: ``float32 [1, N, 3, S, S]``.
+        """
+        size = self._cfg.vision.image_size
+        up = self._upload
+        return torch.stack([
+            up.upload(i, img) if img.dtype != np.uint8 else
+            resize_on_device(up.upload(i, img), size, self._resize)
+            for i, img in enumerate(cameras)])[None]
+
+
+__all__ = ['FrameMaker']
