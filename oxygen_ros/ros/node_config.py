@@ -176,7 +176,6 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
     """
     Build the engine and node configs from parameter values (``params.parameter_values``).
 
-    :param values: ``{name: value}``; missing names take their defaults.
     The engine's ``max_robots`` is the number of robots (``NodeConfig.robot_names``).
 
     :param values: ``{name: value}``; missing names take their defaults (a robot's

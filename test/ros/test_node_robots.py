@@ -154,26 +154,23 @@ def test_two_robots_have_their_own_topics_joints_questions_and_staleness(
     stale_since = time.monotonic()
     assert inputs.run_until(lambda: time.monotonic() - stale_since > 1.5, 5.0)
     right_before, left_before = len(chunks['right']), len(chunks['left'])
-    t_window = time.monotonic()
     assert inputs.run_until(lambda: len(chunks['left']) >= left_before + 10, 20.0), \
         proc.output()
     assert len(chunks['right']) == right_before, 'a robot with stale images got a chunk'
-    window_s = time.monotonic() - t_window
-    assert inputs.run_until(lambda: latest_status(diagnostics, 'oxygen: robot right') is not None
-                            and latest_status(diagnostics, 'oxygen: robot right').level ==
-                            Level.ERROR.octet, 10.0)
-    right = latest_status(diagnostics, 'oxygen: robot right')
-    left = latest_status(diagnostics, 'oxygen: robot left')
-    engine = latest_status(diagnostics, 'oxygen: engine')
+
+    def reported():  # right's ERROR, and left's chunks of the window counted in its status
+        left, right = (latest_status(diagnostics, f'oxygen: robot {r}') for r in JOINT_NAMES)
+        return right is not None and right.level == Level.ERROR.octet and left is not None and \
+            int(status_values(left)['action chunks published']) >= left_before + 10
+    assert inputs.run_until(reported, 10.0), proc.output()
+    right, left, engine = (latest_status(diagnostics, name) for name in (
+        'oxygen: robot right', 'oxygen: robot left', 'oxygen: engine'))
     assert 'no action chunk' in right.message and 'stale' in right.message, right.message
     assert int(status_values(right)['rejected: stale']) >= 1
     assert status_values(right)['robot'] == 'right'
     assert left.level != Level.ERROR.octet and engine.level != Level.ERROR.octet, \
         (left.message, engine.message)
-    assert status_values(left)['rejected: stale'] == '0'
     assert float(status_values(left)['action chunk rate (Hz)']) > 0
-    # left kept its cycles: 10 chunks in about a second at 10 Hz (generous on a shared CPU)
-    assert window_s < 10.0, window_s
 
     # right's cameras back: right acts again
     inputs.robots['right'].cameras_on = True
