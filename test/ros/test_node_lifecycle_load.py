@@ -81,7 +81,7 @@ def test_texts_wait_while_inactive_and_cleanup_refuses_running_questions(tiny_no
     node._robots[0].cache.set_instruction('pick up the cup')
     texts = []
     node._robots[0].pubs['answer'].publish = texts.append
-    node._on_ask(String(data='what is on the table?'))
+    node._robots[0]._on_ask(String(data='what is on the table?'))
     while not node._robots[0].texts.live:  # admitted
         feed(node)
         node._control_tick()
@@ -98,7 +98,7 @@ def test_texts_wait_while_inactive_and_cleanup_refuses_running_questions(tiny_no
     node._publish_texts()
     assert len(texts) == 1 and not texts[0].data.startswith(NO_ANSWER)
 
-    node._on_ask(String(data='and now?'))
+    node._robots[0]._on_ask(String(data='and now?'))
     feed(node)
     node._control_tick()
     assert list(node._robots[0].texts.live.values()) == [TextTask.ANSWER]  # decoding at cleanup
