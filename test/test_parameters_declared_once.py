@@ -37,7 +37,8 @@ NO_VALUE = (None, '', 0, False, ())
 
 
 def raw_entries():
-    """Return ``{section: {name: entry}}`` of the file, nested names joined by dots.
+    """
+    Return ``{section: {name: entry}}`` of the file, nested names joined by dots.
 
     A ``__map_robots`` mapping's entries are ``<robots>.name`` (generate_parameter_library's
     maps), as the page names them.

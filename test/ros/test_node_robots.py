@@ -72,21 +72,14 @@ class Inputs:
         self.robots = {name: RobotInputs(ros_node.node, name, seed)
                        for name, seed in (('left', 0), ('right', 10))}
 
+    def publish(self):
+        stamp = self.ros_node.node.get_clock().now().nanoseconds
+        for robot in self.robots.values():
+            robot.publish(stamp)
+
     def run_until(self, predicate, timeout_s=30.0):
         """Publish and spin until ``predicate()``; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        next_publish = 0.0
-        while not predicate():
-            now = time.monotonic()
-            if now >= deadline:
-                return False
-            if now >= next_publish:
-                stamp = self.ros_node.node.get_clock().now().nanoseconds
-                for robot in self.robots.values():
-                    robot.publish(stamp)
-                next_publish = now + 0.05
-            self.ros_node.executor.spin_once(timeout_sec=0.01)
-        return True
+        return self.ros_node.publish_until(self.publish, predicate, timeout_s)
 
 
 def latest_status(diagnostics, name):

@@ -7,8 +7,6 @@ from oxygen_ros.ros.param_handler import ParameterHandler
 from oxygen_ros.ros.param_spec import OnChange, ParameterError
 from oxygen_ros.ros.params import declare_parameters, parameter_values, ROBOT_PARAMETERS
 import pytest
-import rclpy
-from rclpy.context import Context
 from rclpy.exceptions import InvalidParameterValueException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -75,16 +73,8 @@ def test_each_robots_endpoints_are_under_its_namespace():
     assert '/joint_states' not in names
 
 
-@pytest.fixture
-def context(ros_domain_id):
-    ctx = Context()
-    rclpy.init(context=ctx, domain_id=ros_domain_id)
-    yield ctx
-    ctx.try_shutdown()
-
-
-def test_each_robots_parameters_are_declared_with_the_nodes_as_defaults(context):
-    node = Node('oxygen', context=context, cli_args=[
+def test_each_robots_parameters_are_declared_with_the_nodes_as_defaults(rclpy_context):
+    node = Node('oxygen', context=rclpy_context, cli_args=[
         '--ros-args', '--params-file', str(config_file('test')),
         '-p', 'robots:=[left, right]', '-p', f'right.joint_names:={RIGHT}'.replace("'", ''),
         '-p', 'left.instruction:=pick up the cup'])
@@ -112,8 +102,8 @@ def test_each_robots_parameters_are_declared_with_the_nodes_as_defaults(context)
         node.destroy_node()
 
 
-def test_bad_robot_names_fail_at_declaration(context):
-    node = Node('oxygen', context=context, cli_args=[
+def test_bad_robot_names_fail_at_declaration(rclpy_context):
+    node = Node('oxygen', context=rclpy_context, cli_args=[
         '--ros-args', '--params-file', str(config_file('test')), '-p', 'robots:=[a, a]'])
     try:
         with pytest.raises(InvalidParameterValueException, match='distinct names'):
