@@ -13,7 +13,7 @@ from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.node_config import build_configs, check_update
 from oxygen_ros.ros.param_handler import ParameterHandler
 from oxygen_ros.ros.param_spec import descriptor, OnChange, ParameterError, ParamType
-from oxygen_ros.ros.params import DECLARED, declare_parameters, PARAMETERS, SPECS
+from oxygen_ros.ros.params import declare_parameters, DECLARED, PARAMETERS, SPECS
 from oxygen_ros.ros.security import SecuritySettings
 import pytest
 import rclpy
