@@ -37,7 +37,6 @@ import json
 import logging
 import math
 from pathlib import Path
-import platform
 import statistics
 import sys
 from typing import Callable
@@ -49,7 +48,8 @@ from oxygen_ros.engine import AttentionBackend, TextContext
 from oxygen_ros.tools.bench.arrivals import Arrival, ArrivalPattern
 from oxygen_ros.tools.bench.options import (
     add_fast_path_arguments, add_quantization_argument, COMPILE_MODES)
-from oxygen_ros.tools.common.machine import cpu_name
+from oxygen_ros.tools.bench.summary import percentile
+from oxygen_ros.tools.common.machine import machine_summary
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -118,23 +118,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float('nan')
-
-
 def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
     totals = [c.total_s for c in cycles]
     forward = sum(c.forward_s for c in cycles)
     return {
-        'frame_ms_p50': 1e3 * _pct(totals, 50), 'frame_ms_p99': 1e3 * _pct(totals, 99),
+        'frame_ms_p50': 1e3 * percentile(totals, 50), 'frame_ms_p99': 1e3 * percentile(totals, 99),
         'frame_ms_mean': 1e3 * statistics.fmean(totals),
-        'action_latency_ms_p50': 1e3 * _pct([c.action_latency_s for c in cycles], 50),
-        'action_latency_ms_p99': 1e3 * _pct([c.action_latency_s for c in cycles], 99),
+        'action_latency_ms_p50': 1e3 * percentile([c.action_latency_s for c in cycles], 50),
+        'action_latency_ms_p99': 1e3 * percentile([c.action_latency_s for c in cycles], 99),
         'action_hz': len(cycles) / sum(totals), 'tokens_per_s': tokens / seconds,
         'forward_ms_mean': 1e3 * forward / len(cycles),
         'manager_overhead_frac': 1.0 - forward / sum(totals),
-        'decode_batch_p50': _pct([c.decode_batch for c in cycles], 50),
-        'tokens_per_cycle_p50': _pct([c.tokens_per_cycle for c in cycles], 50),
+        'decode_batch_p50': percentile([c.decode_batch for c in cycles], 50),
+        'tokens_per_cycle_p50': percentile([c.tokens_per_cycle for c in cycles], 50),
         'kv_bytes_peak': max(c.kv_peak_bytes for c in cycles),
         'full_prefills_per_frame': statistics.fmean(c.full_prefills for c in cycles),
         'prefill_tokens_per_frame': statistics.fmean(c.prefill_tokens for c in cycles),
@@ -323,9 +319,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'kv_bytes_peak': summary['oxygen']['kv_bytes_peak'],
         'kv_curve': [[c.num_running, c.kv_used_bytes, c.kv_peak_bytes] for c in oxy['all']],
         'parameters': model.count_parameters(),
-        'machine': {'platform': platform.platform(), 'processor': cpu_name(),
-                    'torch': torch.__version__, 'threads': torch.get_num_threads(),
-                    'python': sys.version.split()[0]},
+        'machine': machine_summary(torch),
         'date': datetime.date.today().isoformat(),
     }
     _print(result)
