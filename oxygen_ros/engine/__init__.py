@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eag
     from oxygen_ros.engine.loading import load_model, LoadedModel  # noqa: F401
     from oxygen_ros.engine.outputs import (  # noqa: F401
         ActionChunk, CycleStats, StepOutput, TextOutput)
+    from oxygen_ros.engine.robots import RobotObservations  # noqa: F401
     from oxygen_ros.model.lora import AdapterFormatError  # noqa: F401
     from oxygen_ros.observation import (  # noqa: F401
         Observation, ObservationError, RefusalReason)
@@ -69,6 +70,7 @@ _EXPORTS = {
     'CameraImage': 'oxygen_ros.transforms.inputs',
     'PreparedObservation': 'oxygen_ros.transforms.inputs',
     'TextTask': 'oxygen_ros.transforms.prompt',
+    'RobotObservations': 'oxygen_ros.engine.robots',
     # what comes out
     'ActionChunk': 'oxygen_ros.engine.outputs',
     'CycleStats': 'oxygen_ros.engine.outputs',
