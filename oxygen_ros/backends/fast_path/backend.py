@@ -27,6 +27,7 @@ _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
 ROBOT_BATCH = 'robot_batch'
 """The dropped feature a fast path serving several robots reports (graphs of one frame)."""
 
+
 class FastPathBackend(TorchBackend):
     """
     ``TorchBackend`` on a :class:`FastPathModel` (``create`` builds and warms one up).
