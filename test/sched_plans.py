@@ -27,13 +27,14 @@ def make(policy=Policy.OXYGEN, mode=PrefixAttention.CAUSAL_TEXT, num_blocks=64, 
                      eos_token_id, cost=cost)
 
 
-def frame(i, deadline=None, prompt=ACTION_PROMPT):
+def frame(i, deadline=None, prompt=ACTION_PROMPT, robot=''):
     action = Request(f'act{i}', RequestKind.ACTION, prompt, deadline=deadline)
-    return FrameSpec(frame_id=i, num_image_tokens=IMG, num_images=2, action=action)
+    return FrameSpec(frame_id=i, num_image_tokens=IMG, num_images=2, action=action,
+                     robot=robot)
 
 
-def text(req_id, budget=6, prompt=SUBTASK_PROMPT, kind=RequestKind.TEXT):
-    return Request(req_id, kind, prompt, max_tokens=budget)
+def text(req_id, budget=6, prompt=SUBTASK_PROMPT, kind=RequestKind.TEXT, robot=''):
+    return Request(req_id, kind, prompt, max_tokens=budget, robot=robot)
 
 
 def run(sched, out, token_of=lambda req_id, n: 100 + n, timings=()):

@@ -133,6 +133,18 @@ def test_the_loader_refuses_what_it_cannot_read():
         load('oxygen:\n  x: {type: int, default_value: 0, read_only: true}\n')
 
 
+def test_a_map_entry_is_declared_once_per_item_of_its_parameter():
+    [spec] = load('oxygen:\n  __map_robots:\n    x: {type: int, default_value: 0, '
+                  'description: a, read_only: true}\n')
+    assert (spec.name, spec.map_of, spec.key) == ('<robots>.x', 'robots', 'x')
+    left = spec.for_item('left')
+    assert (left.name, left.key, left.default) == ('left.x', 'x', 0)
+    plain = load('oxygen:\n  y: {type: int, default_value: 0, description: a, '
+                 'read_only: true}\n')[0]
+    with pytest.raises(ValueError, match='y is declared once, not per item'):
+        plain.for_item('left')
+
+
 def test_presets_name_a_network_and_a_robot_that_fits_it():
     assert set(ROBOTS) == {'droid', 'libero', 'aloha', 'panda', 'test_arm'}
     for name in preset_names():

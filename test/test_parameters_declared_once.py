@@ -37,13 +37,20 @@ NO_VALUE = (None, '', 0, False, ())
 
 
 def raw_entries():
-    """Return ``{section: {name: entry}}`` of the file, nested names joined by dots."""
+    """
+    Return ``{section: {name: entry}}`` of the file, nested names joined by dots.
+
+    A ``__map_robots`` mapping's entries are ``<robots>.name`` (generate_parameter_library's
+    maps), as the page names them.
+    """
     out = {}
 
     def walk(section, prefix, table):
         for key, entry in table.items():
             if 'type' in entry:
                 out.setdefault(section, {})[prefix + key] = entry
+            elif key.startswith('__map_'):  # declared per item: <robots>.joint_names
+                walk(section, f'{prefix}<{key[len("__map_"):]}>.', entry)
             else:
                 walk(section, f'{prefix}{key}.', entry)
     for section, table in yaml.safe_load(YAML_FILE.read_text(encoding='utf-8')).items():

@@ -5,7 +5,8 @@ A backend runs the plan of one control cycle (``SchedulerOutput``, ``sched/outpu
 ordered program of vision, prefill, suffix, denoise, seed and decode jobs naming KV blocks)
 on the model, over ONE KV pool allocated when it is built, and hands back what the
 scheduler needs to go on (``RunnerOutput``: the sampled token ids, the job times) and the
-action chunk. The engine owns the scheduler; the backend holds only tensors: the pool, the
+action chunks, one per frame (a plan holds one frame per robot due). The engine owns the
+scheduler; the backend holds only tensors: the pool, the
 K/V of the live prefix segments (by segment id) and the decode state of the running text
 requests (by request id), each released when a plan names it finished or freed. As in vLLM's
 split of ``SchedulerInterface`` (``vllm/v1/core/sched/interface.py``) from the model runner,
@@ -26,7 +27,7 @@ they too run one at a time, interleaved on one thread (the benchmark's two engin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generator, Mapping, Protocol, runtime_checkable, TYPE_CHECKING
+from typing import Generator, Mapping, Protocol, runtime_checkable, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oxygen_ros.backends.config import AttentionBackend
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 class FrameInputs:
     """
     Model inputs of one frame (the engine makes them from an observation, ``FrameMaker``).
+
+    A plan over several robots' frames is executed with one of these per frame.
 
     :ivar frame_id: the frame the plan's vision and denoise jobs name.
     :ivar images: ``float32 [1, N, 3, S, S]`` in [-1, 1] on the backend's device: the valid
@@ -63,17 +66,29 @@ class BackendOutput:
     """
     What one :meth:`Backend.execute` produced.
 
-    :ivar runner: the sampled token ids (host ints) and one ``JobTiming`` per job, in plan
-        order: what ``Scheduler.update_from_output`` takes.
-    :ivar actions: ``float32 [1, H, A]`` on the host, the action chunk in the model's
-        normalized, padded action space (``Normalizer.actions_to_robot`` maps it to the
-        robot); None when the plan had no denoise job.
+    :ivar runner: the sampled token ids (host ints) and one ``JobTiming`` per backend call
+        (a job, or a run of jobs batched), in plan order: what
+        ``Scheduler.update_from_output`` takes.
+    :ivar chunks: per frame id, ``float32 [1, H, A]`` on the host, its action chunk in the
+        model's normalized, padded action space (``Normalizer.actions_to_robot`` maps it to
+        the robot); empty when the plan had no denoise job.
     :ivar forward_seconds: the sum of the job times.
     """
 
     runner: RunnerOutput
-    actions: torch.Tensor | None
+    chunks: Mapping[int, torch.Tensor]
     forward_seconds: float
+
+    @property
+    def actions(self) -> torch.Tensor | None:
+        """
+        Return the chunk of a one-frame plan (one robot), None without a denoise job.
+
+        :raises ValueError: the plan denoised several frames (read ``chunks``).
+        """
+        if len(self.chunks) > 1:
+            raise ValueError(f'chunks of frames {sorted(self.chunks)}: read chunks')
+        return next(iter(self.chunks.values()), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,29 +207,33 @@ class Backend(Protocol):
         """Return what the warm-up did (read afresh: compile cache counts move on)."""
 
     def execute(self, plan: SchedulerOutput,
-                frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
+                frames: FrameInputs | Sequence[FrameInputs] | None
+                ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
         """
-        Run every job of ``plan`` in order: a generator that yields the chunk, then returns.
+        Run every job of ``plan`` in order: a generator that yields the chunks, then returns.
 
         Called once per control cycle with the plan the scheduler just made, and run to its
         end by the caller. The state of ``plan.finished_req_ids`` and ``plan.freed_seg_ids``
-        is dropped first. It yields the action chunk (as in ``BackendOutput``) as soon as it
-        is on the host, before the text jobs that follow it in the plan, so that the caller
+        is dropped first. It yields ``(frame_id, chunk)`` for each denoised frame (the chunk
+        as in ``BackendOutput.chunks``) as soon as the call that denoised it is done and the
+        chunk is on the host, before the jobs that follow it in the plan, so that the caller
         can publish it at once and then resume the plan (nothing calls back up: the chunk
-        comes back as a value); a plan without a denoise job yields nothing. On CUDA the
-        torch backends make the host wait for the device twice at most: for the action chunk
-        and, at the end, for the token ids.
+        comes back as a value; a robot's chunk never waits for another robot's guided
+        denoise); a plan without a denoise job yields nothing. The frames' vision, prefills
+        and denoise may run batched (``frame_batch.py``: the same results as one by one). On
+        CUDA the torch backends make the host wait for the device at most once per denoise
+        call (for its chunks) and, at the end, for the token ids.
 
         :param plan: the cycle's plan; its block ids are slots ``block_id * block_size +
             offset`` of the pool.
-        :param frame: inputs of ``plan.frame_id``; required when the plan has a vision or
-            denoise job, else None.
-        :returns: (the generator's return value) the sampled ids, job times and chunk (see
+        :param frames: inputs of ``plan.frame_ids`` (one ``FrameInputs`` alone: one frame);
+            required for a frame the plan encodes or denoises, else None.
+        :returns: (the generator's return value) the sampled ids, job times and chunks (see
             :class:`BackendOutput`).
-        :raises ValueError: a plan this backend cannot run: another ``block_size``, a vision
-            job without its frame's inputs, or (TensorRT) a shape outside the engines'
-            optimization profiles. The jobs before the failing one have run (their K/V is
-            written); the cycle's tokens are lost.
+        :raises ValueError: a plan this backend cannot run: another ``block_size`` or a
+            vision or denoise job without its frame's inputs (nothing has run then), or
+            (TensorRT) a shape outside the engines' optimization profiles. The jobs before
+            the failing one have run (their K/V is written); the cycle's tokens are lost.
         """
 
     def sharing_pool(self, block_offset: int) -> Backend:

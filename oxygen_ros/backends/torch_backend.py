@@ -12,15 +12,19 @@ Attention reads of a decode step: the eager model gathers the rows' context slot
 ``index_select`` per layer); the fast path on CUDA reads them in place with the paged Triton
 kernel (``backends/fast_path/paged_attention.py``).
 
+A plan may hold the frames of several robots: their vision, prefills and denoise run batched
+where shapes agree (``frame_batch.py``), and each chunk is handed over as soon as the call
+that made it is done.
+
 On CUDA a cycle does not wait for the GPU between jobs: index tensors go up through pinned
 memory without blocking, job times are CUDA events read at the end of the cycle, and the
-host waits only twice: for the action chunk and for the sampled token ids at the end, each
-copied into pinned memory behind an event it waits for. The camera images come on the device
-already (the engine's frame inputs, ``engine/frame_inputs.py``). ``execute`` is a generator:
-it yields the action chunk the moment it is on the host and goes on with the text jobs when
-the caller resumes it, so the chunk goes up as a value, never through a callback. Models that
-decode greedily on the device (``decode_greedy`` / ``lm_greedy``, the compiled fast path)
-return token ids instead of logits.
+host waits only for the action chunks (once per denoise call: once for one robot) and for the
+sampled token ids at the end, each copied into pinned memory behind an event it waits for.
+The camera images come on the device already (the engine's frame inputs,
+``engine/frame_inputs.py``). ``execute`` is a generator: it yields each frame's action chunk
+the moment it is on the host and goes on with the plan when the caller resumes it, so the
+chunk goes up as a value, never through a callback. Models that decode greedily on the device
+(``decode_greedy`` / ``lm_greedy``, the compiled fast path) return token ids instead of logits.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 import time
-from typing import Callable, Generator
+from typing import Callable, cast, Generator, Sequence
 
-from oxygen_ros.backends.async_io import block_slots, JobClock, to_device
+from oxygen_ros.backends.async_io import (
+    block_slots, ChunkDelivery, JobClock, to_device, TokenCopy)
 from oxygen_ros.backends.attention import in_each_step
 from oxygen_ros.backends.config import AttentionBackend
+from oxygen_ros.backends.frame_batch import plan_calls, prefill_rows, stack_prefixes
 from oxygen_ros.backends.greedy import greedy_calls
 from oxygen_ros.backends.interface import BackendOutput, FrameInputs, WarmupReport
 from oxygen_ros.kv.block_pool import NULL_BLOCK_ID
@@ -80,6 +86,9 @@ class TorchBackend:
 
     block_offset = 0
     """Block ids of plans are offset by this many blocks in the pool (:meth:`sharing_pool`)."""
+    batch_frames = True
+    """Several frames' vision, prefills and denoise run batched where shapes agree
+    (``frame_batch.plan_calls``); False: each frame's in calls of its own."""
 
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
                  sync: Callable[[], None] | None = None,
@@ -100,8 +109,7 @@ class TorchBackend:
         self._rows: dict[str, _RowState] = {}
         self._embeds: dict[int, torch.Tensor] = {}
         self._new: dict[str, NewRequestData] = {}
-        self._token_host = torch.empty(0, dtype=torch.int64)
-        """Pinned host buffer the sampled token ids come back through (CUDA)."""
+        self._tokens = TokenCopy()
 
     @property
     def num_live_segments(self) -> int:
@@ -147,64 +155,55 @@ class TorchBackend:
         other = copy.copy(self)
         other.block_offset = block_offset
         other._segments, other._rows, other._embeds, other._new = {}, {}, {}, {}
-        other._token_host = torch.empty(0, dtype=torch.int64)
+        other._tokens = TokenCopy()
         return other
 
-    def execute(self, plan: SchedulerOutput,
-                frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
+    def execute(self, plan: SchedulerOutput, frames: FrameInputs | Sequence[FrameInputs] | None
+                ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
         """
         Run every job of ``plan`` in order, with the backend's attention kernel.
 
-        A generator (``interface.Backend.execute``): it yields the action chunk as soon as it
-        is on the host, before the text jobs that follow it in the plan, and returns the
-        ``BackendOutput`` when the caller has run it to its end.
+        A generator (``interface.Backend.execute``): it yields ``(frame_id, chunk)`` as soon
+        as the call that denoised the frame is done and the chunk is on the host, before the
+        jobs that follow it in the plan, and returns the ``BackendOutput`` when the caller
+        has run it to its end.
 
-        :param frame: inputs of ``plan.frame_id`` (required when the plan has vision jobs).
-        :raises ValueError: the plan needs a frame it was not given.
+        :param frames: inputs of ``plan.frame_ids`` (required when the plan has vision or
+            denoise jobs).
+        :raises ValueError: the plan needs a frame it was not given (nothing has run).
         """
-        return in_each_step(self.attention, self._execute(plan, frame))
+        return in_each_step(self.attention, self._execute(plan, frames))
 
     @torch.inference_mode()
     def _execute(self, plan: SchedulerOutput,
-                 frame: FrameInputs | None) -> Generator[torch.Tensor, None, BackendOutput]:
+                 frames: FrameInputs | Sequence[FrameInputs] | None
+                 ) -> Generator[tuple[int, torch.Tensor], None, BackendOutput]:
+        if plan.block_size != self.block_size:
+            raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
+        inputs = _frames_of(plan, frames)
         for req_id in plan.finished_req_ids:
             self._rows.pop(req_id, None)
         for seg_id in plan.freed_seg_ids:
             self._segments.pop(seg_id, None)
-        if plan.block_size != self.block_size:
-            raise ValueError(f'plan block_size {plan.block_size} != backend {self.block_size}')
         self._new = {d.req_id: d for d in plan.new_requests}
         sampled: dict[str, list[torch.Tensor]] = {}
         marks: list[tuple[JobKind, object, object, dict[str, int]]] = []
-        actions = None
-        pending: tuple[torch.Tensor, object] | None = None
-        # On CUDA with a graph-replaying model, the chunk is handed over after the next job
+        # On CUDA with a graph-replaying model, chunks are handed over after the next call
         # is queued: the GPU keeps working while the host publishes.
-        defer = self._clock.events and self._decode_in_graph
-        for job in plan.jobs:
+        chunks = ChunkDelivery(defer=self._clock.events and self._decode_in_graph)
+        for call in plan_calls(plan.jobs, inputs, batch_frames=self.batch_frames):
             t0 = self._clock.mark()
+            job, denoised = call[0], None
             if isinstance(job, VisionJob):
-                if frame is None or frame.frame_id != job.frame_id:
-                    raise ValueError(f'plan {plan.cycle_id} encodes frame {job.frame_id} but '
-                                     f'got inputs of {frame.frame_id if frame else None}')
-                self._embeds[job.emb_id] = self.model.encode_images(
-                    frame.images.to(self.cache.dtype))
-                info = {'batch_size': frame.images.shape[1]}
+                info = self._vision(cast(tuple[VisionJob, ...], call), inputs)
             elif isinstance(job, PrefillJob):
-                self._prefill(job)
-                info = {'num_tokens': job.num_tokens}
+                info = self._prefill(cast(tuple[PrefillJob, ...], call))
             elif isinstance(job, SuffixJob):
                 self._suffix(job)
                 info = {'batch_size': len(job.rows), 'num_tokens': job.num_tokens}
             elif isinstance(job, DenoiseJob):
-                assert frame is not None and frame.frame_id == job.frame_id
-                prefix = self._segments[job.seg_ids[-1]]
-                noise = to_device(frame.noise, self.device)
-                if frame.guidance is None:
-                    actions = self.model.denoise(prefix, noise)
-                else:
-                    actions = self._guided_denoise(prefix, noise, frame.guidance)
-                info = {'num_tokens': self.model.cfg.num_denoise_steps}
+                denoised = self._denoise(cast(tuple[DenoiseJob, ...], call), inputs)
+                info = {'batch_size': len(call), 'num_tokens': self.model.cfg.num_denoise_steps}
             elif isinstance(job, SeedJob):
                 self._seed(job, sampled)
                 info = {'batch_size': len(job.req_ids)}
@@ -214,23 +213,39 @@ class TorchBackend:
             else:  # pragma: no cover - Job is a closed union
                 raise TypeError(f'unknown job {job!r}')
             marks.append((job.kind, t0, self._clock.mark(), info))
-            if pending is not None:
-                yield self._on_host(pending)
-                pending = None
-            if isinstance(job, DenoiseJob):
-                pending = self._to_host(actions)
-                actions = pending[0]
-                if not defer:
-                    yield self._on_host(pending)
-                    pending = None
-        if pending is not None:
-            yield self._on_host(pending)
+            yield from chunks.after_call(denoised, [cast(DenoiseJob, j).frame_id for j in call]
+                                         if denoised is not None else ())
+        yield from chunks.finish()
         self._embeds.clear()
-        tokens = self._token_ids(sampled)
+        tokens = self._tokens.to_host(sampled)
         timings = tuple(JobTiming(kind, self._clock.seconds(a, b), **info)
                         for kind, a, b, info in marks)
         forward = sum(t.seconds for t in timings)
-        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), actions, forward)
+        return BackendOutput(RunnerOutput(plan.cycle_id, tokens, timings), chunks.chunks,
+                             forward)
+
+    def _vision(self, jobs: tuple[VisionJob, ...], inputs: dict[int, FrameInputs]
+                ) -> dict[str, int]:
+        """Encode the images of the frames of ``jobs`` (one call); return the timing's info."""
+        images = [inputs[job.frame_id].images for job in jobs]
+        embeds = self.model.encode_images(
+            (images[0] if len(images) == 1 else torch.cat(images)).to(self.cache.dtype))
+        for b, job in enumerate(jobs):
+            self._embeds[job.emb_id] = embeds[b:b + 1]
+        return {'batch_size': sum(i.shape[1] for i in images)}
+
+    def _denoise(self, jobs: tuple[DenoiseJob, ...], inputs: dict[int, FrameInputs]
+                 ) -> torch.Tensor:
+        """Return the chunks of the frames of ``jobs``, ``[B, H, A]`` (one call)."""
+        prefixes = [self._segments[job.seg_ids[-1]] for job in jobs]
+        frames = [inputs[job.frame_id] for job in jobs]
+        noise = to_device(torch.cat([f.noise for f in frames]) if len(frames) > 1
+                          else frames[0].noise, self.device)
+        if frames[0].guidance is not None:
+            assert len(frames) == 1  # plan_calls runs a guided chunk alone
+            return self._guided_denoise(prefixes[0], noise, frames[0].guidance)
+        prefix = prefixes[0] if len(prefixes) == 1 else stack_prefixes(prefixes, self._null)
+        return self.model.denoise(prefix, noise)
 
     def _guided_denoise(self, prefix: PrefixKV, noise: torch.Tensor,
                         guidance: RtcGuidance) -> torch.Tensor:
@@ -247,72 +262,37 @@ class TorchBackend:
             return fast(prefix, noise, on_device)
         return guided_denoise(self.model, prefix, noise, on_device)
 
-    def _to_host(self, actions: torch.Tensor) -> tuple[torch.Tensor, object]:
-        """Start copying the chunk to pinned host memory; return (host tensor, event)."""
-        if actions.device.type != 'cuda':
-            return actions, None
-        host = torch.empty(actions.shape, dtype=actions.dtype, pin_memory=True)
-        host.copy_(actions, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        return host, event
-
-    @staticmethod
-    def _on_host(pending: tuple[torch.Tensor, object]) -> torch.Tensor:
-        """Return the chunk :meth:`_to_host` copies once the copy is done (waits for it)."""
-        host, event = pending
-        if event is not None:
-            event.synchronize()  # type: ignore[attr-defined]
-        return host
-
-    def _token_ids(self, sampled: dict[str, list[torch.Tensor]]) -> dict[str, tuple[int, ...]]:
-        """
-        Copy every sampled id to the host at once (the cycle's one wait for text).
-
-        On CUDA through a persistent pinned buffer behind an event: one asynchronous copy,
-        then the host waits for that event only (not for the whole device).
-        """
-        parts = [p for ps in sampled.values() for p in ps]
-        if not parts:
-            return {}
-        ids = torch.cat([p.reshape(-1) for p in parts])
-        if ids.device.type == 'cuda':
-            if self._token_host.numel() < ids.numel():
-                self._token_host = torch.empty(max(ids.numel(), 2 * self._token_host.numel()),
-                                               dtype=torch.int64, pin_memory=True)
-            host = self._token_host[:ids.numel()]
-            host.copy_(ids, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            event.synchronize()
-            ids = host
-        flat = ids.tolist()
-        out, i = {}, 0
-        for req_id, ps in sampled.items():
-            n = sum(p.numel() for p in ps)
-            out[req_id] = tuple(flat[i:i + n])
-            i += n
-        return out
-
     # -- jobs ----------------------------------------------------------------------------
     def _block_slots(self, block_ids: tuple[int, ...], num_tokens: int) -> torch.Tensor:
         offset = self.block_offset
         ids = tuple(b + offset for b in block_ids) if offset else block_ids
         return block_slots(ids, num_tokens, self.block_size, self.device)
 
-    def _prefill(self, job: PrefillJob) -> None:
-        dev = self.device
-        slots = self._block_slots(job.block_ids, job.num_tokens)[None]
-        tokens = to_device([job.prompt_token_ids], dev, torch.int64)
-        if job.segment_kind is SegmentKind.TEXT:
-            assert job.parent_seg_id is not None
-            kwargs = {'context': self._segments[job.parent_seg_id]}
+    @property
+    def _null(self) -> int:
+        """Return the null block's first slot: where padded rows point (never read)."""
+        return (NULL_BLOCK_ID + self.block_offset) * self.block_size
+
+    def _prefill(self, jobs: tuple[PrefillJob, ...]) -> dict[str, int]:
+        """Prefill the segments of ``jobs`` (one call); return the timing's info."""
+        slots = [self._block_slots(j.block_ids, j.num_tokens) for j in jobs]
+        contexts = embeds = None
+        if jobs[0].segment_kind is SegmentKind.TEXT:
+            contexts = [self._segments[cast(int, j.parent_seg_id)] for j in jobs]
         else:
-            assert job.emb_id is not None
-            kwargs = {'image_embeds': self._embeds[job.emb_id]}
-        # masks None: every camera and prompt token is valid (the model need not check)
-        self._segments[job.seg_id] = self.model.prefill(tokens, None, cache=self.cache,
-                                                        slots=slots, **kwargs)
+            embeds = [self._embeds[cast(int, j.emb_id)] for j in jobs]
+        if len(jobs) == 1:
+            tokens = to_device([jobs[0].prompt_token_ids], self.device, torch.int64)
+            kwargs = {'context': contexts[0]} if contexts else {'image_embeds': embeds[0]}
+            # masks None: every camera and prompt token is valid (the model need not check)
+            out = [self.model.prefill(tokens, None, cache=self.cache, slots=slots[0][None],
+                                      **kwargs)]
+        else:
+            out = prefill_rows(self.model, self.cache, jobs, slots, self._null,
+                               image_embeds=embeds, contexts=contexts)
+        for job, prefix in zip(jobs, out):
+            self._segments[job.seg_id] = prefix
+        return {'batch_size': len(jobs), 'num_tokens': sum(j.num_tokens for j in jobs)}
 
     def _adapter_rows(self, flags: list[bool]) -> AdapterRows | None:
         """Return the suffix LoRA on the rows whose flag is set (None: no row uses it)."""
@@ -326,19 +306,13 @@ class TorchBackend:
         rows = job.rows
         parents = [self._segments[r.parent_seg_id] for r in rows]
         lengths = [len(r.prompt_token_ids) for r in rows]
-        width, ctx = max(lengths), max(p.slots.shape[1] for p in parents)
-        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        width, null = max(lengths), self._null
         tokens = to_device([list(r.prompt_token_ids) + [0] * (width - n)
                             for r, n in zip(rows, lengths)], dev, torch.int64)
         own = [self._block_slots(r.block_ids, n) for r, n in zip(rows, lengths)]
         slots = torch.stack([F.pad(o, (0, width - o.numel()), value=null) for o in own])
-        # the roots of one cycle are one frame's: equal lengths, no padding in the common case
-        ctx_slots = torch.stack([F.pad(p.slots[0], (0, ctx - p.slots.shape[1]), value=null)
-                                 for p in parents])
-        ctx_mask = torch.stack([F.pad(p.mask[0], (0, ctx - p.mask.shape[1])) for p in parents])
-        context = PrefixKV(self.cache, ctx_slots, ctx_mask,
-                           torch.cat([p.num_tokens for p in parents]),
-                           torch.cat([p.last_hidden for p in parents]))
+        # the roots of one robot's frame have one length; of several robots', padded
+        context = stack_prefixes(parents, null)
         token_mask = None if min(lengths) == width else to_device(
             [[i < n for i in range(width)] for n in lengths], dev, torch.bool)
         out = self.model.prefill_suffix(tokens, token_mask, context, slots=slots,
@@ -389,7 +363,7 @@ class TorchBackend:
             n = min(width, r.slots.numel())
             all_slots[i, :n] = r.slots[:n]
         tokens = torch.stack([r.last_token for r in rows])
-        null = (NULL_BLOCK_ID + self.block_offset) * self.block_size
+        null = self._null
         eos = job.eos_token_id if dev.type == 'cpu' else None
         deadline = job.deadline if dev.type == 'cpu' else None
         adapter = self._adapter_rows([r.use_adapter for r in rows])
@@ -439,3 +413,21 @@ class TorchBackend:
                 if bool((done | ~(s + 1 < steps)).all()):
                     break
         return out, steps_run
+
+
+def _frames_of(plan: SchedulerOutput, frames: FrameInputs | Sequence[FrameInputs] | None
+               ) -> dict[int, FrameInputs]:
+    """
+    Return the inputs by frame id, after checking that every vision and denoise job has its.
+
+    :raises ValueError: a frame the plan encodes or denoises without its inputs.
+    """
+    given = [] if frames is None else [frames] if isinstance(frames, FrameInputs) else \
+        list(frames)
+    inputs = {f.frame_id: f for f in given}
+    for job in plan.jobs:
+        if isinstance(job, (VisionJob, DenoiseJob)) and job.frame_id not in inputs:
+            verb = 'encodes' if isinstance(job, VisionJob) else 'denoises'
+            raise ValueError(f'plan {plan.cycle_id} {verb} frame {job.frame_id} but got '
+                             f'inputs of {sorted(inputs) or None}')
+    return inputs

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # for type checkers and readers: the same names, imported eag
         Observation, ObservationError, RefusalReason)
     from oxygen_ros.sched.request import FinishReason, TextContext  # noqa: F401
     from oxygen_ros.sched.request_queue import QueueFullError  # noqa: F401
-    from oxygen_ros.sched.scheduler import Policy  # noqa: F401
+    from oxygen_ros.sched.scheduler_config import Policy  # noqa: F401
     from oxygen_ros.transforms.images import ImageResize  # noqa: F401
     from oxygen_ros.transforms.inputs import CameraImage, PreparedObservation  # noqa: F401
     from oxygen_ros.transforms.prompt import TextTask  # noqa: F401
@@ -59,7 +59,7 @@ _EXPORTS = {
     'Quantization': 'oxygen_ros.backends.config',
     'Step': 'oxygen_ros.backends.config',
     'parse_compile_steps': 'oxygen_ros.backends.config',
-    'Policy': 'oxygen_ros.sched.scheduler',
+    'Policy': 'oxygen_ros.sched.scheduler_config',
     'TextContext': 'oxygen_ros.sched.request',
     'ImageResize': 'oxygen_ros.transforms.images',
     'load_model': 'oxygen_ros.engine.loading',

@@ -207,7 +207,8 @@ class EngineConfig:
         Return the KV pool size in blocks (null block included) of an engine of this config.
 
         ``kv_cache_mb`` when given, else room for ``max_running_requests`` requests with
-        unshared prefixes, plus two prefixes (the action path's reserve).
+        unshared prefixes, plus two prefixes per robot (the action path's reserve,
+        ``scheduler.max_robots``).
         """
         cfg, block_size = self.model_config(), self.scheduler.block_size
         bytes_per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[self.dtype])
@@ -215,7 +216,8 @@ class EngineConfig:
             return int(self.kv_cache_mb * 2**20 // (bytes_per_token * block_size))
         per_prefix = -(-self.max_prefix_tokens() // block_size) + 1
         per_request = per_prefix + -(-self.text_budget() // block_size)
-        return 1 + 2 * per_prefix + self.scheduler.max_running_requests * per_request
+        return 1 + 2 * self.scheduler.max_robots * per_prefix + \
+            self.scheduler.max_running_requests * per_request
 
     def rtc_note(self) -> str:
         """

@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 from oxygen_ros.backends.async_io import block_slots
@@ -39,11 +39,14 @@ from oxygen_ros.engine.loading import (
     build_backend, check_quantization, check_shared_backend, load_model, load_tokenizer,
     LoadedModel)
 from oxygen_ros.engine.outputs import StepOutput, TextOutput
+from oxygen_ros.engine.reports import EngineReports
+from oxygen_ros.engine.robots import RobotObservations, Robots
 from oxygen_ros.engine.text_request import frame_prompts, new_text_request, TextRequest
 from oxygen_ros.engine.warm_texts import warm_texts
 from oxygen_ros.model.lora import SuffixLoRA
 from oxygen_ros.model.pi05 import Pi05Model
 from oxygen_ros.observation import Observation
+from oxygen_ros.sched.request import RequestStatus
 from oxygen_ros.sched.request_queue import QueueFullError
 from oxygen_ros.sched.scheduler import Scheduler
 from oxygen_ros.transforms.conventions import resolve_conventions
@@ -65,7 +68,7 @@ class EngineClosedError(RuntimeError):
     """The engine was shut down; it takes no more observations or requests."""
 
 
-class Engine:
+class Engine(EngineReports):
     """
     π0.5 with unified KV cache management behind a step-per-control-cycle interface.
 
@@ -77,7 +80,11 @@ class Engine:
         policies share one warm-up of the fast path: ``Backend.sharing_pool``); it
         must offer ``config.pool_blocks()`` blocks, and hold the memory adapter when the
         config names one. Default: one made for this config.
-    :raises ValueError: inconsistent configuration, checkpoint, norm stats or backend.
+    :param robots: the robots served from the start (``robots.Robots``; more with
+        :meth:`add_robot`): ``''`` the one unnamed robot, or names, at most
+        ``config.scheduler.max_robots`` (``docs/design.md#several-robots``).
+    :raises ValueError: inconsistent configuration, checkpoint, norm stats or backend, or
+        bad robot names.
     :raises FileNotFoundError: missing checkpoint, tokenizer, norm stats or adapter file.
     :raises AdapterFormatError: a memory adapter that is not OxyGen's for this model.
     """
@@ -85,7 +92,7 @@ class Engine:
     def __init__(self, config: EngineConfig, *, model: Pi05Model | LoadedModel | None = None,
                  tokenizer: PaligemmaTokenizer | None = None,
                  norm_stats: Mapping[str, NormStats] | None = None,
-                 backend: Backend | None = None) -> None:
+                 backend: Backend | None = None, robots: Sequence[str] = ('',)) -> None:
         self.config = config
         self.model_cfg = config.model_config()
         self.robot = config.robot()
@@ -130,11 +137,10 @@ class Engine:
             config.scheduler.block_size
         self._lock = threading.Lock()
         self._req_ids = itertools.count()
-        self._frame_index = 0
+        self._frame_ids = itertools.count()
         self._frames = FrameMaker(cfg, self.backend.device, self.conventions.image_resize,
                                   config.seed, config.backend.rtc_jacobian_steps)
-        self.chunk_history = ChunkHistory(self.normalizer)
-        """The last chunk, for real-time chunking."""
+        self._robots = Robots(robots, config.scheduler.max_robots, self.normalizer)
         self._closed = False
         _LOG.info('engine: preset %s, %s policy, %s prefix, k=%d, KV pool %d blocks x %d '
                   '(%.1f MiB); %s', cfg.name, config.scheduler.policy.value,
@@ -142,40 +148,56 @@ class Engine:
                   config.scheduler.block_size,
                   self.backend.cache.nbytes / 2**20, self.describe_text())
 
-    def describe_contexts(self) -> str:
-        """Return what each text task reads, e.g. ``subtask: own_prompt, answer: ...``."""
-        return ', '.join(f'{task.value}: {self.config.text_context(task).value}'
-                         for task in TextTask)
+    # -- robots (any thread) --------------------------------------------------------------
+    @property
+    def robots(self) -> tuple[str, ...]:
+        """Return the names of the robots served (``('',)``: the one unnamed robot)."""
+        with self._lock:
+            return self._robots.names
 
-    def describe_adapter(self) -> str:
-        """Return the memory adapter as logs and diagnostics name it (``none`` if absent)."""
-        if self.adapter is None:
-            return 'none'
-        return (f'{self.config.memory_adapter} (rank {self.adapter.rank}, alpha '
-                f'{self.adapter.alpha:g})')
+    def add_robot(self, name: str) -> None:
+        """Serve one more robot (thread-safe; ValueError: as ``Robots.add``)."""
+        with self._lock:
+            self._check_open()
+            self._robots.add(name)
 
-    def describe_text(self) -> str:
-        """Return :meth:`describe_contexts` and :meth:`describe_adapter` in one line."""
-        return f'text contexts {self.describe_contexts()}; memory adapter ' \
-            f'{self.describe_adapter()}'
+    def remove_robot(self, name: str) -> list[TextOutput]:
+        """
+        Stop serving a robot (thread-safe): its text requests dropped, its state forgotten.
+
+        :returns: the last output of each of its waiting and running text requests
+            (``FinishReason.DROPPED``, ``error`` ``robot removed``).
+        :raises ValueError: an unknown robot.
+        """
+        with self._lock:
+            self._robots.remove(name)
+            ended = [self.scheduler.finish_request(req.req_id, RequestStatus.FINISHED_DROPPED,
+                                                   'robot removed')
+                     for req in list(self.scheduler.requests.values())
+                     if isinstance(req, TextRequest) and req.robot == name]
+            return [req.output(req.num_output_tokens) for req in ended]
 
     # -- requests (any thread) ------------------------------------------------------------
     def submit_text(self, task: TextTask, *, question: str | None = None,
-                    max_tokens: int | None = None, req_id: str | None = None) -> str:
+                    max_tokens: int | None = None, req_id: str | None = None,
+                    robot: str = '') -> str:
         """
         Queue a text request in the scheduler's waiting queue, or refuse it (thread-safe).
 
-        It is admitted onto a later valid observation's prefix, first come first served.
+        It is admitted onto a later valid observation's prefix of ``robot``, first come
+        first served.
 
         :returns: the request id.
         :raises EngineClosedError: after ``shutdown``.
         :raises QueueFullError: ``max_waiting_requests`` requests wait already (the refusal;
             importable from this module, part of the engine's API).
         :raises ValueError: ANSWER without a question (or one empty after cleaning), a
-            question for another task, a budget < 1, a duplicate id, or a budget the KV pool
-            could never hold (``Scheduler.max_blocks_needed``).
+            question for another task, a budget < 1, a duplicate id, a budget the KV pool
+            could never hold (``Scheduler.max_blocks_needed``), or an unknown robot.
         """
         self._check_open()
+        with self._lock:
+            self._robots.get(robot)
         self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
         task = TextTask(task)
         budget = self.decode_budget if max_tokens is None else max_tokens
@@ -183,9 +205,10 @@ class Engine:
         req_id = req_id or f'{task.value}-{next(self._req_ids)}'
         request = new_text_request(self.tokenizer, req_id, task, context, question, budget,
                                    max_prompt_len=self.model_cfg.max_token_len,
-                                   use_adapter=self.adapter is not None)
+                                   use_adapter=self.adapter is not None, robot=robot)
         with self._lock:
             self._check_open()
+            self._robots.get(robot)
             self.scheduler.add_request(request)
         return req_id
 
@@ -216,42 +239,6 @@ class Engine:
             settings = replace(self.config.scheduler, max_waiting_requests=limit)
             self.config = replace(self.config, scheduler=settings)
             self.scheduler.config = settings
-
-    @property
-    def num_running(self) -> int:
-        """Return the text requests decoding."""
-        return self.scheduler.num_running
-
-    @property
-    def num_waiting(self) -> int:
-        """Return the text requests waiting for admission (the scheduler's queue)."""
-        return self.scheduler.num_waiting
-
-    @property
-    def fallbacks(self) -> dict[str, str]:
-        """
-        Return what does not run as configured: compiled step -> reason, and ``quantization``.
-
-        The compiled steps that fell back to eager execution (none when nothing was compiled
-        or everything compiled passed its parity gate), and ``config.QUANTIZATION_FALLBACK``
-        when the weights are not quantized as asked (``loading.load_model``). The node
-        reports each on ``/diagnostics`` (WARN); ``oxygen_bench gpu`` fails on any.
-        """
-        return {**self.load_fallbacks, **self.backend.warmup_report.fallbacks}
-
-    @property
-    def dropped_features(self) -> dict[str, str]:
-        """
-        Return the fast path's features left out (``fast_path/features.py``): name -> reason.
-
-        The steps stay compiled without them; the node reports each on ``/diagnostics``.
-        """
-        return dict(self.backend.warmup_report.dropped)
-
-    def describe_quantization(self) -> str:
-        """Return the weights' quantization as it runs (``model/fp8.py``), e.g. ``none``."""
-        from oxygen_ros.model.fp8 import describe_quantization
-        return describe_quantization(self.model)
 
     # -- the control cycle ---------------------------------------------------------------
     @property
@@ -285,8 +272,9 @@ class Engine:
                                    image_resize=self.conventions.image_resize,
                                    resize_on_device=self.resize_on_device)
 
-    def step(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
-             rtc: RtcRequest | None = None, deadline: float | None = None) -> StepOutput:
+    def step(self, obs: Observation | PreparedObservation | None | RobotObservations,
+             now: float | None = None, *, rtc: RtcRequest | Mapping[str, RtcRequest] | None = None,
+             deadline: float | None = None) -> StepOutput:
         """
         Run one control cycle to its end (``begin`` and the cycle's ``finish``).
 
@@ -294,58 +282,91 @@ class Engine:
         """
         return self.begin(obs, now, rtc=rtc, deadline=deadline).finish()
 
-    def begin(self, obs: Observation | PreparedObservation | None, now: float | None = None, *,
-              rtc: RtcRequest | None = None, deadline: float | None = None) -> Cycle:
+    def begin(self, obs: Observation | PreparedObservation | None | RobotObservations,
+              now: float | None = None, *,
+              rtc: RtcRequest | Mapping[str, RtcRequest] | None = None,
+              deadline: float | None = None) -> Cycle:
         """
-        Begin one control cycle: prepare the observation and plan the cycle.
+        Begin one control cycle: prepare the observations and plan the cycle.
 
-        The caller then takes the action chunk (``Cycle.action``: it runs the plan up to it)
-        and publishes it, then finishes the cycle (``Cycle.finish``: the text jobs, the
-        results booked), in this thread, before the next ``begin``.
+        The caller then takes the action chunks (``Cycle.action``, several robots'
+        ``Cycle.actions``) and publishes each, then finishes the cycle (``Cycle.finish``), in
+        this thread, before the next ``begin``.
 
-        :param obs: the newest observation; None when there is no valid one (no action is
-            produced, no text request is seeded, running text keeps decoding).
+        :param obs: the newest observation of the engine's one robot; None when there is no
+            valid one (no action is produced, no text request is seeded, running text keeps
+            decoding). Several robots: a mapping robot -> observation (or None) of the
+            robots due this cycle (those left out are not due); their frames run together.
         :param now: monotonic seconds at the start of the cycle (default: now).
         :param rtc: guide the chunk toward the previous one (real-time chunking): its points
             for the new chunk's times, found by the two observation stamps, are the target
             (``ChunkHistory.guidance``); none when there is no previous chunk, it has no point
-            left for the new one, or the new frame is older.
+            left for the new one, or the new frame is older. Several robots: a mapping robot
+            -> request (robots left out: unguided).
         :param deadline: monotonic seconds by which the cycle's text work should be done (the
             node's next control tick): text decoding plans for it (k adapts, admission
             waits) and stops at it (``DecodeJob.deadline``); the action is never cut. None:
             no deadline, k ``tokens_per_cycle`` tokens per request.
-        :raises ObservationError: ``obs`` is invalid (nothing has changed then).
+        :raises ObservationError: an observation is invalid (nothing has changed then; with
+            several robots, prepare each first, :meth:`prepare`, to tell whose).
         :raises EngineClosedError: after ``shutdown``.
-        :raises ValueError: ``rtc`` on a backend that cannot guide (nothing has changed).
+        :raises ValueError: ``rtc`` on a backend that cannot guide, a single observation for
+            an engine of several robots, an unknown robot (nothing has changed).
         """
         self._check_open()
-        if rtc is not None and self.backend.guidance_unsupported:
-            raise ValueError(f'cannot guide this chunk (rtc): '
-                             f'{self.backend.guidance_unsupported}')
         t0 = time.perf_counter()
         now = time.monotonic() if now is None else now
-        prepared = self.prepare(obs) if isinstance(obs, Observation) else obs
-        frame, inputs = None, None
-        if prepared is not None:
-            frame, inputs = self._frames.make(self._frame_index, prepared, now, deadline,
-                                              self.chunk_history, rtc)
-            self._frame_index += 1
+        with self._lock:
+            observed, guided = self._robots.due(obs, rtc)
+        if guided and self.backend.guidance_unsupported:
+            raise ValueError(f'cannot guide this chunk (rtc): '
+                             f'{self.backend.guidance_unsupported}')
+        ready = [(robot, self.prepare(o) if isinstance(o, Observation) else o)
+                 for robot, o in observed]
+        frames, cycle_frames, inputs = self._frames.make_due(
+            self._frame_ids, ready, now, deadline, guided)
         dropped: list[TextRequest] = []
         with self._lock:
-            if frame is not None:   # own prompts on this frame's instruction
-                prompts, dropped = frame_prompts(self.scheduler, prepared.instruction)
-                frame = replace(frame, own_prompts=prompts)
+            for k, frame in enumerate(frames):   # own prompts on each frame's instruction
+                prompts, lost = frame_prompts(
+                    self.scheduler, cycle_frames[frame.frame_id].prepared.instruction,
+                    frame.robot)
+                frames[k] = replace(frame, own_prompts=prompts)
+                dropped += lost
             self.scheduler.kv.pool.reset_peak()
-            plan = self.scheduler.schedule(frame, now)
+            plan = self.scheduler.schedule(frames, now, deadline=deadline)
             for data in plan.new_requests:
-                self.scheduler.requests[data.req_id].frame_stamp_ns = prepared.stamp_ns
-        return Cycle(plan, prepared, inputs, t0, dropped, scheduler=self.scheduler,
+                self.scheduler.requests[data.req_id].frame_stamp_ns = \
+                    cycle_frames[data.frame_id].prepared.stamp_ns
+        return Cycle(plan, cycle_frames, inputs, t0, dropped, scheduler=self.scheduler,
                      backend=self.backend, lock=self._lock, normalizer=self.normalizer,
-                     history=self.chunk_history, bytes_per_block=self.bytes_per_block)
+                     bytes_per_block=self.bytes_per_block)
 
-    def reset_chunk_history(self) -> None:
-        """Forget the previous action chunk (RTC starts over: at activation, after a gap)."""
-        self.chunk_history.reset()
+    @property
+    def chunk_history(self) -> ChunkHistory:
+        """
+        Return the last chunk of the engine's one robot, for real-time chunking.
+
+        :raises ValueError: the engine serves several robots (:meth:`chunk_history_of`).
+        """
+        with self._lock:
+            return self._robots.only().history
+
+    def chunk_history_of(self, robot: str) -> ChunkHistory:
+        """Return a robot's last chunk, for real-time chunking (ValueError: unknown robot)."""
+        with self._lock:
+            return self._robots.get(robot).history
+
+    def reset_chunk_history(self, robot: str | None = None) -> None:
+        """
+        Forget a robot's previous action chunk (RTC starts over: at activation, after a gap).
+
+        :param robot: its name; None: the engine's one robot.
+        :raises ValueError: an unknown robot, or None for an engine of several.
+        """
+        with self._lock:
+            state = self._robots.only() if robot is None else self._robots.get(robot)
+            state.history.reset()
 
     @contextmanager
     def borrow_kv_slots(self, num_tokens: int) -> Iterator[torch.Tensor | None]:
@@ -382,17 +403,25 @@ class Engine:
         ``max_running_requests`` questions of the whole budget at once: a burst's largest batch
         and context, its memory there before the first burst (``docs/robustness.md#soak``).
         With ``config.backend.rtc`` a guided cycle follows: the robot's first guided one runs
-        warm.
+        warm. Several robots: ``observation`` is every robot's, their frames run together and
+        the requests go to them in turn; then each robot starts afresh (no chunk, frame 0).
+
+        :raises ValueError: an engine serving no robot.
         """
+        names = self.robots
+        if not names:
+            raise ValueError('no robot to warm up with: add_robot first')
+        obs = observation if names == ('',) else dict.fromkeys(names, observation)
         tasks = {self.config.text_context(task): task for task in TextTask}  # memory last
-        warm_texts(self, observation, list(tasks.values()), 2)
-        warm_texts(self, observation,
+        warm_texts(self, obs, names, list(tasks.values()), 2)
+        warm_texts(self, obs, names,
                    [TextTask.ANSWER] * self.config.scheduler.max_running_requests,
                    self.decode_budget, as_the_pool_holds=True)
         if self.config.backend.rtc:
-            self.step(observation, rtc=RtcRequest(1, WARMUP_ACTION_DT_NS))
-        self._frame_index = 0
-        self.chunk_history.reset()
+            rtc = RtcRequest(1, WARMUP_ACTION_DT_NS)
+            self.step(obs, rtc=rtc if names == ('',) else dict.fromkeys(names, rtc))
+        with self._lock:
+            self._robots.reset()
 
     def shutdown(self) -> list[TextOutput]:
         """

@@ -1,16 +1,16 @@
 """
 What the engine hands back per cycle (no torch): the action chunk, texts, timings.
 
-``Engine.step`` returns a ``StepOutput``: the cycle's ``ActionChunk`` (robot units, stamped
-with its observation), one ``TextOutput`` per text request with news (tokens decoded, or its
-end), and the cycle's ``CycleStats`` (counted from the plan, what the backend reported and
-the scheduler after it: :func:`cycle_stats`).
+``Engine.step`` returns a ``StepOutput``: the cycle's ``ActionChunk`` (one per robot due;
+robot units, stamped with its observation), one ``TextOutput`` per text request with news
+(tokens decoded, or its end), and the cycle's ``CycleStats`` (counted from the plan, what
+the backend reported and the scheduler after it: :func:`cycle_stats`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Mapping, TYPE_CHECKING
 
 import numpy as np
 from oxygen_ros.sched.output import JobKind, PrefillJob, SegmentKind, SuffixJob
@@ -34,6 +34,7 @@ class ActionChunk:
     :ivar state: ``float64 [state_dim]`` the robot state of that observation (robot units,
         the node's ``joint_names`` order): where a velocity chunk starts.
     :ivar guided: denoised toward the previous chunk (real-time chunking).
+    :ivar robot: the robot it is for (``''``: the engine's one unnamed robot).
     """
 
     actions: np.ndarray
@@ -41,6 +42,7 @@ class ActionChunk:
     frame_id: int
     state: np.ndarray
     guided: bool = False
+    robot: str = ''
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class TextOutput:
     :ivar token_ids: its whole ids, in its last output; ``()`` before.
     :ivar num_cycles: control cycles from seeding to finish (0: it did not finish decoding).
     :ivar error: why it ended without its text (``DROPPED``), else ``''``.
+    :ivar robot: the robot it was asked for (``Engine.submit_text``).
     """
 
     req_id: str
@@ -79,6 +82,7 @@ class TextOutput:
     token_ids: tuple[int, ...] = ()
     num_cycles: int = 0
     error: str = ''
+    robot: str = ''
 
     @property
     def finished(self) -> bool:
@@ -99,7 +103,9 @@ class CycleStats:
     :ivar kv_peak_bytes: the most KV held at any point of the cycle (the action's prefix and
         requests that finished this cycle included).
     :ivar action_latency_s: from the start of ``step`` until the action chunk was ready
-        (``Cycle.action`` handed it out); NaN in a cycle without one.
+        (``Cycle.action`` handed it out; with several robots' frames, the last one); NaN in a
+        cycle without one.
+    :ivar action_latencies_s: the same per robot whose chunk the cycle made (robot -> s).
     :ivar full_prefills: prefills over a frame's images this cycle (the action's prefix, and
         every copy or other prompt a text job needed: the waste OxyGen removes).
     :ivar prefill_tokens: tokens of those and of causal-text prompt segments.
@@ -123,6 +129,7 @@ class CycleStats:
     full_prefills: int = 0
     prefill_tokens: int = 0
     suffix_tokens: int = 0
+    action_latencies_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def overhead_s(self) -> float:
@@ -134,13 +141,26 @@ class StepOutput:
     """
     What one ``Engine.step`` produced.
 
+    :ivar actions: the cycle's chunks, one per robot whose frame it denoised (finite ones),
+        in the order they were made.
     :ivar outputs: one per text request with news this cycle, in order: those that decoded
         (a finished one with its end), then those the cycle dropped.
     """
 
-    action: ActionChunk | None
+    actions: tuple[ActionChunk, ...]
     outputs: tuple[TextOutput, ...]
     stats: CycleStats
+
+    @property
+    def action(self) -> ActionChunk | None:
+        """
+        Return the chunk of a one-robot cycle, None without one.
+
+        :raises ValueError: the cycle made several robots' chunks (read ``actions``).
+        """
+        if len(self.actions) > 1:
+            raise ValueError(f'chunks of {len(self.actions)} robots in this cycle: read actions')
+        return self.actions[0] if self.actions else None
 
     @property
     def finished(self) -> tuple[TextOutput, ...]:
@@ -149,13 +169,14 @@ class StepOutput:
 
 
 def cycle_stats(plan: SchedulerOutput, result: BackendOutput, scheduler: Scheduler,
-                bytes_per_block: int, total_s: float, action_latency_s: float) -> CycleStats:
+                bytes_per_block: int, total_s: float,
+                action_latencies_s: Mapping[str, float]) -> CycleStats:
     """
     Return the measurements of one cycle: its plan, as the backend ran it, and the scheduler.
 
     :param scheduler: after ``update_from_output`` of the plan (the counts at the cycle's end).
     :param bytes_per_block: KV bytes of one block of the pool (every layer, K and V).
-    :param total_s: wall time of the cycle; ``action_latency_s`` as ``CycleStats``.
+    :param total_s: wall time of the cycle; ``action_latencies_s`` as ``CycleStats``.
     """
     by_job: dict[str, float] = {}
     decode_batch = 0
@@ -174,7 +195,8 @@ def cycle_stats(plan: SchedulerOutput, result: BackendOutput, scheduler: Schedul
         kv_used_blocks=kv.num_used_blocks, kv_capacity_blocks=kv.capacity_blocks,
         kv_used_bytes=kv.num_used_blocks * bytes_per_block,
         kv_peak_bytes=kv.pool.peak_used_blocks * bytes_per_block,
-        action_latency_s=action_latency_s,
+        action_latency_s=max(action_latencies_s.values(), default=float('nan')),
+        action_latencies_s=dict(action_latencies_s),
         full_prefills=sum(j.segment_kind is not SegmentKind.TEXT for j in prefills),
         prefill_tokens=sum(j.num_tokens for j in prefills),
         suffix_tokens=sum(j.num_tokens for j in plan.jobs if isinstance(j, SuffixJob)))

@@ -92,13 +92,13 @@ class TextRequest(Request):
             self.req_id, self.task, new_ids, piece, self.num_output_tokens, self.frame_stamp_ns,
             self.finish_reason, text=self.detokenizer.text if done else '',
             token_ids=tuple(self.output_token_ids) if done else (), num_cycles=cycles,
-            error=self.error)
+            error=self.error, robot=self.robot)
 
 
-def frame_prompts(scheduler: Scheduler, instruction: str
+def frame_prompts(scheduler: Scheduler, instruction: str, robot: str = ''
                   ) -> tuple[dict[str, tuple[int, ...]], list[TextRequest]]:
     """
-    Return the own prompt of every waiting ``OWN_PROMPT`` request on a frame's instruction.
+    Return the own prompt of every waiting ``OWN_PROMPT`` request of ``robot`` on its frame.
 
     What the frame hands the scheduler (``FrameSpec.own_prompts``). A request whose prompt
     cannot be built is dropped through the scheduler (``FINISHED_DROPPED``, ``error`` ``bad
@@ -109,7 +109,8 @@ def frame_prompts(scheduler: Scheduler, instruction: str
     prompts: dict[str, tuple[int, ...]] = {}
     dropped: list[TextRequest] = []
     for req in list(scheduler.waiting):
-        if not isinstance(req, TextRequest) or req.context is not TextContext.OWN_PROMPT:
+        if not isinstance(req, TextRequest) or req.context is not TextContext.OWN_PROMPT \
+                or req.robot != robot:
             continue
         try:
             prompts[req.req_id] = req.prompt_on(instruction)
@@ -123,7 +124,7 @@ def frame_prompts(scheduler: Scheduler, instruction: str
 
 def new_text_request(tokenizer: PaligemmaTokenizer, req_id: str, task: TextTask,
                      context: TextContext, question: str | None, max_tokens: int, *,
-                     max_prompt_len: int, use_adapter: bool) -> TextRequest:
+                     max_prompt_len: int, use_adapter: bool, robot: str = '') -> TextRequest:
     """
     Return the scheduler's request for a text request (any thread; no state is shared).
 
@@ -132,6 +133,7 @@ def new_text_request(tokenizer: PaligemmaTokenizer, req_id: str, task: TextTask,
     holds its place until then.
 
     :param max_prompt_len: prompt and suffix slots (the preset's ``max_token_len``).
+    :param robot: the robot whose frames it is admitted onto.
     :raises ValueError: an ANSWER without a question, a question for another task, one empty
         after cleaning, or a budget < 1.
     """
@@ -146,7 +148,8 @@ def new_text_request(tokenizer: PaligemmaTokenizer, req_id: str, task: TextTask,
     return TextRequest(req_id=req_id, kind=kind, prompt_token_ids=tuple(suffix.ids),
                        max_tokens=max_tokens, context=context, arrival_time=time.monotonic(),
                        use_adapter=use_adapter and kind is RequestKind.MEMORY, task=task,
-                       question=question, tokenizer=tokenizer, max_prompt_len=max_prompt_len)
+                       question=question, tokenizer=tokenizer, max_prompt_len=max_prompt_len,
+                       robot=robot)
 
 
 __all__ = ['TextRequest', 'frame_prompts', 'new_text_request']

@@ -8,6 +8,8 @@ control thread's malloc arena, docs/robustness.md#soak) is there before the firs
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from oxygen_ros.observation import Observation
 from oxygen_ros.transforms.prompt import TextTask
 
@@ -15,8 +17,9 @@ QUESTION = 'what is on the table?'
 """The warm-up's question (answer requests need one)."""
 
 
-def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], tokens: int,
-               *, as_the_pool_holds: bool = False) -> None:
+def warm_texts(engine: object, observation: Observation | Mapping[str, Observation],
+               robots: tuple[str, ...], tasks: list[TextTask], tokens: int, *,
+               as_the_pool_holds: bool = False) -> None:
     """
     Submit ``tasks`` (``tokens`` each) at once and step ``observation`` until they end.
 
@@ -24,6 +27,8 @@ def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], 
     rest are aborted.
 
     :param engine: the ``engine.Engine`` warming up (it imports this module).
+    :param observation: what ``Engine.step`` takes (one robot's, or every robot's by name).
+    :param robots: the robots the requests go to, in turn.
     :param as_the_pool_holds: a request whose budget the KV pool can never hold (a small
         ``kv_cache_mb``) ends the submitting, as the robot's would be refused; else its
         ``ValueError`` is raised.
@@ -33,9 +38,10 @@ def warm_texts(engine: object, observation: Observation, tasks: list[TextTask], 
     engine.set_max_waiting_requests(max(limit, len(tasks)))  # room for them under any bound
     req_ids: set[str] = set()
     try:
-        for task in tasks:
+        for i, task in enumerate(tasks):
             req_ids.add(engine.submit_text(
-                task, max_tokens=tokens, question=QUESTION if task is TextTask.ANSWER else None))
+                task, max_tokens=tokens, question=QUESTION if task is TextTask.ANSWER else None,
+                robot=robots[i % len(robots)]))
     except ValueError:
         if not as_the_pool_holds:
             raise

@@ -27,7 +27,7 @@ Pure: the standard library and PyYAML (no torch, no rclpy); kv/ and sched/ do no
 from __future__ import annotations
 
 import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import enum
 from functools import lru_cache
 from importlib import resources
@@ -43,6 +43,8 @@ DECLARATION = 'oxygen_parameters.yaml'
 """The declaration, beside this module (package data)."""
 
 NODE_SECTION, ENGINE_SECTION, SIM_SECTION = 'oxygen', 'engine', 'oxygen_sim'
+MAP_PREFIX = '__map_'
+"""A key declaring its entries once per item of a string array (generate_parameter_library)."""
 
 
 class ParamType(enum.Enum):
@@ -112,6 +114,9 @@ class ParamSpec:
     :ivar configs: the typed configs that hold it (empty: derived by ``build_configs``).
     :ivar field: its field's name in them.
     :ivar preset_default: docs/parameters.md's text for a default the preset gives.
+    :ivar map_of: the string-array parameter this entry is declared once per item of (as
+        generate_parameter_library's ``__map_<parameter>``): its name is ``<robots>.x``, and
+        the node declares ``<item>.x`` for each item (:meth:`for_item`); '' = a plain entry.
     """
 
     name: str
@@ -129,6 +134,22 @@ class ParamSpec:
     configs: tuple[str, ...] = ()
     field: str = ''
     preset_default: str = ''
+    map_of: str = ''
+
+    def for_item(self, item: str) -> ParamSpec:
+        """
+        Return the entry of one item of a map entry: ``<robots>.joint_names`` → ``r1.joint_names``.
+
+        :raises ValueError: a plain entry (no ``map_of``).
+        """
+        if not self.map_of:
+            raise ValueError(f'{self.name} is declared once, not per item of a parameter')
+        return replace(self, name=f'{item}.{self.key}')
+
+    @property
+    def key(self) -> str:
+        """Return the name of a map entry within its item (``joint_names``), else the name."""
+        return self.name.split('.', 1)[1] if self.map_of else self.name
 
     @property
     def read_only(self) -> bool:
@@ -188,7 +209,7 @@ def quoted(values: Sequence[str]) -> str:
     return ', '.join(repr(v) for v in values)
 
 
-def _spec(section: str, name: str, entry: Mapping[str, Any]) -> ParamSpec:
+def _spec(section: str, name: str, entry: Mapping[str, Any], map_of: str = '') -> ParamSpec:
     """Return the spec of one entry; raise DeclarationError naming what is wrong."""
     where = f'{DECLARATION}: {section}.{name}'
     unknown = set(entry) - _KEYS
@@ -224,7 +245,7 @@ def _spec(section: str, name: str, entry: Mapping[str, Any]) -> ParamSpec:
         unset=entry['unset'] if 'unset' in entry else _NOT_OPTIONAL, not_empty=not_empty,
         checks=tuple(validation), on_change=None if on_change is None else OnChange(on_change),
         configs=configs, field=str(entry.get('field', name)),
-        preset_default=str(entry.get('preset_default', '')))
+        preset_default=str(entry.get('preset_default', '')), map_of=map_of)
 
 
 class _UniqueKeys(yaml.SafeLoader):
@@ -247,7 +268,10 @@ def load(text: str | None = None) -> tuple[ParamSpec, ...]:
     Return every declared entry, in file order (the package's declaration by default).
 
     Nested mappings are name prefixes, as generate_parameter_library's
-    (``image_transport: {base_0_rgb: {...}}`` is ``image_transport.base_0_rgb``).
+    (``image_transport: {base_0_rgb: {...}}`` is ``image_transport.base_0_rgb``), and
+    ``__map_<parameter>`` declares its entries once per item of that string array (as
+    generate_parameter_library's maps): ``__map_robots: {joint_names: {...}}`` is
+    ``<robots>.joint_names``, with ``map_of`` = ``robots``.
 
     :raises DeclarationError: a key twice in one mapping, an entry without a type or
         description, an unknown key, or a dynamic node parameter without ``on_change``.
@@ -256,12 +280,15 @@ def load(text: str | None = None) -> tuple[ParamSpec, ...]:
         text = resources.files(__name__).joinpath(DECLARATION).read_text(encoding='utf-8')
     specs: list[ParamSpec] = []
 
-    def walk(section: str, prefix: str, table: Mapping[str, Any]) -> None:
+    def walk(section: str, prefix: str, table: Mapping[str, Any], map_of: str = '') -> None:
         for key, entry in table.items():
             if 'type' in entry:
-                specs.append(_spec(section, prefix + key, entry))
+                specs.append(_spec(section, prefix + key, entry, map_of))
+            elif key.startswith(MAP_PREFIX):
+                item = key[len(MAP_PREFIX):]
+                walk(section, f'{prefix}<{item}>.', entry, item)
             else:
-                walk(section, f'{prefix}{key}.', entry)
+                walk(section, f'{prefix}{key}.', entry, map_of)
     for section, table in yaml.load(text, Loader=_UniqueKeys).items():
         walk(section, '', table)
     _check_once(specs)
@@ -358,6 +385,6 @@ def declared_config(cls: type[T], config: str, **changes: object) -> T:
     return cls(**{name: coerce(hints[name], value) for name, value in values.items()})
 
 
-__all__ = ['DECLARATION', 'DeclarationError', 'ENGINE_SECTION', 'NODE_SECTION', 'OnChange',
-           'ParamSpec', 'ParamType', 'ParameterError', 'SIM_SECTION', 'coerce', 'declared',
-           'declared_config', 'field_types', 'in_config', 'load', 'quoted', 'section']
+__all__ = ['DECLARATION', 'DeclarationError', 'ENGINE_SECTION', 'MAP_PREFIX', 'NODE_SECTION',
+           'OnChange', 'ParamSpec', 'ParamType', 'ParameterError', 'SIM_SECTION', 'coerce',
+           'declared', 'declared_config', 'field_types', 'in_config', 'load', 'quoted', 'section']

@@ -76,16 +76,17 @@ class AskAction:
     :param texts: the node's text requests.
     :param callback_group: a ``ReentrantCallbackGroup`` (goals run concurrently).
     :param result_timeout_s: how long a finished goal's result is kept [s].
+    :param name: the action's name (a robot's: ``endpoints.robot_topic``).
     """
 
     def __init__(self, node: Node, texts: TextRequests, callback_group: CallbackGroup, *,
-                 result_timeout_s: float = RESULT_TIMEOUT_S) -> None:
+                 result_timeout_s: float = RESULT_TIMEOUT_S, name: str = ACTION_NAME) -> None:
         self._node = node
         self._texts = texts
         self._lock = threading.Lock()
         self._open: dict[bytes, tuple[TextJob, Future]] = {}
         self._server = ActionServer(
-            node, Ask, ACTION_NAME, execute_callback=self._execute,
+            node, Ask, name, execute_callback=self._execute,
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, callback_group=callback_group,
             goal_service_qos_profile=_SERVICE_QOS, result_service_qos_profile=_SERVICE_QOS,

@@ -1,40 +1,33 @@
 """
-The node's control cycle: the newest observation → ``Engine.step`` → chunk messages and texts.
+The node's control cycle: each robot's newest observation → ``Engine.begin`` → chunks, texts.
 
 The node's control timer runs one cycle per period, under the engine lock, in its own
-MutuallyExclusive group. A cycle syncs the engine's action deadline with ``control_rate_hz``
-(k adapts to it), assembles and prepares the newest observation (a refused one is logged when
-its reason starts, then at most every ``LOG_EVERY_S``, and counted in ``/diagnostics``; the
-cycle still decodes texts), asks for the periodic texts and begins the engine's cycle
-(``Engine.begin``). The cycle hands the action chunk back as soon as it is denoised, before
-its text decoding (``Cycle.action``): it is smoothed (``chunk_smoother``), turned into
-messages for the node's config (``action_output``; clipped to the limits) and published; then
-the cycle finishes (``Cycle.finish``) and its text outputs go to the text group
-(``text_requests``). Every call goes down, into the engine; the chunk and the texts come back
-as values. Its text work ends at the next tick, less ``CYCLE_SLACK`` of a period
-(``cycle_deadline``).
+MutuallyExclusive group. A cycle assembles and prepares the newest observation of each robot
+(``robot_io.RobotIO.prepare``: a refused one is that robot's alone, logged when its reason
+starts, then at most every ``LOG_EVERY_S``, and counted in its ``/diagnostics``; the cycle
+still decodes texts), asks for each robot's periodic texts and begins the engine's cycle
+(``Engine.begin``: one robot's observation, or every robot's, None for a robot whose inputs
+were refused, which gets no chunk while the others get theirs). The cycle hands each action
+chunk back as soon as it is denoised, before the text decoding (``Cycle.action``; with several
+robots ``Cycle.actions``, one robot's chunk after the other): it is smoothed
+(``chunk_smoother``), turned into messages for its robot's config (``action_output``; clipped
+to its limits) and published on its robot's topics; then the cycle finishes
+(``Cycle.finish``) and its text outputs go to the text group of their robot
+(``TextOutput.robot``, ``text_requests``). Every call goes down, into the engine; the chunks
+and the texts come back as values. Its text work ends at the next tick, less ``CYCLE_SLACK``
+of a period (``cycle_deadline``).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Sequence
 
-from oxygen_ros.control.action_space import ClipCount
-from oxygen_ros.engine import Engine, ObservationError, PreparedObservation, RefusalReason
-from oxygen_ros.ros.action_output import ChunkOutput
-from oxygen_ros.ros.chunk_smoother import ChunkSmoother
+from oxygen_ros.engine import Engine
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
 from oxygen_ros.ros.node_config import NodeConfig
-from oxygen_ros.ros.observation_cache import ObservationCache
-from oxygen_ros.ros.outcomes import REJECTION_NAMES
-from oxygen_ros.ros.output_publishers import OutputPublishers
-from oxygen_ros.ros.text_requests import TextRequests
+from oxygen_ros.ros.robot_io import LOG_EVERY_S, RobotIO
 from oxygen_ros.units import NS_PER_S
-from rclpy.impl.rcutils_logger import RcutilsLogger
-
-LOG_EVERY_S = 5.0
-"""A rejection cause is logged when it starts and then at most this often."""
 CYCLE_SLACK = 0.1
 """Fraction of the control period a cycle leaves free before the next tick: its text work
 (``Engine.step``'s deadline) ends that much earlier, for the cycle's bookkeeping after it and
@@ -62,39 +55,25 @@ def cycle_deadline(timer: object | None, period_s: float) -> float | None:
 
 class ControlCycle:
     """
-    The control cycle of one configured node: its chunk output, smoothing and input reports.
+    The control cycle of one configured node, over its robots.
 
-    :param cfg: the node's config at configure.
-    :param logger: the node's logger.
-    :param diag: the node's ``/diagnostics`` figures.
-    :param texts: the node's text requests.
-    :param pubs: the node's publishers.
-    :param clock_ns: the node clock (ROS time), ns.
-    :raises ParameterError: a config whose joints cannot carry its action space.
+    :param robots: the node's robots (one: the unnamed robot ``''``, whose observation goes
+        to the engine alone, as one robot's).
+    :param diag: the engine's ``/diagnostics`` figures (the one robot's too).
     """
 
-    def __init__(self, cfg: NodeConfig, logger: RcutilsLogger, diag: EngineDiagnostics,
-                 texts: TextRequests, pubs: OutputPublishers,
-                 clock_ns: Callable[[], int]) -> None:
-        self._output = ChunkOutput(cfg)
-        self._smoother = ChunkSmoother(cfg.chunk_smoothing, cfg.ensemble_decay,
-                                       cfg.rtc_max_guidance_weight)
-        self._log, self._diag, self._texts, self._pubs = logger, diag, texts, pubs
-        self._clock_ns = clock_ns
-        self._logged: dict[RefusalReason | str, float] = {}
-        self._last_issue: RefusalReason | None = None
-
-    @property
-    def publisher_keys(self) -> tuple[str, ...]:
-        """Return the chunk publishers the action space needs (``ChunkOutput``)."""
-        return self._output.publisher_keys
+    def __init__(self, robots: Sequence[RobotIO], diag: EngineDiagnostics) -> None:
+        self._robots = tuple(robots)
+        self._by_name = {io.name: io for io in self._robots}
+        self._one = [io.name for io in self._robots] == ['']
+        self._diag = diag
 
     def reset(self, engine: Engine) -> None:
-        """Start smoothing over (at activation): no previous chunk, no delay sample."""
-        self._smoother.reset()
-        engine.reset_chunk_history()
+        """Start each robot's smoothing over (at activation): no previous chunk, no delay."""
+        for io in self._robots:
+            io.reset(engine)
 
-    def run(self, engine: Engine, cache: ObservationCache, cfg: NodeConfig, now_s: float,
+    def run(self, engine: Engine, cfg: NodeConfig, now_s: float,
             deadline: float | None) -> None:
         """
         Run one cycle (the caller holds the engine lock).
@@ -104,57 +83,32 @@ class ControlCycle:
         :param deadline: when the cycle's text work must end (``cycle_deadline``).
         :raises Exception: whatever the engine raised (the node stops acting).
         """
-        if self._output.cfg is not cfg:
-            self._output = ChunkOutput(cfg)  # action_dt, frame_id: once per change
-        output, smoother = self._output, self._smoother
-        prepared = self._prepare(engine, cache, cfg)
-        self._texts.ask_periodic(now_s, cfg.subtask_period, cfg.memory_period,
-                                 prepared is not None)
-        published = []
-        cycle = engine.begin(prepared, rtc=smoother.rtc_request(cfg.action_dt),
-                             deadline=deadline)
-        chunk = cycle.action()  # as soon as it is denoised, before this cycle's decoding
-        if chunk is not None:
-            chunk = smoother.before_publish(chunk, self._clock_ns(), cfg.action_dt)
-            msgs = output.messages(chunk)
-            self._report_clips(msgs.clips, cfg)
-            published.extend(key for key, msg in msgs.messages
-                             if self._pubs.publish_chunk(key, msg))
+        robots = self._robots
+        prepared = {io.name: io.prepare(engine, cfg) for io in robots}
+        for io in robots:
+            io.texts.ask_periodic(now_s, cfg.subtask_period, cfg.memory_period,
+                                  prepared[io.name] is not None)
+        if self._one:
+            cycle = engine.begin(prepared[''], rtc=robots[0].rtc_request(cfg),
+                                 deadline=deadline)
+            chunk = cycle.action()  # as soon as it is denoised, before this cycle's decoding
+            chunks = () if chunk is None else (chunk,)
+        else:
+            rtc = {io.name: req for io in robots for req in [io.rtc_request(cfg)]
+                   if req is not None}
+            cycle = engine.begin(prepared, rtc=rtc, deadline=deadline)
+            chunks = cycle.actions()  # each robot's as soon as it is denoised
+        published = set()
+        for chunk in chunks:
+            io = robots[0] if self._one else self._by_name[chunk.robot]
+            if io.publish(chunk, cfg):
+                published.add(io.name)
         out = cycle.finish()
-        self._diag.record_cycle(now_s, out.stats, bool(published),
-                                smoother.delay_steps(cfg.action_dt))
-        self._texts.finish(out)
-
-    def _prepare(self, engine: Engine, cache: ObservationCache,
-                 cfg: NodeConfig) -> PreparedObservation | None:
-        try:
-            prepared = engine.prepare(cache.assemble(self._clock_ns(), cfg.max_observation_age))
-            if self._last_issue is not None:
-                self._log.info('inputs valid again: acting')
-                self._last_issue = None
-            return prepared
-        except ObservationError as exc:  # the node's checks or the engine's: one refusal
-            issue, reason = exc.reason, str(exc)
-        self._diag.record_rejection(issue, reason)
-        now = time.monotonic()
-        if issue is not self._last_issue or now - self._logged.get(issue, -1e9) > LOG_EVERY_S:
-            self._log.warning(f'not acting ({REJECTION_NAMES[issue]}): {reason}')
-            self._logged[issue] = now
-        self._last_issue = issue
-        return None
-
-    def _report_clips(self, clips: ClipCount, cfg: NodeConfig) -> None:
-        if not clips.total:
-            return
-        self._diag.record_clips(clips)
-        now = time.monotonic()
-        if now - self._logged.get('clips', -1e9) > LOG_EVERY_S:
-            names = [cfg.action_joint_names[d] for d in clips.dims]
-            self._log.warning(
-                f'limits clipped an action chunk: {clips.position} position and '
-                f'{clips.velocity} velocity values, joints {names} (logged every '
-                f'{LOG_EVERY_S:g} s; counted in /diagnostics)')
-            self._logged['clips'] = now
+        if not self._one:
+            self._diag.record_cycle(now_s, out.stats, bool(published))
+        for io in robots:
+            io.diag.record_cycle(now_s, out.stats, io.name in published, io.delay_steps(cfg))
+            io.texts.finish(out)
 
 
 __all__ = ['CYCLE_SLACK', 'ControlCycle', 'LOG_EVERY_S', 'cycle_deadline']

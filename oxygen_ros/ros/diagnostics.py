@@ -1,8 +1,10 @@
 """
 Rolling statistics of the control loop and the ``/diagnostics`` status built from them.
 
-One ``diagnostic_msgs/DiagnosticStatus`` named ``oxygen: engine`` (``hardware_id`` = preset).
-Levels, worst first:
+One ``diagnostic_msgs/DiagnosticStatus`` named ``oxygen: engine`` (``hardware_id`` = preset),
+and with several robots one more per robot, ``oxygen: robot <name>``, of that robot's inputs,
+chunks, clips and texts (its chunk rate and "no action chunk" are its own; a robot whose input
+is stale does not turn the others' or the engine's status ERROR). Levels, worst first:
 
 - ERROR: the engine failed (an exception in a control cycle, or configure failed), or the node
   is active and no action chunk was published for more than ``max_observation_age`` seconds.
@@ -22,7 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 import enum
 import threading
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
@@ -66,10 +68,15 @@ class EngineDiagnostics:
     :param preset: the model preset (``hardware_id``).
     :param random_weights: the engine runs without a checkpoint.
     :param num_cycles: control cycles kept for the cycle-time percentiles.
+    :param robot: the robot whose status this is (``oxygen: robot <name>``); '': the engine's
+        (``STATUS_NAME``), which is also the one robot's.
     """
 
     def __init__(self, preset: str = '', random_weights: bool = False,
-                 num_cycles: int = 200) -> None:
+                 num_cycles: int = 200, *, robot: str = '') -> None:
+        self.robot = robot
+        self.name = f'oxygen: robot {robot}' if robot else STATUS_NAME
+        """The status's name."""
         self._lock = threading.Lock()
         self._cycle_s: deque[float] = deque(maxlen=num_cycles)
         self._ticks: deque[_Tick] = deque()
@@ -248,15 +255,21 @@ class EngineDiagnostics:
             self._period_texts_rejected = 0
             self._period_clips = 0
             self._period_waiting_peak = self._texts_waiting
-        return DiagnosticStatus(level=level.octet, name=STATUS_NAME, message=summary,
+        if self.robot:
+            values.insert(0, ('robot', self.robot))
+        return DiagnosticStatus(level=level.octet, name=self.name, message=summary,
                                 hardware_id=self.preset,
                                 values=[KeyValue(key=k, value=v) for k, v in values])
 
-    def array(self, stamp: object, now_s: float, target_hz: float,
-              max_age_s: float) -> DiagnosticArray:
-        """Return a ``DiagnosticArray`` holding ``status`` (``stamp``: builtin Time)."""
-        return DiagnosticArray(header=Header(stamp=stamp),
-                               status=[self.status(now_s, target_hz, max_age_s)])
+    def array(self, stamp: object, now_s: float, target_hz: float, max_age_s: float,
+              robots: Sequence[EngineDiagnostics] = ()) -> DiagnosticArray:
+        """
+        Return a ``DiagnosticArray`` holding ``status``, then each robot's (``stamp``: Time).
+
+        :param robots: the robots' own figures (several robots; none for the one robot).
+        """
+        return DiagnosticArray(header=Header(stamp=stamp), status=[
+            d.status(now_s, target_hz, max_age_s) for d in (self, *robots)])
 
     def _kv_fraction(self) -> float:
         s = self._stats

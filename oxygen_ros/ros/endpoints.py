@@ -11,6 +11,10 @@ Besides its own endpoints the node has those rclpy and rcl create for every life
 ``/rosout``, ``/parameter_events``, the parameter services, ``~/get_type_description``, the
 lifecycle services and ``~/transition_event``, and ``/clock`` under ``use_sim_time``.
 
+With several robots (the ``robots`` parameter) each robot has the node's endpoints but
+``/diagnostics`` under its own namespace (``robot_endpoint``): ``/<name>/camera/...``,
+``/<name>/joint_states``, ``/<name>/oxygen/action_chunk``, ``/<name>/oxygen/ask``, ...
+
 Each endpoint names its **peers**, who is expected at the other end: the robot (its camera and
 joint-state drivers, the controller that executes the chunks, a sim), an operator (sends the
 instruction and questions, drives the lifecycle and parameters) and an observer (reads chunks,
@@ -18,6 +22,8 @@ texts and diagnostics).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK as ACTION_CHUNK_KEY, ChunkOutput
@@ -70,6 +76,38 @@ def camera_endpoint(slot: str, compressed: bool) -> Endpoint:
         return Endpoint(EndpointKind.SUBSCRIPTION, topic, COMPRESSED_IMAGE_TYPE, _ROBOT,
                         suffix=COMPRESSED_SUFFIX)
     return Endpoint(EndpointKind.SUBSCRIPTION, topic, IMAGE_TYPE, _ROBOT)
+
+
+def robot_topic(name: str, robot: str) -> str:
+    """
+    Return the name of the node's endpoint ``name`` for robot ``robot`` (``''``: ``name``).
+
+    An absolute ``/x`` becomes ``/<robot>/x``; the node's private ``~/x`` becomes
+    ``<robot>/oxygen/x``, resolved in the node's namespace (``/<robot>/oxygen/x`` in the root
+    namespace); remappings apply to these names as to any.
+    """
+    if not robot:
+        return name
+    if name.startswith('~/'):
+        return f'{robot}/{NODE_NAME}/{name[2:]}'
+    return f'/{robot}{name}' if name.startswith('/') else f'{robot}/{name}'
+
+
+def robot_endpoint(endpoint: Endpoint, robot: str) -> Endpoint:
+    """Return ``endpoint`` as robot ``robot`` has it (``robot_topic``)."""
+    return replace(endpoint, name=robot_topic(endpoint.name, robot))
+
+
+def robot_endpoints(cfg: NodeConfig, robot: str) -> tuple[Endpoint, ...]:
+    """Return the endpoints of one robot of a node: its inputs, chunks, texts, ``~/ask``."""
+    compressed = set(cfg.compressed_cameras)
+    keys = ChunkOutput(cfg.robot(robot)).publisher_keys
+    out = [camera_endpoint(slot, slot in compressed) for slot in cfg.cameras]
+    out += [JOINT_STATES, INSTRUCTION, ASK_TOPIC, ASK_ACTION]
+    out += [CHUNK_ENDPOINTS[key] for key in keys]
+    for task in TextTask:
+        out += text_endpoints(task)
+    return tuple(robot_endpoint(ep, robot) for ep in out)
 
 
 _PARAMETER_SERVICES = (
@@ -133,18 +171,13 @@ def node_endpoints(cfg: NodeConfig, *, use_sim_time: bool = False) -> tuple[Endp
     """
     Return every endpoint of a configured ``oxygen`` node.
 
-    :param cfg: its configuration (cameras and their transports, the action space).
+    :param cfg: its configuration (cameras and their transports, the action space, the
+        robots).
     :param use_sim_time: the ``use_sim_time`` parameter (a ``/clock`` subscription).
     :raises ParameterError: a configuration the node would refuse at configure.
     """
-    compressed = set(cfg.compressed_cameras)
-    keys = ChunkOutput(cfg).publisher_keys
-    out = [camera_endpoint(slot, slot in compressed) for slot in cfg.cameras]
-    out += [JOINT_STATES, INSTRUCTION, ASK_TOPIC, ASK_ACTION, DIAGNOSTICS]
-    out += [CHUNK_ENDPOINTS[key] for key in keys]
-    for task in TextTask:
-        out += text_endpoints(task)
-    out += [*NODE_INFRASTRUCTURE, *LIFECYCLE_INFRASTRUCTURE]
+    out = [ep for robot in cfg.robot_names for ep in robot_endpoints(cfg, robot)]
+    out += [DIAGNOSTICS, *NODE_INFRASTRUCTURE, *LIFECYCLE_INFRASTRUCTURE]
     if use_sim_time:
         out.append(CLOCK)
     return tuple(out)
@@ -154,4 +187,5 @@ __all__ = ['ACTION_CHUNK', 'ASK_ACTION', 'ASK_TOPIC', 'CHUNK_ENDPOINTS',
            'CLIENT_NODE_INFRASTRUCTURE', 'CLOCK', 'DIAGNOSTICS', 'EE_DELTA_CHUNK', 'Endpoint',
            'EndpointKind', 'GET_STATE', 'INSTRUCTION', 'JOINT_STATES', 'LIFECYCLE_INFRASTRUCTURE',
            'NODE_INFRASTRUCTURE', 'NODE_NAME', 'PARAMETER_EVENTS', 'Peer',
-           'camera_endpoint', 'node_endpoints', 'text_endpoints']
+           'camera_endpoint', 'node_endpoints', 'robot_endpoint', 'robot_endpoints',
+           'robot_topic', 'text_endpoints']

@@ -1,7 +1,10 @@
 """
 The ROS 2 lifecycle node ``oxygen`` (``docs/topics.md``): observations in, action chunks out.
 
-Threads (``executor.NodeExecutor``): subscriptions only store the newest message in an
+One node serves one robot, or several with one engine (``robots``: each robot's topics
+under its namespace, its own joints, limits and instruction; ``robot_io``).
+
+Threads (``executor.NodeExecutor``): subscriptions only store the newest message in a robot's
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
 own MutuallyExclusive group, on a thread of its own (``oxygen_control``), runs the control
 cycle (``control_cycle``), the only code touching the engine; finished texts go through a
@@ -29,27 +32,20 @@ import sys
 import threading
 import time
 import traceback
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros.engine import Engine, ObservationError
-from oxygen_ros.ros.ask_action import AskAction
-from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline, LOG_EVERY_S
+from oxygen_ros.ros.control_cycle import ControlCycle, cycle_deadline
 from oxygen_ros.ros.diagnostics import EngineDiagnostics
-from oxygen_ros.ros.endpoints import (
-    ASK_TOPIC, camera_endpoint, DIAGNOSTICS, INSTRUCTION, JOINT_STATES, NODE_NAME)
+from oxygen_ros.ros.endpoints import DIAGNOSTICS, NODE_NAME
 from oxygen_ros.ros.executor import call_on, NodeExecutor, spin
 from oxygen_ros.ros.heap import HeapTrimmer, POLL_PERIOD_S, release_freed_memory
-from oxygen_ros.ros.images.transport import camera_input, ImageTransport
-from oxygen_ros.ros.observation_cache import ObservationCache, synthetic_observation
-from oxygen_ros.ros.output_publishers import OutputPublishers
+from oxygen_ros.ros.observation_cache import synthetic_observation
 from oxygen_ros.ros.param_handler import ParameterHandler
 from oxygen_ros.ros.param_spec import OnChange, ParameterError
+from oxygen_ros.ros.robot_io import RobotIO
 from oxygen_ros.ros.security import SecuritySettings
-from oxygen_ros.ros.text_outputs import TextOutputs
-from oxygen_ros.ros.text_requests import TextRequests
-from oxygen_ros.ros.text_stream import TEXT_QOS
-from oxygen_ros.ros.topics import qos_profile, QosRole
 from oxygen_ros.signals import stop_event_on_signals
 from oxygen_ros.units import NS_PER_S
 import rclpy
@@ -57,14 +53,10 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
-from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import String
 
-_JOINT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
-"""Best effort matches reliable and best-effort publishers alike."""
 _SUCCESS, _FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+_T = TypeVar('_T')
 
 
 class OxygenNode(LifecycleNode):
@@ -98,24 +90,24 @@ class OxygenNode(LifecycleNode):
         self._input_group = ReentrantCallbackGroup()
         self._engine_lock = threading.Lock()
         self._engine: Engine | None = None
-        self._cache: ObservationCache | None = None
         self._cycle: ControlCycle | None = None
         self._failed = False
         self._timer = None
-        self._pubs = OutputPublishers(self)
-        self._subs: list[object] = []
-        self._instruction_logged = -1e9
-        self._diag = EngineDiagnostics(self.get_parameter('preset').value)
-        self._diag.security = self._security.describe()
-        self._texts = TextRequests(self.get_logger(), self._diag, self._notify_texts)
+        preset = self.get_parameter('preset').value
+        self._diag = EngineDiagnostics(preset)
+        names = [n for n in self.get_parameter('robots').value if n] or ['']
+        self._robots = [RobotIO(self, name, EngineDiagnostics(preset, robot=name) if name
+                                else self._diag, self._notify_texts, self._input_group)
+                        for name in names]
+        """The robots, in ``robots`` order (``robot_io``)."""
+        for diag in self._diagnostics:
+            diag.security = self._security.describe()
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS.name, 10)
         self._diag_timer = self.create_timer(self.get_parameter('diagnostics_period').value,
                                              self._publish_diagnostics, self._text_group)
         self._text_gc = self.create_guard_condition(self._publish_texts, self._text_group)
         self._heap = HeapTrimmer()
         self._heap_timer = self.create_timer(POLL_PERIOD_S, self._poll_heap, self._text_group)
-        self._text_out = TextOutputs(self._pubs.publish_text, AskAction(
-            self, self._texts, ReentrantCallbackGroup()), on_error=self._texts.record_error)
         self._autostart = None
         if self.get_parameter('autostart').value:
             self._autostart = self.create_timer(0.0, self._on_autostart)
@@ -144,18 +136,18 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(self._security.start_line(self.context.get_domain_id()))
         try:
             engine_cfg, cfg = self._params.configs()
-            cycle = ControlCycle(cfg, self.get_logger(), self._diag, self._texts, self._pubs,
-                                 self._now_ns)
         except ParameterError as exc:
             return self._configure_failed(f'bad parameter: {exc}')
-        self._diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value,
-                         cfg.chunk_smoothing.value + engine_cfg.rtc_note())
+        for diag in self._diagnostics:
+            diag.reset(cfg.preset, engine_cfg.checkpoint is None, cfg.action_space.value,
+                       cfg.chunk_smoothing.value + engine_cfg.rtc_note())
         t0 = time.monotonic()
         try:
             if cfg.torch_threads:
                 import torch  # loaded by the engine anyway
                 torch.set_num_threads(cfg.torch_threads)
-            engine = call_on(self.executor, self.control_group, lambda: Engine(engine_cfg))
+            engine = call_on(self.executor, self.control_group,
+                             lambda: Engine(engine_cfg, robots=cfg.robot_names))
             call_on(self.executor, self.control_group, lambda: engine.warmup(
                 synthetic_observation(engine.model_cfg, engine.robot, cfg.instruction)))
         except ObservationError as exc:     # only its prompt (the instruction) can be refused
@@ -170,33 +162,21 @@ class OxygenNode(LifecycleNode):
             f'cameras {list(cfg.cameras)}, joints {list(cfg.joint_names)}; '
             f'{cfg.action_space.value} actions for {list(cfg.action_joint_names)}; '
             f'{engine.describe_text()}')
-        self._diag.set_fallbacks(engine.fallbacks, engine.dropped_features)
-        self._diag.quantization = engine.describe_quantization()
-        self._diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
-        self._engine, self._cycle, self._failed = engine, cycle, False
+        if cfg.robot_settings:
+            self.get_logger().info(
+                f'robots {list(cfg.robot_names)} (max_robots '
+                f'{engine_cfg.scheduler.max_robots}): ' + '; '.join(
+                    f'/{n}: joints {list(cfg.robot(n).joint_names)}' for n in cfg.robot_names))
+        for diag in self._diagnostics:
+            diag.set_fallbacks(engine.fallbacks, engine.dropped_features)
+            diag.quantization = engine.describe_quantization()
+            diag.set_text_setup(engine.describe_contexts(), engine.describe_adapter())
+        self._engine, self._failed = engine, False
+        self._cycle = ControlCycle(self._robots, self._diag)
         self._params.config = cfg
-        self._cache = ObservationCache(cfg.cameras, cfg.joint_names, cfg.instruction,
-                                       prepare_image=engine.prepare_image)
-        self._pubs.create(cycle.publisher_keys)
-        self._text_out.frame_id = cfg.frame_id
-        self._texts.connect(engine)
-        sensor = qos_profile(QosRole.SENSOR_DATA, depth=1)  # the newest image: all it uses
-        self._subs = []
-        for slot in cfg.cameras:
-            kind = cfg.transport(slot)
-            image_topic = camera_endpoint(slot, kind is ImageTransport.COMPRESSED).name
-            self._subs.append(self.create_subscription(
-                *camera_input(self, image_topic, kind), functools.partial(self._on_image, slot),
-                sensor, callback_group=self._input_group))
-        self._subs += [
-            self.create_subscription(JointState, JOINT_STATES.name, self._on_joint_state,
-                                     _JOINT_QOS, callback_group=self._input_group),
-            self.create_subscription(String, INSTRUCTION.name, self._on_instruction,
-                                     qos_profile(QosRole.LATCHED),
-                                     callback_group=self._input_group),
-            self.create_subscription(String, ASK_TOPIC.name, self._on_ask, TEXT_QOS,
-                                     callback_group=self._input_group)]
-        self._diag.set_state('inactive', self._now_s())
+        for io in self._robots:
+            io.configure(cfg, engine)
+        self._set_state('inactive')
         return super().on_configure(state)
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
@@ -215,13 +195,14 @@ class OxygenNode(LifecycleNode):
             self.get_logger().error('not activating: the engine failed; cleanup and configure')
             return _FAILURE
         now, cfg = self._now_s(), self._params.config
-        self._texts.start(now)
+        for io in self._robots:
+            io.texts.start(now)
         self._cycle.reset(self._engine)
         self._timer = self.create_timer(cfg.control_period_s, self._control_tick,
                                         self.control_group)
-        self._diag.set_state('active', now)
+        self._set_state('active')
         self.get_logger().info(f'active: {cfg.control_rate_hz:g} Hz')
-        result = self._pubs.activate(lambda: super(OxygenNode, self).on_activate(state))
+        result = self._each_robot('activate', lambda: super(OxygenNode, self).on_activate(state))
         self._text_gc.trigger()
         return result
 
@@ -233,8 +214,24 @@ class OxygenNode(LifecycleNode):
             queue, finished texts wait until the next activation).
         """
         self._stop_timer()
-        self._diag.set_state('inactive', self._now_s())
-        return self._pubs.deactivate(lambda: super(OxygenNode, self).on_deactivate(state))
+        self._set_state('inactive')
+        return self._each_robot('deactivate',
+                                lambda: super(OxygenNode, self).on_deactivate(state))
+
+    def _each_robot(self, transition: str, node_transition: Callable[[], _T]) -> _T:
+        """Run ``node_transition`` within every robot's publishers' ``transition``."""
+        for io in reversed(self._robots):
+            node_transition = functools.partial(getattr(io.pubs, transition), node_transition)
+        return node_transition()
+
+    @property
+    def _diagnostics(self) -> list[EngineDiagnostics]:
+        """Return the engine's figures, then each named robot's."""
+        return [self._diag] + [io.diag for io in self._robots if io.name]
+
+    def _set_state(self, label: str) -> None:
+        for diag in self._diagnostics:
+            diag.set_state(label, self._now_s())
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """
@@ -243,7 +240,7 @@ class OxygenNode(LifecycleNode):
         :returns: SUCCESS → unconfigured.
         """
         self._release()
-        self._diag.set_state('unconfigured', self._now_s())
+        self._set_state('unconfigured')
         return super().on_cleanup(state)
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -254,7 +251,7 @@ class OxygenNode(LifecycleNode):
         """
         self._stop_timer()
         self._release()
-        self._diag.set_state('finalized', self._now_s())
+        self._set_state('finalized')
         self.finished.set()
         return super().on_shutdown(state)
 
@@ -279,18 +276,18 @@ class OxygenNode(LifecycleNode):
     def _release(self) -> None:
         with self._engine_lock:
             engine, self._engine, self._cycle = self._engine, None, None
-            for sub in self._subs:
-                self.destroy_subscription(sub)
-            self._subs, self._cache = [], None
-            self._texts.connect(None)  # refuse questions until configured again
+            for io in self._robots:
+                io.release()  # refuse questions until configured again
             if engine is not None:
-                self._texts.drop_all(engine.shutdown(), 'engine shut down (node cleanup)')
+                last = engine.shutdown()
+                for io in self._robots:
+                    io.texts.drop_all(last, 'engine shut down (node cleanup)')
                 device = engine.config.backend.device
                 del engine
                 release_freed_memory(device)  # the engine's memory back to the OS
-        self._pubs.destroy()
+        for io in self._robots:
+            io.pubs.destroy()
 
-    # -- subscriptions: store only, never raise ---------------------------------------------
     def _now_ns(self) -> int:
         """Return the node clock (ROS time: ``/clock`` under ``use_sim_time``) in ns."""
         return self.get_clock().now().nanoseconds
@@ -299,36 +296,10 @@ class OxygenNode(LifecycleNode):
         """Return the node clock in seconds (rates, periods and diagnostics windows)."""
         return self._now_ns() / NS_PER_S
 
-    def _on_image(self, slot: str, msg: Image | CompressedImage) -> None:
-        cache = self._cache
-        if cache is not None:
-            cache.put_image(slot, msg, self._now_ns())
-
-    def _on_joint_state(self, msg: JointState) -> None:
-        cache = self._cache
-        if cache is not None:
-            cache.put_joint_state(msg, self._now_ns())
-
-    def _on_instruction(self, msg: String) -> None:
-        cache = self._cache
-        if cache is None:
-            return
-        reason = cache.set_instruction(msg.data)
-        if reason is None:
-            self.get_logger().info(f'instruction: {msg.data!r}')
-            return
-        now = time.monotonic()
-        if now - self._instruction_logged > LOG_EVERY_S:
-            self.get_logger().warning(f'instruction refused: {reason}; not acting until a '
-                                      'valid one arrives')
-            self._instruction_logged = now
-
-    def _on_ask(self, msg: String) -> None:
-        self._texts.ask_topic(msg.data, time.monotonic())
-
     # -- parameters: what a change does (``param_handler``; the config is updated before) ---
     def _apply_frame_id(self, frame_id: str) -> None:
-        self._text_out.frame_id = frame_id  # chunks: from the next cycle's ChunkOutput
+        for io in self._robots:
+            io.text_out.frame_id = frame_id  # chunks: from the next cycle's ChunkOutput
 
     def _apply_control_rate(self, _rate_hz: float) -> None:
         timer, cfg = self._timer, self._params.config
@@ -339,9 +310,10 @@ class OxygenNode(LifecycleNode):
     def _apply_diagnostics_period(self, period_s: float) -> None:
         self._diag_timer.timer_period_ns = round(period_s * NS_PER_S)
 
-    def _apply_instruction(self, instruction: str) -> None:
-        if self._cache is not None:
-            self._cache.set_instruction(instruction)
+    def _apply_instruction(self, instruction: str, robot: str = '') -> None:
+        for io in self._robots:  # instruction: the one robot's; r1.instruction: robot r1's
+            if io.name == robot:
+                io.set_instruction(instruction)
 
     def _apply_waiting_bound(self, max_waiting_requests: int) -> None:
         engine = self._engine
@@ -357,7 +329,7 @@ class OxygenNode(LifecycleNode):
             if engine is None or cycle is None or cfg is None:
                 return
             try:
-                cycle.run(engine, self._cache, cfg, now, deadline)
+                cycle.run(engine, cfg, now, deadline)
             except Exception:  # noqa: B902 (reported, then the node stops acting)
                 failure = traceback.format_exc()
             else:
@@ -376,7 +348,8 @@ class OxygenNode(LifecycleNode):
         self._text_gc.trigger()
 
     def _publish_texts(self) -> None:
-        self._text_out.handle(self._texts.take())
+        for io in self._robots:
+            io.text_out.handle(io.texts.take())
 
     def _poll_heap(self) -> None:
         cfg = self._params.config
@@ -389,8 +362,8 @@ class OxygenNode(LifecycleNode):
         rate = cfg.control_rate_hz if cfg else self.get_parameter('control_rate_hz').value
         age = cfg.max_observation_age if cfg else \
             self.get_parameter('max_observation_age').value
-        self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(),
-                                                self._now_s(), rate, age))
+        self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(), self._now_s(),
+                                                rate, age, self._diagnostics[1:]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,9 @@ The configs the node's parameters build: ``NodeConfig`` for the node, ``EngineCo
 (``params.PARAMETERS``) and puts it in the config the entry names (``config``: the node's, the
 engine's, the scheduler's or the backend's); the fields that several parameters or the preset
 feed (cameras in slot order, joint names, the action space, limits, end-effector scales,
-compressed cameras, RTC) are derived here.
+compressed cameras, RTC) are derived here. Each robot of ``robots`` has its own joints, limits
+and instruction (``RobotSettings``, from its ``<robots>.*`` parameters), and
+``NodeConfig.robot`` gives the config that robot's topics run on.
 """
 
 from __future__ import annotations
@@ -17,12 +19,30 @@ from oxygen_ros.config import ActionSpace, CAMERA_SLOTS, get_preset
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
 from oxygen_ros.control.smoothing import ChunkSmoothing
 from oxygen_ros.engine import ENGINE_CONFIGS, EngineConfig
-from oxygen_ros.parameters import coerce, declared, field_types, ParameterError
-from oxygen_ros.policies import get_robot
+from oxygen_ros.parameters import coerce, declared, field_types, ParameterError, ParamSpec
+from oxygen_ros.policies import get_robot, RobotPolicy
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.param_spec import validate
-from oxygen_ros.ros.params import DEFAULT_PRESET, PARAMETERS, robot_defaults, SPECS
+from oxygen_ros.ros.params import (
+    DEFAULT_PRESET, named_robots, PARAMETERS, robot_defaults, ROBOT_PARAMETERS, robot_specs,
+    SPECS)
 from oxygen_ros.ros.topics import CAMERA_TOPICS
+
+
+@dataclass(frozen=True, slots=True)
+class RobotSettings:
+    """
+    One robot's own parameters (``<name>.joint_names``, ...; each defaults to the node's).
+
+    :ivar name: the robot (a ``robots`` entry): its namespace and its name in the engine.
+    :ivar limits: per action dim, checked (``JointLimits``).
+    """
+
+    name: str
+    joint_names: tuple[str, ...]
+    action_joint_names: tuple[str, ...]
+    limits: JointLimits
+    instruction: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +62,8 @@ class NodeConfig:
     :ivar ee_scale: ``(ee_translation_scale, ee_rotation_scale)``.
     :ivar compressed_cameras: camera slots subscribed on ``<topic>/compressed``
         (``image_transport.<slot>``).
+    :ivar robot_settings: each named robot's own parameters, in ``robots`` order (empty: the
+        one unnamed robot, on the fields above).
     """
 
     cameras: tuple[str, ...]
@@ -52,6 +74,7 @@ class NodeConfig:
     limits: JointLimits
     ee_scale: tuple[float, float]
     compressed_cameras: tuple[str, ...]
+    robot_settings: tuple[RobotSettings, ...]
     preset: str
     end_effector_name: str
     joint_velocity_scale: float
@@ -69,6 +92,27 @@ class NodeConfig:
     torch_threads: int
     diagnostics_period: float
     malloc_trim_mb: float
+    robots: tuple[str, ...]
+
+    @property
+    def robot_names(self) -> tuple[str, ...]:
+        """Return the robots the engine serves: ``('',)`` for one, else the ``robots`` names."""
+        return tuple(s.name for s in self.robot_settings) or ('',)
+
+    def robot(self, name: str) -> NodeConfig:
+        """
+        Return the config robot ``name`` runs on: the node's with that robot's own settings.
+
+        :raises KeyError: a robot the node does not serve.
+        """
+        if name == '' and not self.robot_settings:
+            return self
+        for own in self.robot_settings:
+            if own.name == name:
+                return replace(self, joint_names=own.joint_names,
+                               action_joint_names=own.action_joint_names, limits=own.limits,
+                               instruction=own.instruction, robot_settings=())
+        raise KeyError(f'no robot {name!r}; robots: {list(self.robot_names)}')
 
     @property
     def camera_topics(self) -> tuple[str, ...]:
@@ -110,6 +154,15 @@ class NodeConfig:
 
         :raises ParameterError: read-only or unknown parameter, or a bad value.
         """
+        robot, _, key = name.partition('.')
+        if name not in SPECS and robot in self.robot_names and key in _ROBOT_SPECS:
+            spec = _ROBOT_SPECS[key].for_item(robot)
+            if spec.read_only:
+                raise ParameterError(f'parameter {name!r} cannot change while the node runs')
+            validate(spec, value)  # a dynamic one of a robot: its instruction
+            return replace(self, robot_settings=tuple(
+                replace(own, **{key: spec.config_value(value)}) if own.name == robot else own
+                for own in self.robot_settings))
         spec = SPECS.get(name)
         if spec is None or spec.read_only:
             raise ParameterError(f'parameter {name!r} cannot change while the node runs')
@@ -123,13 +176,17 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
     """
     Build the engine and node configs from parameter values (``params.parameter_values``).
 
-    :param values: ``{name: value}``; missing names take their defaults.
+    The engine's ``max_robots`` is the number of robots (``NodeConfig.robot_names``).
+
+    :param values: ``{name: value}``; missing names take their defaults (a robot's
+        ``<name>.x``: the node's ``x``, its ``action_joint_names`` the first
+        ``robot_action_dim`` of its own ``joint_names`` when it has its own).
     :raises ParameterError: an unknown preset, a value its row of ``PARAMETERS`` refuses (out
-        of range, not one of the choices, a bad device, cameras or joint names, an
+        of range, not one of the choices, a bad device, cameras, robot or joint names, an
         ``instruction`` longer than ``input_limits.MAX_INSTRUCTION_BYTES``), limits or joint
-        names that do not fit the preset's state/action dims, an action space the joints cannot
-        carry, or a value ``EngineConfig`` refuses; the message names the parameter and the
-        value.
+        names (the node's or a robot's) that do not fit the preset's state/action dims, an
+        action space the joints cannot carry, or a value ``EngineConfig`` refuses; the
+        message names the parameter and the value.
     """
     try:
         preset = get_preset(str(values.get('preset', DEFAULT_PRESET)))
@@ -155,24 +212,56 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         action_space=ActionSpace(action_space) if action_space else robot.action_space,
         gripper_dims=robot.gripper_dims, limits=_limits(v, robot.robot_action_dim),
         ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
-        compressed_cameras=tuple(compressed))
-    if len(node.joint_names) != robot.state_dim:
-        raise ParameterError(f'joint_names: preset {preset.name} has a {robot.state_dim}-dim '
-                             f'state, got {len(node.joint_names)} names {list(node.joint_names)}')
-    if len(node.action_joint_names) != robot.robot_action_dim:
-        raise ParameterError(
-            f'action_joint_names: preset {preset.name} has {robot.robot_action_dim} action '
-            f'dims, got {len(node.action_joint_names)} names {list(node.action_joint_names)}')
-    node.action_semantics()  # raises ParameterError for a space the joints cannot carry
+        compressed_cameras=tuple(compressed), robot_settings=_robot_settings(v, robot))
+    _check_joints(node, preset.name, robot)
+    for name in named_robots(node.robots):
+        _check_joints(node.robot(name), preset.name, robot, f'{name}.')
     settings = {s.name: s.config_value(v[s.name]) for s in PARAMETERS
                 if set(s.configs) & set(ENGINE_CONFIGS)}
     try:
         engine = EngineConfig.create(**{**settings, 'preset': preset.name,
                                         'cameras': node.cameras},
+                                     max_robots=len(node.robot_names),
                                      rtc=node.chunk_smoothing is ChunkSmoothing.RTC)
     except ValueError as exc:
         raise ParameterError(str(exc)) from None
     return engine, node
+
+
+def _check_joints(cfg: NodeConfig, preset: str, robot: RobotPolicy, prefix: str = '') -> None:
+    """Raise ParameterError for joints that do not fit the preset (``prefix``: a robot's)."""
+    if len(cfg.joint_names) != robot.state_dim:
+        raise ParameterError(f'{prefix}joint_names: preset {preset} has a {robot.state_dim}-dim '
+                             f'state, got {len(cfg.joint_names)} names {list(cfg.joint_names)}')
+    if len(cfg.action_joint_names) != robot.robot_action_dim:
+        raise ParameterError(
+            f'{prefix}action_joint_names: preset {preset} has {robot.robot_action_dim} action '
+            f'dims, got {len(cfg.action_joint_names)} names {list(cfg.action_joint_names)}')
+    try:
+        cfg.action_semantics()  # a space the joints cannot carry
+    except ParameterError as exc:
+        raise ParameterError(f'{prefix}{exc}') from None
+
+
+def _robot_settings(values: Mapping[str, object],
+                    robot: RobotPolicy) -> tuple[RobotSettings, ...]:
+    """Return each named robot's settings: its ``<name>.x`` values, else the node's ``x``."""
+    out = []
+    for name in named_robots(values['robots']):
+        own = {}
+        for spec in robot_specs([name]):
+            value = values.get(spec.name, values[spec.key])
+            if spec.key == 'action_joint_names' and spec.name not in values and \
+                    list(own['joint_names']) != list(values['joint_names']):
+                value = list(own['joint_names'])[:robot.robot_action_dim]
+            validate(spec, value)
+            own[spec.key] = value
+        out.append(RobotSettings(
+            name, joint_names=tuple(own['joint_names']),
+            action_joint_names=tuple(own['action_joint_names']),
+            limits=_limits({k: own[k] for k in _LIMITS}, robot.robot_action_dim, f'{name}.'),
+            instruction=str(own['instruction'])))
+    return tuple(out)
 
 
 def _field(name: str, value: object) -> object:
@@ -180,20 +269,20 @@ def _field(name: str, value: object) -> object:
     return coerce(_NODE_TYPES[name], value)
 
 
-def _limits(values: Mapping[str, object], num_dims: int) -> JointLimits:
+def _limits(values: Mapping[str, object], num_dims: int, prefix: str = '') -> JointLimits:
     """Return the limit parameters as ``JointLimits`` of ``num_dims`` action dims."""
     arrays = {}
-    for name in ('position_limits_lower', 'position_limits_upper', 'velocity_limits'):
+    for name in _LIMITS:
         value = list(values[name])
         if len(value) != num_dims:
-            raise ParameterError(f'{name} needs one value per action joint ({num_dims}), got '
-                                 f'{len(value)}: {value}')
+            raise ParameterError(f'{prefix}{name} needs one value per action joint ({num_dims}), '
+                                 f'got {len(value)}: {value}')
         arrays[name] = value
     try:
         return JointLimits(arrays['position_limits_lower'], arrays['position_limits_upper'],
                            arrays['velocity_limits'])
     except ValueError as exc:
-        raise ParameterError(f'limits: {exc}') from None
+        raise ParameterError(f'{prefix}limits: {exc}') from None
 
 
 def check_update(current: NodeConfig | None, name: str, value: object) -> str | None:
@@ -207,7 +296,7 @@ def check_update(current: NodeConfig | None, name: str, value: object) -> str | 
         checks apply).
     :returns: None if the change is acceptable, else the reason to reject it.
     """
-    spec = SPECS.get(name)
+    spec = declared_spec(name)
     if spec is None:
         return None  # not ours (e.g. use_sim_time)
     try:
@@ -220,6 +309,17 @@ def check_update(current: NodeConfig | None, name: str, value: object) -> str | 
     return None
 
 
-_NODE_TYPES = field_types(NodeConfig)
+def declared_spec(name: str) -> ParamSpec | None:
+    """Return the entry of a parameter name (``r1.instruction``: the robot's), or None."""
+    spec = SPECS.get(name)
+    robot, _, key = name.partition('.')
+    if spec is None and robot and key in _ROBOT_SPECS:
+        return _ROBOT_SPECS[key].for_item(robot)
+    return spec
 
-__all__ = ['NodeConfig', 'build_configs', 'check_update']
+
+_NODE_TYPES = field_types(NodeConfig)
+_ROBOT_SPECS = {spec.key: spec for spec in ROBOT_PARAMETERS}
+_LIMITS = ('position_limits_lower', 'position_limits_upper', 'velocity_limits')
+
+__all__ = ['NodeConfig', 'RobotSettings', 'build_configs', 'check_update', 'declared_spec']

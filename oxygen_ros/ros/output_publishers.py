@@ -17,7 +17,7 @@ from typing import Callable, Iterable, TypeVar
 
 from oxygen_ros.engine import TextTask
 from oxygen_ros.ros.action_output import ACTION_CHUNK, EE_DELTA_CHUNK
-from oxygen_ros.ros.endpoints import CHUNK_ENDPOINTS, text_endpoints
+from oxygen_ros.ros.endpoints import CHUNK_ENDPOINTS, robot_topic, text_endpoints
 from oxygen_ros.ros.text_stream import TEXT_QOS
 from oxygen_ros_interfaces.msg import DecodedText
 from rclpy.lifecycle import LifecycleNode
@@ -40,10 +40,12 @@ class OutputPublishers:
     :param node: the lifecycle node that owns the publishers.
     :param max_held: text messages held while inactive; beyond it the oldest is dropped, with
         a warning.
+    :param robot: the robot whose topics they are (``endpoints.robot_topic``; '': the node's).
     """
 
-    def __init__(self, node: LifecycleNode, max_held: int = MAX_HELD) -> None:
+    def __init__(self, node: LifecycleNode, max_held: int = MAX_HELD, *, robot: str = '') -> None:
         self._node = node
+        self._robot = robot
         self._lock = threading.Lock()
         self._pubs: dict[str, object] = {}
         self._held: deque[tuple[str, object]] = deque(maxlen=max_held)
@@ -63,12 +65,12 @@ class OutputPublishers:
         pubs = {}
         for key in chunk_keys:
             pubs[key] = self._node.create_lifecycle_publisher(
-                _CHUNK_TYPES[key], CHUNK_ENDPOINTS[key].name, 10)
+                _CHUNK_TYPES[key], robot_topic(CHUNK_ENDPOINTS[key].name, self._robot), 10)
         for task in TextTask:
-            whole, stream = text_endpoints(task)
-            pubs[task.value] = self._node.create_lifecycle_publisher(String, whole.name, TEXT_QOS)
+            whole, stream = (robot_topic(e.name, self._robot) for e in text_endpoints(task))
+            pubs[task.value] = self._node.create_lifecycle_publisher(String, whole, TEXT_QOS)
             pubs[f'{task.value}/stream'] = self._node.create_lifecycle_publisher(
-                DecodedText, stream.name, TEXT_QOS)
+                DecodedText, stream, TEXT_QOS)
         with self._lock:
             self._pubs = pubs
 

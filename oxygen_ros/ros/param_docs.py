@@ -2,8 +2,9 @@
 docs/parameters.md, generated from the declaration (``make docs``; a test fails when stale).
 
 One table row per parameter of the ``oxygen`` section of
-``oxygen_ros/parameters/oxygen_parameters.yaml`` (``params.PARAMETERS``): its type, default
-(or the preset's), range, unit, read-only or dynamic, and description.
+``oxygen_ros/parameters/oxygen_parameters.yaml`` (``params.DECLARED``, the per-robot
+entries as ``<robots>.name``): its type, default (or the preset's), range, unit, read-only or
+dynamic, and description.
 
 ``python -m oxygen_ros.ros.param_docs [--check] [PATH]`` writes the page (default
 ``docs/parameters.md``), or with ``--check`` exits 1 and says so when the page differs.
@@ -17,7 +18,7 @@ import sys
 from typing import Sequence
 
 from oxygen_ros.parameters import ParamSpec, ParamType
-from oxygen_ros.ros.params import PARAMETERS
+from oxygen_ros.ros.params import DECLARED
 
 DEFAULT_PAGE = Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md'
 
@@ -42,6 +43,10 @@ under any node name or namespace) or with `-p name:=value`; doubles need a decim
   the control timer and so each cycle's action deadline (k adapts), `instruction` replaces the
   prompt, `diagnostics_period` retimes `/diagnostics`, `max_waiting_requests` bounds the
   scheduler's waiting queue from the next request on ([robustness](robustness.md)).
+- **`<robots>.name`** is declared once per name in `robots` (`r1.joint_names`, as
+  generate_parameter_library declares a `__map_robots` entry per item), defaulting to the
+  node's `name`: set only what differs for that robot
+  ([several robots](running.md#several-robots)).
 
 | name | type | default | range | unit | when | description |
 |---|---|---|---|---|---|---|
@@ -77,7 +82,7 @@ def _range(spec: ParamSpec) -> str:
                            for v in spec.limits) + ']'
 
 
-def render(parameters: Sequence[ParamSpec] = PARAMETERS) -> str:
+def render(parameters: Sequence[ParamSpec] = DECLARED) -> str:
     """Return the whole page for ``parameters`` (Markdown, one table row each)."""
     rows = []
     for spec in parameters:
@@ -103,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     args.path.write_text(page)
-    print(f'wrote {args.path} ({len(PARAMETERS)} parameters)')
+    print(f'wrote {args.path} ({len(DECLARED)} parameters)')
     return 0
 
 

@@ -15,8 +15,8 @@ from typing import Callable, Mapping, Sequence
 
 from oxygen_ros.engine import EngineConfig
 from oxygen_ros.parameters import OnChange
-from oxygen_ros.ros.node_config import build_configs, check_update, NodeConfig
-from oxygen_ros.ros.params import declare_parameters, parameter_values, SPECS
+from oxygen_ros.ros.node_config import build_configs, check_update, declared_spec, NodeConfig
+from oxygen_ros.ros.params import declare_parameters, parameter_values
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -28,7 +28,8 @@ class ParameterHandler:
 
     :param node: the node; every parameter of ``PARAMETERS`` is declared on it now.
     :param apply: for every ``OnChange`` but ``NEXT_CYCLE``, the node's function that makes a
-        new value take effect (called after ``config`` was updated, with the new value).
+        new value take effect (called after ``config`` was updated, with the new value; a
+        robot's parameter, ``r1.instruction``, with ``robot=`` its name too).
     :raises ValueError: ``apply`` lacks a kind of change.
     :raises rclpy.exceptions.InvalidParameterTypeException: an override of the wrong type;
         ``InvalidParameterValueException``: one out of range.
@@ -63,13 +64,17 @@ class ParameterHandler:
         return SetParametersResult(successful=True)
 
     def _update(self, params: Sequence[Parameter]) -> None:
-        ours = [(SPECS[p.name], p.value) for p in params
-                if p.name in SPECS and not SPECS[p.name].read_only]
+        ours = [(spec, p.value) for p in params
+                for spec in [declared_spec(p.name)] if spec is not None and not spec.read_only]
         if self.config is not None:
             for spec, value in ours:
                 self.config = self.config.updated(spec.name, value)
         for spec, value in ours:
-            if spec.on_change is not OnChange.NEXT_CYCLE:
+            if spec.on_change is OnChange.NEXT_CYCLE:
+                continue
+            if spec.map_of:
+                self._apply[spec.on_change](value, robot=spec.name[:-len(spec.key) - 1])
+            else:
                 self._apply[spec.on_change](value)
 
 

@@ -54,6 +54,19 @@ def _distinct_names(spec: ParamSpec, value: object) -> str | None:
     return f'{spec.name} must be distinct non-empty names, got {names}'
 
 
+ROBOT_NAME = re.compile(r'[A-Za-z][A-Za-z0-9_]*')
+"""A robot's name: one ROS name token, the namespace of its topics (the engine's rule)."""
+
+
+def _robot_names(spec: ParamSpec, value: object) -> str | None:
+    names = list(value)
+    if names == [''] or (names and all(ROBOT_NAME.fullmatch(n) for n in names)
+                         and len(set(names)) == len(names)):
+        return None
+    return (f"{spec.name} must be [''] (one robot) or distinct names [A-Za-z][A-Za-z0-9_]*, "
+            f'got {names}')
+
+
 def _instruction(spec: ParamSpec, value: object) -> str | None:
     return instruction_refusal(str(value))  # as ~/instruction refuses it
 
@@ -61,7 +74,7 @@ def _instruction(spec: ParamSpec, value: object) -> str | None:
 CHECKS: dict[str, Callable[[ParamSpec, object], str | None]] = {
     'device': _device, 'compile_steps': _compile_steps, 'quantile_eps': _quantile_eps,
     'camera_slots': _camera_slots, 'distinct_names': _distinct_names,
-    'instruction': _instruction}
+    'instruction': _instruction, 'robot_names': _robot_names}
 """The checks an entry names in its ``validation`` (beside ``bounds<>``, ``one_of<>`` and
 ``not_empty<>``): each returns why a value is refused, or None."""
 
@@ -92,5 +105,5 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
     return desc
 
 
-__all__ = ['CHECKS', 'OnChange', 'ParamSpec', 'ParamType', 'ParameterError', 'descriptor',
-           'quoted', 'validate']
+__all__ = ['CHECKS', 'OnChange', 'ParamSpec', 'ParamType', 'ParameterError', 'ROBOT_NAME',
+           'descriptor', 'quoted', 'validate']

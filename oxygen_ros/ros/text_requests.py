@@ -72,11 +72,14 @@ class TextRequests:
     :param diagnostics: counts refused and dropped requests, shows the waiting ones.
     :param notify: called (any thread) when events wait in ``take`` (the text guard condition).
     :param clock: monotonic seconds (goal handles missing for ``RESERVATION_TIMEOUT_S``).
+    :param robot: the robot whose frames its requests read (``Engine.submit_text``); its
+        request ids start with ``<robot>/`` ('': the one robot, ``answer-0``).
     """
 
     def __init__(self, logger: RcutilsLogger, diagnostics: EngineDiagnostics,
-                 notify: Callable[[], None], clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 notify: Callable[[], None], clock: Callable[[], float] = time.monotonic, *,
+                 robot: str = '') -> None:
+        self.robot = robot
         self._clock = clock
         self._log = logger
         self._diag = diagnostics
@@ -137,7 +140,7 @@ class TextRequests:
             if engine is None:
                 raise EngineClosedError(NOT_CONFIGURED)
             engine.submit_text(job.task, question=job.question, max_tokens=job.max_tokens,
-                               req_id=job.req_id)
+                               req_id=job.req_id, robot=self.robot)
         except (QueueFullError, EngineClosedError, ValueError) as exc:
             with self._lock:
                 mine = self._jobs.pop(job.req_id, None) is not None
@@ -296,7 +299,8 @@ class TextRequests:
             f' ({more} more refused since the last such line)' if more else ''))
 
     def _new_id(self, task: TextTask) -> str:
-        return f'{task.value}-{next(self._counters[task])}'
+        robot = f'{self.robot}/' if self.robot else ''
+        return f'{robot}{task.value}-{next(self._counters[task])}'
 
     # -- control cycle ------------------------------------------------------------------
     def start(self, now: float) -> None:
@@ -337,17 +341,19 @@ class TextRequests:
 
     def finish(self, out: StepOutput) -> None:
         """
-        Turn a cycle's text outputs into events (control thread).
+        Turn a cycle's text outputs of this robot into events (control thread).
 
         Each output with new text is a piece; each that ends its request, its ``TextDone``
-        (after every piece of the cycle).
+        (after every piece of the cycle). Other robots' outputs (``TextOutput.robot``) are
+        theirs.
         """
+        outputs = [t for t in out.outputs if t.robot == self.robot]
         with self._lock:
             events: list[TextEvent] = [
                 TextPiece(self._jobs[t.req_id], t.new_text, t.num_tokens, t.frame_stamp_ns,
                           t.finished)
-                for t in out.outputs if t.new_token_ids and t.req_id in self._jobs]
-        for text in out.finished:
+                for t in outputs if t.new_token_ids and t.req_id in self._jobs]
+        for text in (t for t in outputs if t.finished):
             done = self._done(text)
             if done is not None:
                 events.append(done)

@@ -2,10 +2,11 @@
 Measured job times, and how many decode tokens fit before the action deadline (stdlib only).
 
 The scheduler never guesses a cost: every estimate is an exponential moving average of wall
-times the backend measured (``RunnerOutput.timings``). Decode-step time depends on the batch
-size, so it is kept per batch size; an unmeasured batch size is estimated from the nearest
-measured larger one, or scaled up linearly from the largest smaller one (an upper bound,
-since a decode step is never more than linear in the batch).
+times the backend measured (``RunnerOutput.timings``). Decode-step and denoise times depend
+on the batch size (text rows; action chunks of the robots due together), so they are kept per
+batch size; an unmeasured batch size is estimated from the nearest measured larger one, or
+scaled up linearly from the largest smaller one (an upper bound, since neither is ever more
+than linear in the batch).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class CostModel:
     vision_s_per_image: float | None = None
     prefill_s_per_token: float | None = None
     suffix_s_per_token: float | None = None
-    denoise_s: float | None = None
+    denoise_s: dict[int, float] = field(default_factory=dict)
+    """Seconds of one denoise call (N Euler steps) per number of action chunks in it."""
     seed_s_per_row: float | None = None
     decode_step_s: dict[int, float] = field(default_factory=dict)
 
@@ -52,8 +54,9 @@ class CostModel:
         elif timing.kind is JobKind.SUFFIX and timing.num_tokens > 0:
             self.suffix_s_per_token = self._ema(self.suffix_s_per_token,
                                                 timing.seconds / timing.num_tokens)
-        elif timing.kind is JobKind.DENOISE:
-            self.denoise_s = self._ema(self.denoise_s, timing.seconds)
+        elif timing.kind is JobKind.DENOISE and timing.batch_size > 0:
+            batch = timing.batch_size
+            self.denoise_s[batch] = self._ema(self.denoise_s.get(batch), timing.seconds)
         elif timing.kind is JobKind.SEED and timing.batch_size > 0:
             self.seed_s_per_row = self._ema(self.seed_s_per_row,
                                             timing.seconds / timing.batch_size)
@@ -64,24 +67,21 @@ class CostModel:
 
     def decode_step(self, batch_size: int) -> float | None:
         """Return the estimated seconds of one decode step at ``batch_size``, if measurable."""
-        if batch_size in self.decode_step_s:
-            return self.decode_step_s[batch_size]
-        larger = [b for b in self.decode_step_s if b > batch_size]
-        if larger:
-            return self.decode_step_s[min(larger)]
-        smaller = [b for b in self.decode_step_s if b < batch_size]
-        if smaller:
-            b = max(smaller)
-            return self.decode_step_s[b] * batch_size / b
-        return None
+        return _at_batch(self.decode_step_s, batch_size)
+
+    def denoise(self, batch_size: int) -> float | None:
+        """Return the estimated seconds of denoising ``batch_size`` chunks in one call."""
+        return _at_batch(self.denoise_s, batch_size)
 
     def action_path(self, num_images: int, num_prefill_tokens: int, num_seed_rows: int,
-                    num_suffix_tokens: int = 0) -> float:
+                    num_suffix_tokens: int = 0, num_chunks: int = 1) -> float:
         """
         Return the estimated seconds of vision + prefill + denoise + suffix + seed.
 
         Unmeasured parts count 0. Suffix tokens (short causal rows on a cached root) cost
         per token what the last suffix jobs cost, not what a long prefill does.
+
+        :param num_chunks: action chunks denoised together (one per robot due; 0: none).
         """
         total = 0.0
         if self.suffix_s_per_token is not None:
@@ -90,8 +90,9 @@ class CostModel:
             total += self.vision_s_per_image * num_images
         if self.prefill_s_per_token is not None:
             total += self.prefill_s_per_token * num_prefill_tokens
-        if self.denoise_s is not None:
-            total += self.denoise_s
+        denoise = self.denoise(num_chunks) if num_chunks > 0 else None
+        if denoise is not None:
+            total += denoise
         if self.seed_s_per_row is not None:
             total += self.seed_s_per_row * num_seed_rows
         return total
@@ -108,3 +109,22 @@ class CostModel:
             return k_max
         fit = math.floor(max(seconds_left, 0.0) / step)
         return max(k_min, min(k_max, fit))
+
+
+def _at_batch(measured: dict[int, float], batch_size: int) -> float | None:
+    """
+    Return the time at ``batch_size`` from times measured per batch size (None: none).
+
+    The time measured at that size, else at the nearest larger one, else the largest smaller
+    one's scaled up linearly.
+    """
+    if batch_size in measured:
+        return measured[batch_size]
+    larger = [b for b in measured if b > batch_size]
+    if larger:
+        return measured[min(larger)]
+    smaller = [b for b in measured if b < batch_size]
+    if smaller:
+        b = max(smaller)
+        return measured[b] * batch_size / b
+    return None

@@ -15,6 +15,13 @@ job                   what the backend does
 ``DecodeJob``         ``num_tokens`` batched greedy steps over text requests of any frames
 ====================  =========================================================================
 
+A plan may hold the frames of several robots (one each, those due this cycle). Their action
+path comes stage by stage: every frame's ``VisionJob``, then their ``PrefillJob`` s one chain
+level at a time, then every ``DenoiseJob``, so that a run of consecutive jobs of one kind (one
+segment kind for prefills) names distinct frames and depends on none of its own: a backend
+may run such a run as one batched call (``backends/frame_batch.py``); run one by one, it gives
+the same results.
+
 Everything here is plain data (vLLM v1 ``sched/output.py``): ints, tuples, enums.
 """
 
@@ -199,6 +206,8 @@ class SchedulerOutput:
     """
     The plan of one cycle.
 
+    :ivar frame_ids: the frames it plans, one per robot due this cycle, in the order of their
+        action jobs (the tightest deadline first); empty: no valid observation.
     :ivar jobs: executed in order.
     :ivar block_size: tokens per KV block (the scheduler's ``block_size``).
     :ivar new_requests: text requests seeded this cycle.
@@ -210,13 +219,24 @@ class SchedulerOutput:
     """
 
     cycle_id: int
-    frame_id: int | None
+    frame_ids: tuple[int, ...]
     jobs: tuple[Job, ...]
     block_size: int
     new_requests: tuple[NewRequestData, ...] = ()
     finished_req_ids: frozenset[str] = frozenset()
     freed_seg_ids: frozenset[int] = frozenset()
     tokens_per_cycle: int = 0
+
+    @property
+    def frame_id(self) -> int | None:
+        """
+        Return the frame of a one-frame plan (one robot), None for a plan without a frame.
+
+        :raises ValueError: the plan holds several frames (read ``frame_ids``).
+        """
+        if len(self.frame_ids) > 1:
+            raise ValueError(f'plan {self.cycle_id} holds frames {self.frame_ids}: read frame_ids')
+        return self.frame_ids[0] if self.frame_ids else None
 
     def jobs_of(self, kind: JobKind) -> tuple[Job, ...]:
         return tuple(job for job in self.jobs if job.kind is kind)
@@ -225,9 +245,10 @@ class SchedulerOutput:
 @dataclass(frozen=True, slots=True)
 class JobTiming:
     """
-    Measured wall time of one job.
+    Measured wall time of one backend call: a job, or a run of jobs batched as one.
 
-    :ivar batch_size: rows (DECODE, SEED, SUFFIX), images (VISION), 1 otherwise.
+    :ivar batch_size: rows (DECODE, SEED, SUFFIX), images (VISION), action chunks (DENOISE),
+        prefix rows (PREFILL).
     :ivar num_tokens: new tokens (PREFILL, SUFFIX), steps run (DECODE), Euler steps
         (DENOISE).
     """
@@ -245,7 +266,8 @@ class RunnerOutput:
 
     :ivar sampled_token_ids: per text request, the tokens generated this cycle in order
         (seed token first for new requests), before any EOS truncation.
-    :ivar timings: one entry per executed job, in plan order.
+    :ivar timings: one entry per backend call (a job, or a run of jobs batched), in plan
+        order.
     """
 
     cycle_id: int

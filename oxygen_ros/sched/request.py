@@ -1,7 +1,9 @@
 """
 Requests: one action chunk per frame, text and memory notes of any length (stdlib only).
 
-``FrameSpec`` is the frame a cycle schedules them on.
+``FrameSpec`` is the frame a cycle schedules them on. An engine may serve several robots:
+each frame and each text request names its robot (``''``: the only robot of a one-robot
+engine), and a text request reads only its own robot's frames.
 
 Naming follows vLLM v1 (``v1/request.py``): ``req_id``, ``RequestStatus``,
 ``num_computed_tokens``, ``output_token_ids``.
@@ -106,6 +108,8 @@ class Request:
     :ivar context: what the request reads before ``prompt_token_ids`` (TEXT, MEMORY).
     :ivar use_adapter: the suffix LoRA is active on the request's suffix and generated tokens
         (OxyGen's textual-memory adapter; ACTION_PREFIX only).
+    :ivar robot: the robot whose frames a TEXT or MEMORY request is admitted onto (``''``:
+        the only robot); an ACTION request's is its frame's.
     :ivar max_tokens: token budget (TEXT/MEMORY); 0 for ACTION.
     :ivar deadline: monotonic seconds by which an ACTION must be published; None otherwise.
     :ivar frame_id: the frame whose prefix the request reads; set when it is scheduled.
@@ -126,6 +130,7 @@ class Request:
     deadline: float | None = None
     context: TextContext = TextContext.OWN_PROMPT
     use_adapter: bool = False
+    robot: str = ''
     frame_id: int | None = None
     status: RequestStatus = RequestStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)
@@ -179,6 +184,8 @@ class FrameSpec:
     :ivar action: the frame's ACTION request, or None for a frame that only feeds text.
     :ivar prompt_token_ids: the frame's action prompt, the prompt of its root (the prefix
         that ACTION_PREFIX requests read); default (empty): the action's.
+    :ivar robot: the robot it was observed on (``''``: the only robot); the text requests
+        of that robot only are admitted onto it.
     :ivar own_prompts: request id -> the prompt of a waiting ``OWN_PROMPT`` request on this
         frame (the engine builds each on the frame's instruction: openpi_subtask_generation's
         ``Task: {instruction}. Subtask: ``): what it reads if this frame admits it
@@ -190,6 +197,7 @@ class FrameSpec:
     num_images: int = 1
     action: Request | None = None
     prompt_token_ids: tuple[int, ...] = ()
+    robot: str = ''
     own_prompts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def prompt_of(self, req: Request) -> tuple[int, ...]:

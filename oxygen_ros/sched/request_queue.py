@@ -14,7 +14,7 @@ Not thread-safe: the engine makes every call under its lock.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from oxygen_ros.sched.request import Request
 
@@ -58,20 +58,8 @@ class RequestQueue:
         self.check_room(limit)
         self._queue.append(request)
 
-    def peek(self) -> Request:
-        """Return the oldest request (IndexError: empty)."""
-        return self._queue[0]
-
-    def pop(self) -> Request:
-        """Remove and return the oldest request (IndexError: empty)."""
-        return self._queue.popleft()
-
-    def prepend(self, requests: Iterable[Request]) -> None:
-        """Put ``requests`` back at the head, in their order (passed over this cycle)."""
-        self._queue.extendleft(reversed(list(requests)))
-
     def remove(self, request: Request) -> bool:
-        """Remove ``request`` (cancelled); return whether it was waiting."""
+        """Remove ``request`` (admitted or cancelled); return whether it was waiting."""
         try:
             self._queue.remove(request)
         except ValueError:

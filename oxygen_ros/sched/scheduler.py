@@ -15,6 +15,13 @@ prefix of a frame without one is passed over (it keeps its place). A request wit
 its own reads the one the frame that admits it brings (``FrameSpec.own_prompts``, built on
 the frame's instruction); the scheduler sets it on the request as it admits it.
 
+**Several robots** (``docs/design.md#several-robots``): one cycle plans the frames of every
+robot due (``schedule`` takes one ``FrameSpec`` per robot); their action paths come stage by
+stage (the backend batches each stage), each frame's text requests are admitted onto it only,
+first come first served per robot (``admission.py``: a robot not due holds up nobody), and
+one decode job serves every robot's running requests, k shrinking for the tightest deadline.
+The action reserve holds an action prefix for each of ``max_robots`` robots.
+
 ``OXYGEN`` (arXiv 2603.14371; ``docs/design.md#scheduler-oxygen_rossched``), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
      always: text can never take the blocks the action needs (``action_reserve_blocks``);
@@ -40,66 +47,21 @@ to completion in its frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-import enum
 import itertools
+from typing import Sequence
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.manager import KVCacheManager, SegmentSpec
+from oxygen_ros.sched.admission import QueueWalk
 from oxygen_ros.sched.cost import CostModel
 from oxygen_ros.sched.output import (
-    DecodeJob, DenoiseJob, NewRequestData, RunnerOutput, SchedulerOutput, SeedJob, SegmentKind)
-from oxygen_ros.sched.plan import CyclePlan, request_chain
+    DecodeJob, NewRequestData, RunnerOutput, SchedulerOutput, SeedJob, SegmentKind)
+from oxygen_ros.sched.plan import (
+    ActionAlloc, cycle_deadline, cycle_frames, CyclePlan, request_chain)
 from oxygen_ros.sched.request import (
     FrameSpec, Request, RequestKind, RequestStatus, TextContext)
 from oxygen_ros.sched.request_queue import RequestQueue
-
-
-class Policy(enum.Enum):
-    OXYGEN = 'oxygen'
-    ISOLATED = 'isolated'
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """
-    The scheduler's settings: ``EngineConfig.scheduler``.
-
-    No defaults of its own: each field is declared once, with its default, in
-    ``oxygen_ros/parameters/oxygen_parameters.yaml``, and ``EngineConfig`` builds this config
-    from there (this layer reads no YAML). What the engine derives (the pool's size, the
-    longest prefix, the EOS id) is given to ``Scheduler`` itself.
-
-    :param policy: OXYGEN or ISOLATED.
-    :param block_size: tokens per KV block.
-    :param tokens_per_cycle: k, decode tokens per text request per cycle (OXYGEN).
-    :param min_tokens_per_cycle: lower bound of k when the deadline shrinks it (0 lets text
-        stall entirely while the action path needs the whole period).
-    :param max_running_requests: the largest decode batch.
-    :param max_waiting_requests: text requests waiting for admission; ``add_request`` refuses
-        one more (``QueueFullError``).
-    :param stop_on_eos: end a text request at EOS; False decodes every request to its budget.
-    :raises ValueError: a bound below 1, or ``min_tokens_per_cycle`` outside
-        ``0..tokens_per_cycle``.
-    """
-
-    policy: Policy
-    block_size: int
-    tokens_per_cycle: int
-    min_tokens_per_cycle: int
-    max_running_requests: int
-    max_waiting_requests: int
-    stop_on_eos: bool
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, 'policy', Policy(self.policy))
-        for name in ('block_size', 'tokens_per_cycle', 'max_running_requests',
-                     'max_waiting_requests'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-        if not 0 <= self.min_tokens_per_cycle <= self.tokens_per_cycle:
-            raise ValueError(f'min_tokens_per_cycle must be in 0..{self.tokens_per_cycle}, '
-                             f'got {self.min_tokens_per_cycle}')
+from oxygen_ros.sched.scheduler_config import Policy, SchedulerConfig
 
 
 class Scheduler:
@@ -110,11 +72,15 @@ class Scheduler:
         engine does when the waiting bound changes).
     :param num_blocks: KV pool size in blocks (null block included).
     :param max_prefix_tokens: image tokens of all cameras + prompt slots: sizes the action
-        reserve, the blocks kept free for the next frame's action prefix.
+        reserve, the blocks kept free for the next cycle's action prefixes.
     :param prefix_attention: the model's prefix attention (what a frame's requests share).
     :param eos_token_id: the tokenizer's EOS id; it ends a text request when
         ``config.stop_on_eos``.
-    :raises ValueError: the pool cannot hold two action prefixes (one in use, one reserved).
+    :ivar prefix_blocks: the blocks of one action prefix at its largest.
+    :ivar action_reserve_blocks: blocks every text admission keeps free for the next cycle's
+        action prefixes: ``prefix_blocks`` for each of ``config.max_robots`` robots.
+    :raises ValueError: the pool cannot hold two action prefixes per robot (one in use, one
+        reserved).
     """
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int, max_prefix_tokens: int,
@@ -128,18 +94,24 @@ class Scheduler:
         """Ends a text request; None decodes every request to its budget."""
         self.cost = cost if cost is not None else CostModel()
         self.kv = KVCacheManager(num_blocks, config.block_size)
-        self.action_reserve_blocks = self._action_blocks(max_prefix_tokens)
+        self.prefix_blocks = self._action_blocks(max_prefix_tokens)
+        self.action_reserve_blocks = config.max_robots * self.prefix_blocks
         if 2 * self.action_reserve_blocks > self.kv.capacity_blocks:
+            held = 'two action prefixes' if config.max_robots == 1 else \
+                f'{2 * config.max_robots} action prefixes (two for each of {config.max_robots} ' \
+                f'robots)'
             raise ValueError(
                 f'KV pool of {self.kv.capacity_blocks} blocks x {config.block_size} tokens '
-                f'cannot hold two action prefixes of {max_prefix_tokens} tokens '
-                f'({self.action_reserve_blocks} blocks each); give it more memory')
+                f'cannot hold {held} of {max_prefix_tokens} tokens '
+                f'({self.prefix_blocks} blocks each); give it more memory')
         self.requests: dict[str, Request] = {}
         self.waiting = RequestQueue()
         self.running: list[Request] = []
         self._cycle = itertools.count(1)
         self._emb_ids = itertools.count()
-        self._action_req_id: str | None = None
+        self._action_req_ids: list[str] = []
+        self._claims: set[str] = set()
+        """Waiting requests the pool refused: room is kept for them (``admission.py``)."""
         self._finished_since: set[str] = set()
         self._freed_since: set[int] = set()
 
@@ -178,13 +150,13 @@ class Scheduler:
         Its decode budget (the last token is never fed back), its suffix on the action
         prefix, and a prefix of its own: none under OXYGEN on the action prefix (the root is
         the action's), else at most an action prefix (images + ``max_prefix_tokens``' prompt
-        slots, the size of ``action_reserve_blocks``). Admission keeps the reserve free while
-        the frame's action holds up to as much again, so a request needing at most
+        slots: ``prefix_blocks``). Admission keeps the reserve free while the cycle's
+        actions hold up to as much again, so a request needing at most
         ``capacity_blocks - 2 * action_reserve_blocks`` is admitted once the running ones end.
         """
         shares_root = request.context is TextContext.ACTION_PREFIX
         own = 0 if shares_root and self.config.policy is Policy.OXYGEN \
-            else self.action_reserve_blocks
+            else self.prefix_blocks
         suffix = self.kv.blocks_for(len(request.prompt_token_ids)) if shares_root else 0
         return own + suffix + self.kv.blocks_for(request.max_tokens - 1)
 
@@ -211,6 +183,7 @@ class Scheduler:
         if req is None:
             return None
         self.waiting.remove(req)
+        self._claims.discard(req_id)
         if req in self.running:
             self.running.remove(req)
             self._free(req.req_id)
@@ -232,51 +205,40 @@ class Scheduler:
         return len(self.waiting)
 
     # -- planning ------------------------------------------------------------------------
-    def schedule(self, frame: FrameSpec | None, now: float = 0.0) -> SchedulerOutput:
+    def schedule(self, frames: FrameSpec | Sequence[FrameSpec] | None, now: float = 0.0, *,
+                 deadline: float | None = None) -> SchedulerOutput:
         """
-        Plan one cycle on ``frame`` (None: no valid observation; running text still decodes).
+        Plan one cycle on the frames of the robots due now; running text decodes in any case.
 
+        :param frames: one frame per robot due (a ``FrameSpec`` alone: one robot); None or
+            empty: no valid observation. Their action jobs come in deadline order, the
+            tightest first (frames without a deadline last, in the order given).
         :param now: monotonic seconds at the start of the cycle (for the action deadline).
+        :param deadline: monotonic seconds by which the cycle's text work must be done beside
+            the frames' action deadlines, the earliest counting (e.g. the next control tick
+            of a robot not due now); None: the frames' alone.
+        :raises ValueError: two frames of one robot or with one id, or frames of more robots
+            than ``max_robots`` (nothing has changed then).
         """
-        assert self._action_req_id is None, 'update_from_output() of the last plan missing'
+        assert not self._action_req_ids, 'update_from_output() of the last plan missing'
+        frames = cycle_frames(frames, self.config.max_robots)
         cycle_id = next(self._cycle)
-        plan = CyclePlan(self._emb_ids, isolated=self.config.policy is Policy.ISOLATED)
-        new_requests: list[NewRequestData] = []
-        if frame is not None and frame.action is not None:
-            self._schedule_action(frame, plan)
-        isolated = plan.isolated
-        passed_over: list[Request] = []
-        while frame is not None and self.waiting:
-            req = self.waiting.peek()
-            if req.context is TextContext.ACTION_PREFIX and not frame.root_prompt:
-                passed_over.append(self.waiting.pop())  # no root: keeps its place
-                continue
-            if not self._fits(req, frame, plan, len(new_requests), now):
-                break
-            data = self._admit(req, frame, plan, cycle_id)
-            if data is None:
-                break  # first come first served: nobody overtakes the head
-            self.waiting.pop()
-            new_requests.append(data)
-            if isolated:
-                plan.flush_suffixes()
-                plan.jobs.append(SeedJob((req.req_id,)))
-                if req.max_tokens > 1:
-                    plan.jobs.append(DecodeJob((req.req_id,), (req.max_tokens - 1,),
-                                               self.eos_token_id))
-        self.waiting.prepend(passed_over)
+        isolated = self.config.policy is Policy.ISOLATED
+        plan = CyclePlan(self._emb_ids, isolated=isolated)
+        plan.add_actions([self._allocate_action(f) for f in frames if f.action is not None])
+        deadline = cycle_deadline(frames, deadline)
+        new_requests = self._admit_waiting(frames, plan, cycle_id, deadline, now)
         k = self.config.tokens_per_cycle
         if not isolated:
             plan.flush_suffixes()
             if new_requests:
                 plan.jobs.append(SeedJob(tuple(d.req_id for d in new_requests)))
-            k = self._tokens_this_cycle(frame, plan, len(new_requests), now)
-            decode = self._decode_job(k, {d.req_id for d in new_requests},
-                                      self._decode_deadline(frame))
+            k = self._tokens_this_cycle(plan, len(new_requests), deadline, now)
+            decode = self._decode_job(k, {d.req_id for d in new_requests}, deadline)
             if decode is not None:
                 plan.jobs.append(decode)
         out = SchedulerOutput(
-            cycle_id=cycle_id, frame_id=frame.frame_id if frame else None,
+            cycle_id=cycle_id, frame_ids=tuple(f.frame_id for f in frames),
             jobs=tuple(plan.jobs), new_requests=tuple(new_requests),
             finished_req_ids=frozenset(self._finished_since),
             freed_seg_ids=frozenset(self._freed_since),
@@ -284,6 +246,31 @@ class Scheduler:
         self._finished_since.clear()
         self._freed_since.clear()
         return out
+
+    def _admit_waiting(self, frames: list[FrameSpec], plan: CyclePlan, cycle_id: int,
+                       deadline: float | None, now: float) -> list[NewRequestData]:
+        """Admit waiting text requests onto their robots' frames (``admission.py``)."""
+        new_requests: list[NewRequestData] = []
+        if not frames:
+            return new_requests
+        walk = QueueWalk({f.robot: f for f in frames}, self._claims, self.max_blocks_needed,
+                         self.action_reserve_blocks)
+        for req, frame in walk.candidates(self.waiting):
+            if req.context is TextContext.ACTION_PREFIX and not frame.root_prompt:
+                continue  # no root: keeps its place
+            if not self._fits(req, frame, plan, len(new_requests), deadline, now):
+                walk.close(req, claim=False)
+                continue
+            data = self._admit(req, frame, plan, cycle_id, *walk.reserved(req.robot))
+            if data is None:
+                walk.close(req, claim=True)  # first come first served: nobody overtakes
+                continue
+            walk.admitted(req)
+            self.waiting.remove(req)
+            new_requests.append(data)
+            if plan.isolated:
+                plan.decode_to_completion(req, self.eos_token_id)
+        return new_requests
 
     def _action_blocks(self, prefix_tokens: int) -> int:
         if self.prefix_attention is PrefixAttention.CAUSAL_TEXT:
@@ -295,7 +282,7 @@ class Scheduler:
         return request_chain(frame, req, isolated=self.config.policy is Policy.ISOLATED,
                              prefix_attention=self.prefix_attention)
 
-    def _schedule_action(self, frame: FrameSpec, plan: CyclePlan) -> None:
+    def _allocate_action(self, frame: FrameSpec) -> ActionAlloc:
         req = frame.action
         assert req is not None
         chain = self._chain(frame, req)
@@ -304,24 +291,29 @@ class Scheduler:
         # the reserve kept free by every text admission guarantees this (never starved)
         assert alloc is not None, 'action reserve violated'
         req.frame_id = frame.frame_id
+        req.robot = frame.robot
         req.status = RequestStatus.RUNNING
         req.num_prefix_tokens = req.num_computed_tokens = alloc.num_prefix_tokens
-        self._action_req_id = req.req_id
+        self._action_req_ids.append(req.req_id)
         self.requests[req.req_id] = req
-        plan.add_segments(frame, req, alloc.new_segments)
-        plan.jobs.append(DenoiseJob(req.req_id, frame.frame_id,
-                                    tuple(s.seg_id for s in alloc.segments)))
+        return ActionAlloc(frame, req, alloc.segments, alloc.new_segments)
 
-    def _admit(self, req: Request, frame: FrameSpec, plan: CyclePlan,
-               cycle_id: int) -> NewRequestData | None:
+    def _admit(self, req: Request, frame: FrameSpec, plan: CyclePlan, cycle_id: int,
+               claim_blocks: int = 0, claim_rows: int = 0) -> NewRequestData | None:
+        """
+        Allocate ``req`` on ``frame`` and plan its prefix; None where the pool refuses it.
+
+        :param claim_blocks: KV blocks to leave free for claims (``admission.QueueWalk``).
+        :param claim_rows: decode rows to leave free for them.
+        """
         if self.config.policy is Policy.OXYGEN and \
-                len(self.running) >= self.config.max_running_requests:
+                len(self.running) + claim_rows >= self.config.max_running_requests:
             return None
         chain = self._chain(frame, req)
         assert chain is not None  # schedule passes over a request without a root
         # the last generated token is never fed back, so it needs no slot
         alloc = self.kv.allocate(req.req_id, chain, req.max_tokens - 1,
-                                 keep_free=self.action_reserve_blocks)
+                                 keep_free=self.action_reserve_blocks + claim_blocks)
         if alloc is None:
             return None
         req.prompt_token_ids = frame.prompt_of(req)   # what its chain was built on
@@ -336,7 +328,7 @@ class Scheduler:
                               alloc.num_prefix_tokens, req.max_tokens, req.use_adapter)
 
     def _fits(self, req: Request, frame: FrameSpec, plan: CyclePlan, num_new: int,
-              now: float) -> bool:
+              deadline: float | None, now: float) -> bool:
         """
         Return whether admitting ``req`` leaves time for a decode step before the deadline.
 
@@ -345,37 +337,28 @@ class Scheduler:
         fits (a waiting request gets in within its turn however late cycles run); so does
         every one without a deadline or without measurements (ISOLATED has no deadline).
         """
-        action = frame.action
-        if num_new == 0 or self.config.policy is Policy.ISOLATED or action is None or \
-                action.deadline is None:
+        if num_new == 0 or self.config.policy is Policy.ISOLATED or deadline is None:
             return True
         new = [spec for spec in self._chain(frame, req) or ()
                if self.kv.lookup(spec.key) is None]
         suffix = sum(spec.num_tokens for spec in new if spec.key.kind is SegmentKind.SUFFIX)
         prefill = sum(spec.num_tokens for spec in new) - suffix
-        left = action.deadline - now - self.cost.action_path(
+        left = deadline - now - self.cost.action_path(
             plan.num_images, plan.num_prefill_tokens + prefill, num_new + 1,
-            plan.num_suffix_tokens + suffix)
+            plan.num_suffix_tokens + suffix, plan.num_chunks)
         step = self.cost.decode_step(len(self.running) + 1) or 0.0
         return left >= step * self.config.min_tokens_per_cycle
 
-    def _tokens_this_cycle(self, frame: FrameSpec | None, plan: CyclePlan, num_new: int,
+    def _tokens_this_cycle(self, plan: CyclePlan, num_new: int, deadline: float | None,
                            now: float) -> int:
         cfg = self.config
-        action = frame.action if frame is not None else None
-        if action is None or action.deadline is None:
+        if deadline is None:
             return cfg.tokens_per_cycle
-        left = action.deadline - now - self.cost.action_path(
-            plan.num_images, plan.num_prefill_tokens, num_new, plan.num_suffix_tokens)
+        left = deadline - now - self.cost.action_path(
+            plan.num_images, plan.num_prefill_tokens, num_new, plan.num_suffix_tokens,
+            plan.num_chunks)
         return self.cost.tokens_within(left, len(self.running), cfg.tokens_per_cycle,
                                        cfg.min_tokens_per_cycle)
-
-    def _decode_deadline(self, frame: FrameSpec | None) -> float | None:
-        """Return the action deadline the decode job must respect (None: no deadline)."""
-        action = frame.action if frame is not None else None
-        if action is None:
-            return None
-        return action.deadline
 
     def _decode_job(self, k: int, new_ids: set[str],
                     deadline: float | None = None) -> DecodeJob | None:
@@ -405,11 +388,11 @@ class Scheduler:
                              f'{sched_out.cycle_id}')
         for timing in runner_out.timings:
             self.cost.observe(timing)
-        if self._action_req_id is not None:
-            action = self.requests.pop(self._action_req_id)
+        for req_id in self._action_req_ids:
+            action = self.requests.pop(req_id)
             action.status = RequestStatus.FINISHED_STOPPED
             self._free(action.req_id)
-            self._action_req_id = None
+        self._action_req_ids.clear()
         eos = self.eos_token_id
         finished: list[Request] = []
         for req_id, tokens in runner_out.sampled_token_ids.items():

@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument('--seed', type=int, default=0,
                    help='random weights and the flow-matching noise of frame i')
     g.add_argument('--no-warmup', action='store_true', help='skip the warm-up cycles')
+    g.add_argument('--max-robots', type=int, default=None,
+                   help='serve each connection as a robot of the engine, up to N at once, '
+                        'the frames that arrive together in one cycle (at least '
+                        '--max-connections); default: the declared max_robots (1: the '
+                        "connections' frames one at a time, docs/serving.md#several-robots)")
     g = p.add_argument_group('network and security')
     g.add_argument('--host', default='127.0.0.1',
                    help='address to bind (default: %(default)s, this machine only)')
@@ -143,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f'({", ".join(m.value for m in Layout)})')
         check_layout(layout, robot)
         limits = _limits(args, layout)
+        if args.max_robots is not None:
+            limits.check_robots(args.max_robots)
         keys = load_api_keys(args.api_key_file)
         if (args.keyfile or args.client_ca) and not args.certfile:
             raise ValueError('--keyfile and --client-ca need --certfile')

@@ -15,7 +15,7 @@ its requests (docs/serving.md#language-updates). Only the engine's public API is
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 import itertools
 import logging
@@ -90,6 +90,11 @@ class CycleDriver:
         self._last_stamp_ns = max(time.time_ns(), self._last_stamp_ns + 1)
         return self._last_stamp_ns
 
+    def submit(self, session: Session, obs: Observation, requests: list[LanguageRequest],
+               queued_at: float) -> Future:
+        """Queue :meth:`serve_frame` in the driver's thread (any thread); return its future."""
+        return self.executor.submit(self.serve_frame, session, obs, requests, queued_at)
+
     def serve_frame(self, session: Session, obs: Observation,
                     requests: list[LanguageRequest], queued_at: float) -> FrameResult:
         """
@@ -121,14 +126,14 @@ class CycleDriver:
                   'tokens_per_cycle': stats.tokens_per_cycle, 'decode_batch': stats.decode_batch}
         return FrameResult(out.action.actions, timing, session.texts.take_updates())
 
-    def _submit(self, texts: ConnectionTexts) -> list[LanguageRequest]:
+    def _submit(self, texts: ConnectionTexts, robot: str = '') -> list[LanguageRequest]:
         """Hand the connection's pending requests to the engine; return those it queued."""
         submitted = []
         for req in texts.pending:
             req_id = texts.engine_id(req)
             try:
                 self.engine.submit_text(req.task, question=req.question,
-                                        max_tokens=req.max_tokens, req_id=req_id)
+                                        max_tokens=req.max_tokens, req_id=req_id, robot=robot)
             except (QueueFullError, EngineClosedError, ValueError) as exc:
                 texts.refuse(req, f'{type(exc).__name__}: {exc}')
                 continue

@@ -60,6 +60,16 @@ class ServeLimits:
         if self.idle_timeout_s is not None and not self.idle_timeout_s > 0:
             raise ValueError(f'idle_timeout_s must be > 0 or None, got {self.idle_timeout_s}')
 
+    def check_robots(self, max_robots: int) -> None:
+        """
+        Check the connections against the engine's robots (each connection one, N > 1).
+
+        :raises ValueError: ``max_robots`` > 1 but fewer than ``max_connections``.
+        """
+        if 1 < max_robots < self.max_connections:
+            raise ValueError(f'--max-connections {self.max_connections} is more than '
+                             f'--max-robots {max_robots}: each connection is a robot')
+
     def as_metadata(self) -> dict[str, object]:
         """Return the bounds as the metadata sent on connect names them."""
         return asdict(self)

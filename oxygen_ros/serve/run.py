@@ -21,6 +21,7 @@ from oxygen_ros.serve.driver import CycleDriver
 from oxygen_ros.serve.layouts import Layout
 from oxygen_ros.serve.limits import ServeLimits
 from oxygen_ros.serve.metadata import server_metadata
+from oxygen_ros.serve.robot_driver import RobotsDriver
 from oxygen_ros.serve.server import HEALTH_PATH, PolicyServer
 
 _LOG = logging.getLogger('oxygen_serve')
@@ -32,7 +33,8 @@ def engine_config(args: argparse.Namespace, limits: ServeLimits) -> EngineConfig
         preset=args.preset, checkpoint=args.checkpoint, tokenizer=args.tokenizer,
         norm_stats=args.norm_stats, device=args.device, dtype=args.dtype, seed=args.seed,
         tokens_per_cycle=args.tokens_per_cycle, decode_budget=args.decode_budget,
-        max_waiting_requests=max(16, limits.max_language_requests))
+        max_waiting_requests=max(16, limits.max_language_requests),
+        **({} if args.max_robots is None else {'max_robots': args.max_robots}))
 
 
 def warmup_observation(engine: Engine, prompt: str | None) -> Observation:
@@ -46,8 +48,22 @@ def make_server(engine: Engine, layout: Layout, limits: ServeLimits, *,
                 api_keys: tuple[bytes, ...] = (), ssl_context: ssl.SSLContext | None = None,
                 client_certs: bool = False, default_prompt: str | None = None
                 ) -> PolicyServer:
-    """Return the server of a built engine (what the command line and the tests make)."""
-    driver = CycleDriver(engine, max_language_requests=limits.max_language_requests)
+    """
+    Return the server of a built engine (what the command line and the tests make).
+
+    An engine of ``max_robots`` > 1 serves each connection as a robot (``RobotsDriver``):
+    its one unnamed robot, if it has it (the warm-up's), gives way to the connections'.
+
+    :raises ValueError: more connections allowed than the engine serves robots.
+    """
+    max_robots = engine.config.scheduler.max_robots
+    limits.check_robots(max_robots)
+    if max_robots == 1:
+        driver = CycleDriver(engine, max_language_requests=limits.max_language_requests)
+    else:
+        if engine.robots == ('',):
+            engine.remove_robot('')
+        driver = RobotsDriver(engine, max_language_requests=limits.max_language_requests)
     metadata = server_metadata(engine, layout, limits, default_prompt=default_prompt,
                                tls=ssl_context is not None, api_key=bool(api_keys),
                                client_certs=client_certs)

@@ -184,8 +184,7 @@ class PolicyServer:
             data = await self._receive(ws)
             start = time.monotonic()
             obs, requests = self._decode(data, session)
-            result = await loop.run_in_executor(self.driver.executor, self.driver.serve_frame,
-                                                session, obs, requests, start)
+            result = await asyncio.wrap_future(self.driver.submit(session, obs, requests, start))
             server_timing = {'infer_ms': 1e3 * (time.monotonic() - start)}
             if prev_total_ms is not None:
                 server_timing['prev_total_ms'] = prev_total_ms

@@ -64,8 +64,8 @@ def test_a_budget_the_pool_can_never_hold_ends_the_submitting_only_where_asked(
                     tokenizer=tokenizer)
     tasks = [TextTask.ANSWER] * 3
     with pytest.raises(ValueError, match='could never be admitted'):
-        warm_texts(engine, observation(), tasks, 100_000)
-    warm_texts(engine, observation(), tasks, 100_000, as_the_pool_holds=True)
+        warm_texts(engine, observation(), ('',), tasks, 100_000)
+    warm_texts(engine, observation(), ('',), tasks, 100_000, as_the_pool_holds=True)
     assert engine.num_running == engine.num_waiting == 0
     assert engine.config.scheduler.max_waiting_requests == 16  # the bound is back either way
     assert engine.step(observation()).action is not None

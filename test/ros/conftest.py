@@ -115,6 +115,21 @@ class RosTestNode:
             self.executor.spin_once(timeout_sec=0.02)
         return True
 
+    def publish_until(self, publish: Callable[[], None], predicate: Callable[[], bool],
+                      timeout_s: float, period_s: float = 0.05) -> bool:
+        """Call ``publish()`` every ``period_s``, spin until ``predicate()``; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        next_publish = 0.0
+        while not predicate():
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if now >= next_publish:
+                publish()
+                next_publish = now + period_s
+            self.executor.spin_once(timeout_sec=0.01)
+        return True
+
     def spin_for(self, seconds: float) -> None:
         """Spin for ``seconds`` (to take messages still in flight, not for discovery)."""
         self.spin_until(lambda: False, timeout_s=seconds)

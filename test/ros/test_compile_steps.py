@@ -61,19 +61,20 @@ def _node(context, *params):
 def _run(node, frames):
     """Drive ``frames`` cycles by hand, one question at the first; return chunks and answers."""
     chunks, answers = [], []
-    node._pubs['action'].publish = chunks.append
-    node._pubs['answer'].publish = answers.append
-    node._cache.set_instruction('pick up the cup')
+    node._robots[0].pubs['action'].publish = chunks.append
+    node._robots[0].pubs['answer'].publish = answers.append
+    node._robots[0].cache.set_instruction('pick up the cup')
     for f in range(frames):
         stamp = node._now_ns()
-        node._cache.put_image('base_0_rgb', image(stamp, seed=2 * f)[1], stamp)
-        node._cache.put_image('left_wrist_0_rgb', image(stamp, seed=2 * f + 1)[1], stamp)
-        node._cache.put_joint_state(joint_state(stamp), stamp)
+        node._robots[0].cache.put_image('base_0_rgb', image(stamp, seed=2 * f)[1], stamp)
+        node._robots[0].cache.put_image('left_wrist_0_rgb', image(stamp, seed=2 * f + 1)[1], stamp)
+        node._robots[0].cache.put_joint_state(joint_state(stamp), stamp)
         if f == 0:
-            node._texts.ask_topic('what is on the table?', time.monotonic())
+            node._robots[0].texts.ask_topic('what is on the table?', time.monotonic())
         node._control_tick()
         node._publish_texts()
-    node._pubs['action'].publish = lambda msg: None  # later ticks may act on the last frame
+    # later ticks may act on the last frame
+    node._robots[0].pubs['action'].publish = lambda msg: None
     for _ in range(40):                       # the answer decodes to its end without frames
         if answers:
             break

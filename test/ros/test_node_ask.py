@@ -74,17 +74,7 @@ class Inputs:
 
     def run_until(self, predicate, timeout_s=30.0):
         """Publish and spin until ``predicate()``; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        next_publish = 0.0
-        while not predicate():
-            now = time.monotonic()
-            if now >= deadline:
-                return False
-            if now >= next_publish:
-                self.publish()
-                next_publish = now + 0.05
-            self.ros_node.executor.spin_once(timeout_sec=0.01)
-        return True
+        return self.ros_node.publish_until(self.publish, predicate, timeout_s)
 
 
 def wait_done(inputs, future, what, proc, timeout_s=30.0):

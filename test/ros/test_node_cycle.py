@@ -46,9 +46,9 @@ def tiny_node(context):
 
 
 def feed(node, stamp_ns, positions=None):
-    node._cache.put_image('base_0_rgb', image(stamp_ns, seed=1)[1], stamp_ns)
-    node._cache.put_image('left_wrist_0_rgb', image(stamp_ns, seed=2)[1], stamp_ns)
-    node._cache.put_joint_state(joint_state(stamp_ns, positions), stamp_ns)
+    node._robots[0].cache.put_image('base_0_rgb', image(stamp_ns, seed=1)[1], stamp_ns)
+    node._robots[0].cache.put_image('left_wrist_0_rgb', image(stamp_ns, seed=2)[1], stamp_ns)
+    node._robots[0].cache.put_joint_state(joint_state(stamp_ns, positions), stamp_ns)
 
 
 def test_node_cycle_by_hand(tiny_node):
@@ -56,13 +56,13 @@ def test_node_cycle_by_hand(tiny_node):
     published = []
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-    node._pubs['action'].publish = published.append
+    node._robots[0].pubs['action'].publish = published.append
     texts = []
-    node._pubs['answer'].publish = texts.append
-    node._cache.set_instruction('pick up the cup')
+    node._robots[0].pubs['answer'].publish = texts.append
+    node._robots[0].cache.set_instruction('pick up the cup')
     feed(node, node._now_ns())
-    node._texts.ask_topic('what is on the table?', time.monotonic())
-    node._texts.ask_topic('   ', time.monotonic())  # refused on arrival: answered at once
+    node._robots[0].texts.ask_topic('what is on the table?', time.monotonic())
+    node._robots[0].texts.ask_topic('   ', time.monotonic())  # refused on arrival: answered
     node._control_tick()
     [chunk] = published
     actions = trajectory_from_msg(chunk).positions
@@ -70,7 +70,7 @@ def test_node_cycle_by_hand(tiny_node):
     assert list(chunk.joint_names) == JOINTS[:7] and chunk.header.frame_id == 'base_link'
     assert [p.time_from_start.nanosec for p in chunk.points] == [0, 50_000_000, 100_000_000,
                                                                  150_000_000]
-    assert list(node._texts.live.values()) == [TextTask.ANSWER, TextTask.MEMORY]
+    assert list(node._robots[0].texts.live.values()) == [TextTask.ANSWER, TextTask.MEMORY]
     feed(node, node._now_ns(), positions=[math.nan] * 8)
     node._control_tick()  # refused: no chunk, the answer keeps decoding
     assert len(published) == 1
@@ -99,7 +99,7 @@ def test_the_cycle_deadline_is_the_next_tick_less_the_slack(tiny_node):
     node = tiny_node
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-    node._cache.set_instruction('pick up the cup')
+    node._robots[0].cache.set_instruction('pick up the cup')
     deadlines = []
     begin = node._engine.begin
 
@@ -135,8 +135,8 @@ def test_velocity_chunks_start_at_the_observed_joints_and_are_clipped(context):
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         published = []
-        node._pubs['action'].publish = published.append
-        node._cache.set_instruction('pick up the cup')
+        node._robots[0].pubs['action'].publish = published.append
+        node._robots[0].cache.set_instruction('pick up the cup')
         joints = [0.5, -0.4, 0.3, -0.2, 0.1, 0.0, -0.1, 0.04]
         feed(node, node._now_ns(), positions=joints)
         node._control_tick()
@@ -163,7 +163,7 @@ def test_rtc_guides_every_chunk_after_the_first_and_measures_the_delay_on_guided
         assert node._engine.config.backend.rtc and \
             node._engine.config.backend.rtc_jacobian_steps == 4
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-        node._cache.set_instruction('pick up the cup')
+        node._robots[0].cache.set_instruction('pick up the cup')
         requests, cycles, begin = [], [], node._engine.begin
 
         def capture(obs, **kwargs):
@@ -194,7 +194,7 @@ def test_every_dynamic_parameter_takes_effect_through_the_handler(tiny_node):
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     published = []
-    node._pubs['action'].publish = published.append
+    node._robots[0].pubs['action'].publish = published.append
     changes = {'frame_id': 'table', 'action_dt': 0.02, 'control_rate_hz': 4.0,
                'diagnostics_period': 0.25, 'max_waiting_requests': 3,
                'instruction': 'stack the cups', 'max_observation_age': 0.3,
@@ -214,9 +214,9 @@ def test_every_dynamic_parameter_takes_effect_through_the_handler(tiny_node):
         deadlines.append(kwargs['deadline'] - time.monotonic())
         return begin(*args, **kwargs)
     node._engine.begin = spy
-    assert node._text_out.frame_id == 'table'
+    assert node._robots[0].text_out.frame_id == 'table'
     feed(node, node._now_ns())
-    assert node._cache.assemble(node._now_ns(), 0.5).prompt == 'stack the cups'
+    assert node._robots[0].cache.assemble(node._now_ns(), 0.5).prompt == 'stack the cups'
     node._control_tick()
     [chunk] = published                                            # the next cycle's chunk
     assert chunk.header.frame_id == 'table'
@@ -257,7 +257,7 @@ def test_configure_fails_on_missing_checkpoint(context, tmp_path):
         assert status.message.startswith('engine failed: configure failed: cannot build the '
                                          'tiny engine: ')
         assert str(tmp_path / 'nope') in status.message
-        assert node._engine is None and not node._pubs
+        assert node._engine is None and not node._robots[0].pubs
     finally:
         node.destroy_node()
 

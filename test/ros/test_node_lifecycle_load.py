@@ -69,28 +69,28 @@ def tiny_node(ros_domain_id):
 
 def feed(node):
     stamp = node._now_ns()
-    node._cache.put_image('base_0_rgb', image(stamp, seed=1)[1], stamp)
-    node._cache.put_image('left_wrist_0_rgb', image(stamp, seed=2)[1], stamp)
-    node._cache.put_joint_state(joint_state(stamp), stamp)
+    node._robots[0].cache.put_image('base_0_rgb', image(stamp, seed=1)[1], stamp)
+    node._robots[0].cache.put_image('left_wrist_0_rgb', image(stamp, seed=2)[1], stamp)
+    node._robots[0].cache.put_joint_state(joint_state(stamp), stamp)
 
 
 def test_texts_wait_while_inactive_and_cleanup_refuses_running_questions(tiny_node):
     node = tiny_node
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-    node._cache.set_instruction('pick up the cup')
+    node._robots[0].cache.set_instruction('pick up the cup')
     texts = []
-    node._pubs['answer'].publish = texts.append
-    node._on_ask(String(data='what is on the table?'))
-    while not node._texts.live:  # admitted
+    node._robots[0].pubs['answer'].publish = texts.append
+    node._robots[0]._on_ask(String(data='what is on the table?'))
+    while not node._robots[0].texts.live:  # admitted
         feed(node)
         node._control_tick()
     for _ in range(200):  # 32 tokens, k <= 4 per cycle: then in the outbox, not published
         feed(node)
         node._control_tick()
-        if not node._texts.live:
+        if not node._robots[0].texts.live:
             break
-    assert not node._texts.live
+    assert not node._robots[0].texts.live
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     node._publish_texts()  # inactive: the answer is held (before: taken and dropped)
     assert texts == []
@@ -98,16 +98,16 @@ def test_texts_wait_while_inactive_and_cleanup_refuses_running_questions(tiny_no
     node._publish_texts()
     assert len(texts) == 1 and not texts[0].data.startswith(NO_ANSWER)
 
-    node._on_ask(String(data='and now?'))
+    node._robots[0]._on_ask(String(data='and now?'))
     feed(node)
     node._control_tick()
-    assert list(node._texts.live.values()) == [TextTask.ANSWER]  # decoding at cleanup
+    assert list(node._robots[0].texts.live.values()) == [TextTask.ANSWER]  # decoding at cleanup
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     texts.clear()
-    node._pubs['answer'].publish = texts.append
+    node._robots[0].pubs['answer'].publish = texts.append
     node._publish_texts()
     assert [t.data for t in texts] == [f'{NO_ANSWER}engine shut down']
 

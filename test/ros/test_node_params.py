@@ -13,7 +13,7 @@ from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.node_config import build_configs, check_update
 from oxygen_ros.ros.param_handler import ParameterHandler
 from oxygen_ros.ros.param_spec import descriptor, OnChange, ParameterError, ParamType
-from oxygen_ros.ros.params import declare_parameters, PARAMETERS, SPECS
+from oxygen_ros.ros.params import declare_parameters, DECLARED, PARAMETERS, SPECS
 from oxygen_ros.ros.security import SecuritySettings
 import pytest
 import rclpy
@@ -301,7 +301,7 @@ def test_parameters_doc_check_fails_on_a_stale_page(tmp_path, capsys):
 def test_parameters_doc_lists_every_parameter():
     doc = param_docs.DEFAULT_PAGE.read_text()
     rows = {line.split('`')[1] for line in doc.splitlines() if line.startswith('| `')}
-    assert rows == {spec.name for spec in PARAMETERS}
-    for spec in PARAMETERS:
+    assert rows == {spec.name for spec in DECLARED}  # each robot's as <robots>.name
+    for spec in DECLARED:
         row = next(line for line in doc.splitlines() if line.startswith(f'| `{spec.name}` |'))
         assert ('read-only' in row) == spec.read_only, spec.name

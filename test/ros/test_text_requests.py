@@ -64,7 +64,7 @@ def run_cycles(texts, engine, n, first=1):
 
 
 def step(outputs=()):
-    return StepOutput(None, tuple(outputs), STATS)
+    return StepOutput((), tuple(outputs), STATS)
 
 
 def finished(req_id, task, text, ids, reason=FinishReason.STOP, error=''):

@@ -79,7 +79,7 @@ def cycle(texts, engine, frame):
 
 
 def step(outputs=()):
-    return StepOutput(None, tuple(outputs), STATS)
+    return StepOutput((), tuple(outputs), STATS)
 
 
 def test_the_queue_holds_requests_until_admitted_and_cancels_free_their_place(engine):

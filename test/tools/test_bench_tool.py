@@ -104,6 +104,61 @@ def test_bench_rejects_bad_flags(capsys):
         engine.main(['--preset', 'tiny', '--frames', '0'])
     assert exc.value.code == 2
     assert '--frames must be >= 1' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        engine.main(['--preset', 'tiny', '--robots', '2', '--text-context', 'own_prompt'])
+    assert exc.value.code == 2
+    assert '--robots needs N >= 1 and --text-context action_prefix' in capsys.readouterr().err
+
+
+ROBOT_FIELDS = ['chunks_per_s', 'tokens_per_s', 'round_ms_p50', 'round_ms_p99',
+                'action_latency_ms_p50', 'action_latency_ms_p99', 'decode_batch_p50',
+                'cycles_per_round', 'manager_overhead_frac', 'kv_bytes_peak']
+
+
+def test_several_robots_batched_against_one_after_another(tmp_path, capsys):
+    """``--robots 2``: both ways of serving measured, the ideal, each robot's outputs equal."""
+    out, plot = tmp_path / 'robots.json', tmp_path / 'robots.png'
+    code = engine.main(['--preset', 'tiny', '--cameras', '2', '--robots', '2', '--frames', '3',
+                        '--decode-budget', '4', '--tokens-per-cycle', '2', '--json', str(out),
+                        '--plot', str(plot), '--no-progress'])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result['robots'] == [2] and result['target_of_ideal'] == 0.9
+    assert result['machine']['processor'] and result['warmup_frames'] == 2
+    (run,) = result['runs']
+    assert run['robots'] == 2 and run['names'] == ['robot0', 'robot1']
+    for mode, cycles in (('batched', 1), ('one_after_another', 2)):
+        figures = run[mode]
+        for key in ROBOT_FIELDS:
+            assert figures[key] == figures[key] and figures[key] >= 0, (mode, key)  # not NaN
+        assert figures['cycles_per_round'] == cycles
+        assert set(figures['per_robot']) == {'robot0', 'robot1'}
+        for robot in figures['per_robot'].values():
+            assert robot['chunks'] == 3
+            assert robot['chunks_per_s'] == pytest.approx(figures['chunks_per_s'] / 2)
+            assert 0 < robot['action_latency_ms_p50'] <= robot['action_latency_ms_p99']
+    # one after another, robot1's chunk waits for robot0's whole cycle
+    one = run['one_after_another']['per_robot']
+    assert one['robot1']['action_latency_ms_p50'] > one['robot0']['action_latency_ms_p50']
+    assert run['outputs_equal'] is True and run['text_equal'] is True
+    assert run['action_max_abs_diff'] <= 1e-5
+    assert run['num_texts'] == 2 * (2 + 3)       # a text per robot per round, warm-up included
+    assert run['every_robot_every_round'] is True
+    ideal = run['ideal']
+    for frames in ('1', '2'):
+        assert ideal['components_ms'][frames]['vision'] > 0
+        assert ideal['components_ms'][frames]['suffix'] > 0
+    assert ideal['decode_ms']['batched']['step_ms'] > 0
+    assert ideal['speedup'] == pytest.approx(
+        ideal['round_ms']['one_after_another'] / ideal['round_ms']['batched'])
+    assert run['of_ideal'] == pytest.approx(
+        run['batched']['chunks_per_s'] / ideal['chunks_per_s']['batched'])
+    assert run['meets_target'] is (run['of_ideal'] >= 0.9)
+    assert run['speedup'] == pytest.approx(
+        run['batched']['chunks_per_s'] / run['one_after_another']['chunks_per_s'])
+    assert plot.stat().st_size > 10_000
+    printed = capsys.readouterr().out
+    assert 'batched / one after another: chunks/s' in printed and 'outputs equal True' in printed
 
 
 def test_run_model_prints_chunk_and_texts(capsys):

@@ -24,23 +24,36 @@ from oxygen_ros.sched.scheduler import SchedulerConfig
 DEFAULT_COMPILE_BACKEND = 'inductor'
 """``torch.compile`` backend of ``FastPathBackend.create`` (tests swap in aot_eager)."""
 _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
+ROBOT_BATCH = 'robot_batch'
+"""The dropped feature a fast path serving several robots reports (graphs of one frame)."""
 
 
 class FastPathBackend(TorchBackend):
     """
     ``TorchBackend`` on a :class:`FastPathModel` (``create`` builds and warms one up).
 
+    Several robots' frames in one plan run one frame after the other through the graphs of
+    one frame (``batch_frames`` False): the graphs have no robot-batch dimension yet, and a
+    batched call outside them would run eagerly. With ``max_robots`` > 1 this is reported
+    as the dropped feature ``ROBOT_BATCH`` (``/diagnostics`` WARN; ``oxygen_bench gpu``
+    fails on it): the results are those of batched frames, their time is that of B calls.
+
     :param fast_path: the fast path's model calls (warmed up on this backend's pool).
     :param warmup_seconds: what its warm-up took (reported apart from the cycles).
+    :param max_robots: the most robots' frames a plan holds (``SchedulerConfig``).
     """
+
+    batch_frames = False
 
     def __init__(self, fast_path: FastPathModel, num_blocks: int, block_size: int, *,
                  attention: AttentionBackend = AttentionBackend.AUTO,
-                 adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0) -> None:
+                 adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0,
+                 max_robots: int = 1) -> None:
         super().__init__(fast_path, num_blocks, block_size,  # type: ignore[arg-type]
                          attention=attention, adapter=adapter)
         self.fast_path = fast_path
         self.warmup_seconds = warmup_seconds
+        self.max_robots = max_robots
 
     @property
     def source_model(self) -> Pi05Model:
@@ -55,9 +68,13 @@ class FastPathBackend(TorchBackend):
         if fast.cache is not None:
             counts = fast.cache.counts()
             cache = CompileCacheUse(counts.hits, counts.misses, fast.cache.loaded)
+        dropped = dict(fast.dropped)
+        if self.max_robots > 1:
+            dropped[ROBOT_BATCH] = (f'no robot-batch graphs: the frames of up to '
+                                    f'{self.max_robots} robots run one after the other')
         return WarmupReport(self.warmup_seconds, fast.graph_counts(), dict(fast.compiles),
                             dict(fast.fallbacks), cache, dict(fast.loaded), fast.gate,
-                            dict(fast.seconds), dict(fast.dropped), dict(fast.without))
+                            dict(fast.seconds), dropped, dict(fast.without))
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
@@ -110,10 +127,10 @@ class FastPathBackend(TorchBackend):
             _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
                       ', '.join(step.value for step in fast.steps()) or 'none')
         out = cls(fast, num_blocks, scheduler.block_size, attention=config.attention,
-                  adapter=adapter)
+                  adapter=adapter, max_robots=scheduler.max_robots)
         with sdpa_context(config.attention):
             out.warmup_seconds = fast.warmup(out.cache, progress=progress, reference=reference)
         return out
 
 
-__all__ = ['FastPathBackend', 'DEFAULT_COMPILE_BACKEND']
+__all__ = ['FastPathBackend', 'DEFAULT_COMPILE_BACKEND', 'ROBOT_BATCH']

@@ -23,6 +23,9 @@ benchmark builds and probes beneath it (the shared backend, the adapter, the com
 is in ``engine_parts.py``. The probe runs on slots the OxyGen engine lends from its own pool
 (``Engine.borrow_kv_slots``).
 
+With ``--robots N [N ...]`` it measures one OxyGen engine serving N robots instead, their
+frames batched, against the same robots served one after another (``robots.py``).
+
 Frame time = wall time of one ``Engine.step`` (one control cycle). The first
 ceil(budget / k) frames are excluded from the timing statistics: OxyGen's decode batch is
 still filling (OxyGen's warm-up frames).
@@ -37,7 +40,6 @@ import json
 import logging
 import math
 from pathlib import Path
-import platform
 import statistics
 import sys
 from typing import Callable
@@ -49,7 +51,8 @@ from oxygen_ros.engine import AttentionBackend, TextContext
 from oxygen_ros.tools.bench.arrivals import Arrival, ArrivalPattern
 from oxygen_ros.tools.bench.options import (
     add_fast_path_arguments, add_quantization_argument, COMPILE_MODES)
-from oxygen_ros.tools.common.machine import cpu_name
+from oxygen_ros.tools.bench.summary import percentile
+from oxygen_ros.tools.common.machine import machine_summary
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -104,7 +107,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--rtc-jacobian-steps', type=int, default=None, metavar='K',
                    help="RTC's Euler steps that take the vector-Jacobian product, the first K "
                         '(EngineConfig.rtc_jacobian_steps; default: every step)')
+    p.add_argument('--robots', type=int, nargs='+', default=None, metavar='N',
+                   help='serve N robots from one engine, their frames batched, against the '
+                        'same robots one after another (tools/bench/robots.py); '
+                        'OxyGen only, text on the action prefix')
     args = p.parse_args(argv)
+    if args.robots and (min(args.robots) < 1 or args.text_context != 'action_prefix'):
+        p.error('--robots needs N >= 1 and --text-context action_prefix')
     for name in ('frames', 'decode_budget', 'tokens_per_cycle', 'text_every', 'probe_every'):
         if getattr(args, name) < 1:
             p.error(f'--{name.replace("_", "-")} must be >= 1')
@@ -118,23 +127,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float('nan')
-
-
 def _policy_summary(cycles: list, tokens: int, seconds: float) -> dict:
     totals = [c.total_s for c in cycles]
     forward = sum(c.forward_s for c in cycles)
     return {
-        'frame_ms_p50': 1e3 * _pct(totals, 50), 'frame_ms_p99': 1e3 * _pct(totals, 99),
+        'frame_ms_p50': 1e3 * percentile(totals, 50), 'frame_ms_p99': 1e3 * percentile(totals, 99),
         'frame_ms_mean': 1e3 * statistics.fmean(totals),
-        'action_latency_ms_p50': 1e3 * _pct([c.action_latency_s for c in cycles], 50),
-        'action_latency_ms_p99': 1e3 * _pct([c.action_latency_s for c in cycles], 99),
+        'action_latency_ms_p50': 1e3 * percentile([c.action_latency_s for c in cycles], 50),
+        'action_latency_ms_p99': 1e3 * percentile([c.action_latency_s for c in cycles], 99),
         'action_hz': len(cycles) / sum(totals), 'tokens_per_s': tokens / seconds,
         'forward_ms_mean': 1e3 * forward / len(cycles),
         'manager_overhead_frac': 1.0 - forward / sum(totals),
-        'decode_batch_p50': _pct([c.decode_batch for c in cycles], 50),
-        'tokens_per_cycle_p50': _pct([c.tokens_per_cycle for c in cycles], 50),
+        'decode_batch_p50': percentile([c.decode_batch for c in cycles], 50),
+        'tokens_per_cycle_p50': percentile([c.tokens_per_cycle for c in cycles], 50),
         'kv_bytes_peak': max(c.kv_peak_bytes for c in cycles),
         'full_prefills_per_frame': statistics.fmean(c.full_prefills for c in cycles),
         'prefill_tokens_per_frame': statistics.fmean(c.prefill_tokens for c in cycles),
@@ -179,6 +184,15 @@ def main(argv: list[str] | None = None, *,
         print(f'oxygen_bench engine: {exc}', file=sys.stderr)
         return 2
     loaded = replace(loaded, reference=None)        # the fast path's gate is over
+    if args.robots:             # several robots: batched against one after another
+        from oxygen_ros.tools.bench.robots import robot_names, run_robots
+        config = base.with_settings(policy=Policy.OXYGEN)
+        robots = {'batched': Engine(config, model=loaded, backend=shared,
+                                    robots=robot_names(1)),
+                  'one_after_another': Engine(config, model=loaded, robots=robot_names(1),
+                                              backend=shared.sharing_pool(blocks))}
+        with attention_context(shared):
+            return run_robots(args, base, model, robots, torch)
     oxygen = Engine(base.with_settings(policy=Policy.OXYGEN), model=loaded, backend=shared)
     engines = {Policy.ISOLATED: Engine(base.with_settings(policy=Policy.ISOLATED), model=loaded,
                                        backend=shared.sharing_pool(blocks)),
@@ -198,6 +212,7 @@ def _config(args: argparse.Namespace, context: TextContext):
         prefix_attention=PrefixAttention(args.prefix_attention) if args.prefix_attention
         else None, cameras=CAMERA_SLOTS[:args.cameras], tokens_per_cycle=args.tokens_per_cycle,
         decode_budget=args.decode_budget, max_running_requests=args.max_running,
+        max_robots=max(args.robots or [1]),
         stop_on_eos=args.stop_on_eos, seed=args.seed, max_waiting_requests=10**6,
         attention_backend=AttentionBackend.resolve(args.attention),
         subtask_context=context, memory_context=context,
@@ -323,9 +338,7 @@ def _run(args: argparse.Namespace, base, model, engines: dict, torch,
         'kv_bytes_peak': summary['oxygen']['kv_bytes_peak'],
         'kv_curve': [[c.num_running, c.kv_used_bytes, c.kv_peak_bytes] for c in oxy['all']],
         'parameters': model.count_parameters(),
-        'machine': {'platform': platform.platform(), 'processor': cpu_name(),
-                    'torch': torch.__version__, 'threads': torch.get_num_threads(),
-                    'python': sys.version.split()[0]},
+        'machine': machine_summary(torch),
         'date': datetime.date.today().isoformat(),
     }
     _print(result)

@@ -1,4 +1,4 @@
-"""Per-cycle timeline of both policies (matplotlib, headless)."""
+"""Plots of ``oxygen_bench engine`` (matplotlib, headless): per-cycle timeline, several robots."""
 
 from __future__ import annotations
 
@@ -56,6 +56,53 @@ def plot_timeline(path: Path, cycles: Mapping[str, Sequence[CycleStats]],
     kv_ax.set_ylabel('KV in use (MiB)')
     kv_ax.set_title('KV memory', fontsize='medium')
     kv_ax.legend(fontsize='small')
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_robots(path: Path, result: Mapping[str, object]) -> None:
+    """
+    Draw ``oxygen_bench engine --robots``: chunk rate and action latency against N robots.
+
+    Left: the aggregate chunks/s of the batched engine and of the robots served one after
+    another, measured (solid) and the ideal from the run's component times (dashed). Right:
+    each robot's action latency from its tick, p50 (markers) up to p99 (bars).
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    runs = result['runs']
+    counts = [run['robots'] for run in runs]
+    fig, (rate_ax, lat_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for mode, color in (('batched', '#4c72b0'), ('one_after_another', '#dd8452')):
+        label = mode.replace('_', ' ')
+        rate_ax.plot(counts, [run[mode]['chunks_per_s'] for run in runs], 'o-', color=color,
+                     label=f'{label}, measured')
+        rate_ax.plot(counts, [run['ideal']['chunks_per_s'][mode] for run in runs], 's--',
+                     color=color, alpha=0.6, label=f'{label}, ideal')
+        p50 = [run[mode]['action_latency_ms_p50'] for run in runs]
+        p99 = [run[mode]['action_latency_ms_p99'] for run in runs]
+        shift = -0.06 if mode == 'batched' else 0.06
+        lat_ax.errorbar([c + shift for c in counts], p50,
+                        yerr=[[0] * len(p50), [b - a for a, b in zip(p50, p99)]], fmt='o-',
+                        color=color, capsize=4, label=label)
+    rate_ax.set_xlabel('robots served by one engine')
+    rate_ax.set_ylabel('action chunks / s, all robots')
+    rate_ax.set_xticks(counts)
+    rate_ax.set_ylim(bottom=0)
+    rate_ax.legend(fontsize='small')
+    lat_ax.set_xlabel('robots served by one engine')
+    lat_ax.set_ylabel('action latency from the tick (ms), p50 to p99')
+    lat_ax.set_xticks(counts)
+    lat_ax.set_ylim(bottom=0)
+    lat_ax.legend(fontsize='small')
+    machine = result['machine']['processor']
+    fig.suptitle(f"{result['preset']}, {result['cameras']} cam, budget "
+                 f"{result['decode_budget']}, k={result['tokens_per_cycle']}, "
+                 f"{result['dtype']} on {result['device']} ({machine})", fontsize='medium')
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

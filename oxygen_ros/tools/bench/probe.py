@@ -19,6 +19,9 @@ in bidirectional mode P_a + n P_t (jobs with different prompts cannot share K/V,
 
 Text on the action prefix (OxyGen's root + causal suffix X, one row): isolated prefills a copy
 of the root per request, P_t = P_a + X; OxyGen prefills only the suffixes, P_share = P_a + n X.
+
+``ComponentProbe.measure_frames`` times the action path of several robots' frames as the
+backend batches it, one call per stage (``oxygen_bench engine --robots``, ``robots.py``).
 """
 
 from __future__ import annotations
@@ -114,6 +117,8 @@ class ComponentProbe:
         self.context = context_tokens
         self._prefix_slots = 4 * (images.shape[1] * model.cfg.image_tokens_per_camera +
                                   len(action_ids) + len(text_ids)) + len(suffix_ids)
+        self._frame_slots = images.shape[1] * model.cfg.image_tokens_per_camera + \
+            len(action_ids) + len(suffix_ids)
         self.num_slots = self.slots_needed(self.batch)
         self.own_cache = KVCache(model.cfg.vlm, self.num_slots, dtype=dtype, device=dev)
         self.cache = self.own_cache
@@ -127,6 +132,10 @@ class ComponentProbe:
     def slots_needed(self, batch: int) -> int:
         """Return the KV slots a round (or a decode at ``batch`` rows) writes."""
         return max(batch * (self.context + 1), self._prefix_slots)
+
+    def frame_slots_needed(self, frames: int) -> int:
+        """Return the KV slots :meth:`measure_frames` of ``frames`` frames writes."""
+        return frames * self._frame_slots
 
     def _use(self, cache: KVCache | None, slots: torch.Tensor | None, need: int) -> None:
         if cache is None:
@@ -198,6 +207,68 @@ class ComponentProbe:
             self._decode(name, b)
         if self.adapter is not None:
             self._decode('decode_b_adapter', self.batch, adapter=True)
+
+    @torch.inference_mode()
+    def measure_frames(self, frames: int, cache: KVCache | None = None,
+                       slots: torch.Tensor | None = None) -> None:
+        """
+        Time the action path of ``frames`` robots' frames as the backend batches it, once.
+
+        One call per stage (``backends/frame_batch.py``): vision over ``frames`` x N images,
+        the action prefill over ``frames`` rows (causal prompt mode: the image segments, then
+        the prompts on them), a causal suffix on each root and the seed of its request (one
+        batched call each, as ``SuffixJob`` and ``SeedJob``), the denoise of ``frames``
+        chunks. Samples are named ``'<component>@<frames>'`` (:meth:`frames_result`).
+
+        :param slots: ``int64 [>= frame_slots_needed(frames)]`` free slots of ``cache``.
+        :raises ValueError: too few slots.
+        """
+        b, m = frames, self.model
+        self._use(cache, slots, self.frame_slots_needed(b))
+        rows = self.slots[:b * self._frame_slots].view(b, self._frame_slots)
+        images = self.images.expand(b, *self.images.shape[1:]).contiguous()
+        action = self.action.expand(b, -1).contiguous()
+        embeds = self._time(f'vision@{b}', lambda: m.encode_images(images))
+        image_tokens = embeds.shape[1] * embeds.shape[2]
+        prefix_tokens = image_tokens + action.shape[1]
+        if self.mode is PrefixAttention.CAUSAL_TEXT:
+            image = self._time(f'prefill_image@{b}', lambda: m.prefill(
+                action[:, :0], None, image_embeds=embeds, cache=self.cache,
+                slots=rows[:, :image_tokens]))
+            full = self._time(f'prefill_action_text@{b}', lambda: m.prefill(
+                action, None, context=image, cache=self.cache,
+                slots=rows[:, image_tokens:prefix_tokens]))
+        else:
+            full = self._time(f'prefill_action@{b}', lambda: m.prefill(
+                action, None, image_embeds=embeds, cache=self.cache,
+                slots=rows[:, :prefix_tokens]))
+        if self.suffix.shape[1]:
+            suffix = self.suffix.expand(b, -1).contiguous()
+            self._time(f'suffix@{b}', lambda: m.prefill_suffix(
+                suffix, None, full, slots=rows[:, prefix_tokens:]))
+        _, seed = greedy_calls(m)
+        self._time(f'seed@{b}', lambda: seed(full.last_hidden))
+        noise = self.noise.expand(b, -1, -1).contiguous()
+        self._time(f'denoise@{b}', lambda: m.denoise(full, noise))
+
+    def frames_result(self, frames: int) -> dict[str, float]:
+        """
+        Return the median seconds of each stage timed by :meth:`measure_frames` at ``frames``.
+
+        Keys: ``vision``, ``prefill`` (causal prompt mode: image and prompt segments
+        together), ``suffix`` (0 without one), ``seed``, ``denoise``.
+        :raises KeyError: ``frames`` was never measured.
+        """
+        med = {k.split('@')[0]: statistics.median(v) for k, v in self._samples.items()
+               if k.endswith(f'@{frames}')}
+        prefill = med['prefill_action'] if 'prefill_action' in med else \
+            med['prefill_image'] + med['prefill_action_text']
+        return {'vision': med['vision'], 'prefill': prefill, 'suffix': med.get('suffix', 0.0),
+                'seed': med['seed'], 'denoise': med['denoise']}
+
+    def median(self, name: str) -> float:
+        """Return the median seconds of the samples named ``name`` (:meth:`measure_decode`)."""
+        return statistics.median(self._samples[name])
 
     @torch.inference_mode()
     def measure_decode(self, name: str, batch: int, cache: KVCache | None = None,

@@ -25,7 +25,6 @@ import datetime
 import json
 import logging
 from pathlib import Path
-import platform
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ import numpy as np
 from oxygen_ros.config import preset_names
 from oxygen_ros.policies import preset_robot
 from oxygen_ros.tools.bench.serve_messages import client_messages
-from oxygen_ros.tools.common.machine import cpu_name
+from oxygen_ros.tools.common.machine import machine_summary
 
 TARGET = 0.05
 """The wire's overhead the server is held to, as a fraction of a frame (the small preset)."""
@@ -154,9 +153,7 @@ def _result(args, layout, rows, equal: bool, sizes, torch) -> dict:
         'round_trip_over_direct': float(np.percentile(wire, 50)) / frame,
         'target_frac': TARGET, 'actions_equal': equal,
         'message_bytes': sizes[0][0], 'reply_bytes': max(s[1] for s in sizes),
-        'machine': {'platform': platform.platform(), 'processor': cpu_name(),
-                    'torch': torch.__version__, 'threads': torch.get_num_threads(),
-                    'python': sys.version.split()[0]},
+        'machine': machine_summary(torch),
         'date': datetime.date.today().isoformat(),
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 import platform
+import sys
 
 
 def cpu_name() -> str:
@@ -15,3 +16,10 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def machine_summary(torch) -> dict:
+    """Return the machine of a benchmark's JSON: platform, CPU, torch, its threads, Python."""
+    return {'platform': platform.platform(), 'processor': cpu_name(),
+            'torch': torch.__version__, 'threads': torch.get_num_threads(),
+            'python': sys.version.split()[0]}

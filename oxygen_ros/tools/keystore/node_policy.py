@@ -14,9 +14,8 @@ from typing import Sequence
 
 from oxygen_ros.resources import config_file
 from oxygen_ros.ros.endpoints import node_endpoints, NODE_NAME
-from oxygen_ros.ros.node_config import build_configs, NodeConfig
+from oxygen_ros.ros.node_config import build_configs, declared_spec, NodeConfig
 from oxygen_ros.ros.param_spec import ParameterError
-from oxygen_ros.ros.params import SPECS
 from oxygen_ros.tools.keystore.names import RosNameError, validate_namespace
 from oxygen_ros.tools.keystore.node_args import (
     NodeArgs, NodeArgsError, parse_ros_args, ROS_ARGS)
@@ -92,7 +91,8 @@ def policy_for(preset: str | None, ros_args: Sequence[str], node_name: str = NOD
             preset_args = [ROS_ARGS, '--params-file', str(config_file(preset)), '--']
         node_args = parse_ros_args([*preset_args, *ros_args], node_name)
         values = node_args.parameters()
-        _, config = build_configs({k: v for k, v in values.items() if k in SPECS})
+        _, config = build_configs({k: v for k, v in values.items()
+                                   if declared_spec(k) is not None})  # robots' too
         use_sim_time = bool(values.get('use_sim_time', False))
         endpoints = resolve_endpoints(node_endpoints(config, use_sim_time=use_sim_time),
                                       node_args.names)
