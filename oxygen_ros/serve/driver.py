@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from oxygen_ros.engine import Engine, EngineClosedError, Observation, QueueFullError, StepOutput
+from oxygen_ros.engine import (
+    CycleStats, Engine, EngineClosedError, Observation, QueueFullError, StepOutput)
 from oxygen_ros.serve.language import ConnectionTexts, LanguageRequest
 
 _LOG = logging.getLogger('oxygen_serve')
@@ -32,6 +33,23 @@ _LOG = logging.getLogger('oxygen_serve')
 
 class NoAction(RuntimeError):
     """The model made no usable action chunk for a frame (NaN/Inf): nothing to send."""
+
+    def __init__(self) -> None:
+        super().__init__('the model produced NaN/Inf actions for this frame; nothing to act on')
+
+
+def policy_timing(start: float, queued_at: float, action_s: float,
+                  stats: CycleStats) -> dict[str, float]:
+    """
+    Return a reply's ``policy_timing`` (``FrameResult``), ms and the cycle's k and batch.
+
+    :param start: ``time.monotonic()`` when the engine began the frame's work.
+    :param queued_at: ``time.monotonic()`` when the frame was handed over.
+    :param action_s: from the cycle's start until the frame's chunk was denoised.
+    """
+    return {'infer_ms': 1e3 * (time.monotonic() - start), 'action_ms': 1e3 * action_s,
+            'queue_ms': 1e3 * (start - queued_at), 'tokens_per_cycle': stats.tokens_per_cycle,
+            'decode_batch': stats.decode_batch}
 
 
 @dataclass(slots=True, eq=False)
@@ -119,11 +137,8 @@ class CycleDriver:
         self._route(out)
         session.frames += 1
         if out.action is None:
-            raise NoAction('the model produced NaN/Inf actions for this frame; nothing to act on')
-        stats = out.stats
-        timing = {'infer_ms': 1e3 * (time.monotonic() - start),
-                  'action_ms': 1e3 * stats.action_latency_s, 'queue_ms': 1e3 * (start - queued_at),
-                  'tokens_per_cycle': stats.tokens_per_cycle, 'decode_batch': stats.decode_batch}
+            raise NoAction()
+        timing = policy_timing(start, queued_at, out.stats.action_latency_s, out.stats)
         return FrameResult(out.action.actions, timing, session.texts.take_updates())
 
     def _submit(self, texts: ConnectionTexts, robot: str = '') -> list[LanguageRequest]:

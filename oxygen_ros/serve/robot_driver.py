@@ -22,7 +22,7 @@ import threading
 import time
 
 from oxygen_ros.engine import Observation, ObservationError
-from oxygen_ros.serve.driver import CycleDriver, FrameResult, NoAction, Session
+from oxygen_ros.serve.driver import CycleDriver, FrameResult, NoAction, policy_timing, Session
 from oxygen_ros.serve.language import LanguageRequest
 
 
@@ -111,14 +111,10 @@ class RobotsDriver(CycleDriver):
             frame, chunk = frames[conn_id], chunks.get(conn_id)
             frame.session.frames += 1
             if chunk is None:
-                frame.future.set_exception(NoAction(
-                    'the model produced NaN/Inf actions for this frame; nothing to act on'))
+                frame.future.set_exception(NoAction())
                 continue
-            timing = {'infer_ms': 1e3 * (time.monotonic() - start),
-                      'action_ms': 1e3 * stats.action_latencies_s[conn_id],
-                      'queue_ms': 1e3 * (start - frame.queued_at),
-                      'tokens_per_cycle': stats.tokens_per_cycle,
-                      'decode_batch': stats.decode_batch, 'robots': len(due)}
+            timing = {**policy_timing(start, frame.queued_at, stats.action_latencies_s[conn_id],
+                                      stats), 'robots': len(due)}
             frame.future.set_result(FrameResult(chunk.actions, timing,
                                                 frame.session.texts.take_updates()))
 
