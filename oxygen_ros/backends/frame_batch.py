@@ -37,18 +37,14 @@ if TYPE_CHECKING:
 _BATCHED = (VisionJob, PrefillJob, DenoiseJob)
 
 
-def plan_calls(jobs: Sequence[Job], frames: Mapping[int, FrameInputs], *,
-               batch_frames: bool = True) -> list[tuple[Job, ...]]:
+def plan_calls(jobs: Sequence[Job], frames: Mapping[int, FrameInputs]
+               ) -> list[tuple[Job, ...]]:
     """
     Return the plan's jobs as calls, in an order that keeps every job after what it reads.
 
     :param frames: the inputs of the plan's frames by id (the number of cameras and the
         guidance of a frame decide which of its jobs go together).
-    :param batch_frames: batch several frames' jobs where shapes agree; False: one call per
-        job, in the plan's order (the fast path's graphs are of one frame).
     """
-    if not batch_frames:
-        return [(job,) for job in jobs]
     calls: list[tuple[Job, ...]] = []
     run: list[Job] = []
     for job in jobs:

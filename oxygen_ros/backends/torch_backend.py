@@ -86,9 +86,6 @@ class TorchBackend:
 
     block_offset = 0
     """Block ids of plans are offset by this many blocks in the pool (:meth:`sharing_pool`)."""
-    batch_frames = True
-    """Several frames' vision, prefills and denoise run batched where shapes agree
-    (``frame_batch.plan_calls``); False: each frame's in calls of its own."""
 
     def __init__(self, model: Pi05Model, num_blocks: int, block_size: int, *,
                  sync: Callable[[], None] | None = None,
@@ -191,7 +188,7 @@ class TorchBackend:
         # On CUDA with a graph-replaying model, chunks are handed over after the next call
         # is queued: the GPU keeps working while the host publishes.
         chunks = ChunkDelivery(defer=self._clock.events and self._decode_in_graph)
-        for call in plan_calls(plan.jobs, inputs, batch_frames=self.batch_frames):
+        for call in plan_calls(plan.jobs, inputs):
             t0 = self._clock.mark()
             job, denoised = call[0], None
             if isinstance(job, VisionJob):

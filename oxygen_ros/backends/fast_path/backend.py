@@ -24,36 +24,27 @@ from oxygen_ros.sched.scheduler import SchedulerConfig
 DEFAULT_COMPILE_BACKEND = 'inductor'
 """``torch.compile`` backend of ``FastPathBackend.create`` (tests swap in aot_eager)."""
 _LOG = logging.getLogger('oxygen_ros.backends.fast_path.model')
-ROBOT_BATCH = 'robot_batch'
-"""The dropped feature a fast path serving several robots reports (graphs of one frame)."""
 
 
 class FastPathBackend(TorchBackend):
     """
     ``TorchBackend`` on a :class:`FastPathModel` (``create`` builds and warms one up).
 
-    Several robots' frames in one plan run one frame after the other through the graphs of
-    one frame (``batch_frames`` False): the graphs have no robot-batch dimension yet, and a
-    batched call outside them would run eagerly. With ``max_robots`` > 1 this is reported
-    as the dropped feature ``ROBOT_BATCH`` (``/diagnostics`` WARN; ``oxygen_bench gpu``
-    fails on it): the results are those of batched frames, their time is that of B calls.
+    Several robots' frames in one plan run batched (``frame_batch.py``) in the fast path's
+    robot-batch graphs of vision, prefill and denoise (up to the scheduler's ``max_robots``;
+    ``buckets.robot_buckets``).
 
     :param fast_path: the fast path's model calls (warmed up on this backend's pool).
     :param warmup_seconds: what its warm-up took (reported apart from the cycles).
-    :param max_robots: the most robots' frames a plan holds (``SchedulerConfig``).
     """
-
-    batch_frames = False
 
     def __init__(self, fast_path: FastPathModel, num_blocks: int, block_size: int, *,
                  attention: AttentionBackend = AttentionBackend.AUTO,
-                 adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0,
-                 max_robots: int = 1) -> None:
+                 adapter: SuffixLoRA | None = None, warmup_seconds: float = 0.0) -> None:
         super().__init__(fast_path, num_blocks, block_size,  # type: ignore[arg-type]
                          attention=attention, adapter=adapter)
         self.fast_path = fast_path
         self.warmup_seconds = warmup_seconds
-        self.max_robots = max_robots
 
     @property
     def source_model(self) -> Pi05Model:
@@ -68,13 +59,9 @@ class FastPathBackend(TorchBackend):
         if fast.cache is not None:
             counts = fast.cache.counts()
             cache = CompileCacheUse(counts.hits, counts.misses, fast.cache.loaded)
-        dropped = dict(fast.dropped)
-        if self.max_robots > 1:
-            dropped[ROBOT_BATCH] = (f'no robot-batch graphs: the frames of up to '
-                                    f'{self.max_robots} robots run one after the other')
         return WarmupReport(self.warmup_seconds, fast.graph_counts(), dict(fast.compiles),
                             dict(fast.fallbacks), cache, dict(fast.loaded), fast.gate,
-                            dict(fast.seconds), dropped, dict(fast.without))
+                            dict(fast.seconds), dict(fast.dropped), dict(fast.without))
 
     @classmethod
     def create(cls, config: BackendConfig, model: Pi05Model, num_blocks: int, *,
@@ -92,7 +79,8 @@ class FastPathBackend(TorchBackend):
         The warm-up runs with ``config.attention``'s kernel (chosen while tracing); a
         ``scheduler.tokens_per_cycle`` k > 1 gets decode graphs of k steps.
 
-        :param scheduler: the block size, the largest decode batch and k.
+        :param scheduler: the block size, the largest decode batch, k and the robot batch
+            (``max_robots``).
         :param max_decode_tokens: the most tokens a text request decodes.
         :param max_cameras: the most valid cameras of a frame (the robot's).
         :param backend: ``torch.compile`` backend (default ``DEFAULT_COMPILE_BACKEND``).
@@ -115,7 +103,7 @@ class FastPathBackend(TorchBackend):
         limits = EngineLimits.for_model(
             cfg, num_slots=num_blocks * scheduler.block_size,
             max_batch=scheduler.max_running_requests, max_decode_tokens=max_decode_tokens,
-            max_cameras=max_cameras)
+            max_cameras=max_cameras, max_robots=scheduler.max_robots)
         fast = FastPathModel(model, config.compile_mode, limits,
                              backend=backend or DEFAULT_COMPILE_BACKEND,
                              block_size=scheduler.block_size, only=only,
@@ -127,10 +115,10 @@ class FastPathBackend(TorchBackend):
             _LOG.info('fast path: compile_steps: %s compiled, every other step eager',
                       ', '.join(step.value for step in fast.steps()) or 'none')
         out = cls(fast, num_blocks, scheduler.block_size, attention=config.attention,
-                  adapter=adapter, max_robots=scheduler.max_robots)
+                  adapter=adapter)
         with sdpa_context(config.attention):
             out.warmup_seconds = fast.warmup(out.cache, progress=progress, reference=reference)
         return out
 
 
-__all__ = ['FastPathBackend', 'DEFAULT_COMPILE_BACKEND', 'ROBOT_BATCH']
+__all__ = ['FastPathBackend', 'DEFAULT_COMPILE_BACKEND']

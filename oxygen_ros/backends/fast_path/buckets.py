@@ -8,7 +8,10 @@ to powers of two up to ``max_token_len``, the denoise context to the prefix leng
 prefill's bucket. Padding is masked (see ``static_calls.py``), so results equal the
 unpadded call; it costs compute, at most 2x on the prompt (a few % of a prefix dominated by
 image tokens), < ``CTX_BUCKET`` context slots per decode row, and one row for a decode batch
-of 1.
+of 1. Several robots' frames in one cycle (``max_robots``) add a robot-batch dimension to
+vision (images: frames x cameras), prefill and denoise: 1, then powers of two up to
+``max_robots`` (:func:`robot_buckets`); a robot-batch row that pads a bucket is masked like
+any padding (its K/V goes to the null block).
 
 Why batch 1 is padded to 2: a decode step reads every weight whatever its batch (bound by
 weight reads: 5.03 GB at batch 1, 5.05 at 2 over 900 slots for ``pi05_droid``, roofline), so a
@@ -53,6 +56,18 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
         sizes.append(b)
         b *= 2
     return tuple(sizes) + (max_batch,)
+
+
+def robot_buckets(max_robots: int) -> tuple[int, ...]:
+    """
+    Return the robot batches compiled: 1, powers of two below ``max_robots``, then it.
+
+    Unlike a decode batch, one robot is the common case and keeps its own graphs (no padded
+    row): 4 robots compile 1, 2 and 4; 3 compile 1, 2 and 3.
+    """
+    if max_robots < 1:
+        raise ValueError(f'max_robots must be >= 1, got {max_robots}')
+    return (1,) if max_robots == 1 else (1,) + batch_buckets(max_robots)
 
 
 def _aligned(n: int) -> int:
@@ -138,6 +153,8 @@ class EngineLimits:
         to a multiple of ``CTX_ALIGN``.
     :ivar max_ctx: longest decode context: ``max_prefix`` + decode budget, rounded up.
     :ivar max_token_len: longest prompt (the preset's).
+    :ivar max_robots: most robots' frames in one cycle (``SchedulerConfig.max_robots``):
+        the robot batch of vision, prefill and denoise.
     """
 
     num_slots: int
@@ -146,27 +163,31 @@ class EngineLimits:
     max_ctx: int
     max_token_len: int
     max_cameras: int
+    max_robots: int = 1
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, num_slots: int, max_batch: int,
-                  max_decode_tokens: int, max_cameras: int) -> EngineLimits:
+                  max_decode_tokens: int, max_cameras: int,
+                  max_robots: int = 1) -> EngineLimits:
         """
         Return the limits for ``cfg`` with a pool of ``num_slots`` slots.
 
         :param max_decode_tokens: the most tokens a text request decodes (the decode budget).
         :param max_cameras: the most valid cameras of a frame (the robot's).
+        :param max_robots: the most robots' frames in one cycle.
         :raises ValueError: a count < 1, or more cameras than ``CAMERA_SLOTS``.
         """
         for name, value in (('num_slots', num_slots), ('max_batch', max_batch),
                             ('max_decode_tokens', max_decode_tokens),
-                            ('max_cameras', max_cameras)):
+                            ('max_cameras', max_cameras), ('max_robots', max_robots)):
             if value < 1:
                 raise ValueError(f'{name} must be >= 1, got {value}')
         if max_cameras > len(CAMERA_SLOTS):
             raise ValueError(f'max_cameras must be <= {len(CAMERA_SLOTS)}, got {max_cameras}')
         prefix = len(CAMERA_SLOTS) * cfg.image_tokens_per_camera + cfg.max_token_len
         return cls(num_slots, max_batch, _round_up(prefix),
-                   _round_up(prefix + max_decode_tokens), cfg.max_token_len, max_cameras)
+                   _round_up(prefix + max_decode_tokens), cfg.max_token_len, max_cameras,
+                   max_robots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +205,7 @@ class StaticShapes:
     :ivar suffix_ctx: the decode context buckets that hold an action prefix (the root).
     :ivar tokens_per_cycle: the values of k (``tokens_per_cycle``) whose k decode steps are
         compiled as one graph (the ``decode_steps`` step; each > 1).
+    :ivar robots: robot batches of the prefill and denoise graphs (:func:`robot_buckets`).
     """
 
     camera_counts: tuple[int, ...]
@@ -195,11 +217,18 @@ class StaticShapes:
     suffix_batch: tuple[int, ...] = ()
     suffix_ctx: tuple[int, ...] = ()
     tokens_per_cycle: tuple[int, ...] = ()
+    robots: tuple[int, ...] = (1,)
+
+    @property
+    def images(self) -> tuple[int, ...]:
+        """Return the image counts of the vision graphs: robot batch x valid cameras."""
+        return tuple(sorted({r * n for r in self.robots for n in self.camera_counts}))
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, max_batch: int, max_ctx: int, max_cameras: int,
                   camera_counts: tuple[int, ...] | None = None,
-                  tokens_per_cycle: tuple[int, ...] = ()) -> StaticShapes:
+                  tokens_per_cycle: tuple[int, ...] = (), max_robots: int = 1
+                  ) -> StaticShapes:
         """
         Return the shapes for ``max_cameras`` cameras, ``max_batch`` rows, ``max_ctx`` slots.
 
@@ -210,6 +239,7 @@ class StaticShapes:
             runs eagerly, with a warning.
         :param tokens_per_cycle: values of k to compile k decode steps as one graph for (1 is
             the plain decode step: dropped).
+        :param max_robots: the most robots' frames in one cycle (:func:`robot_buckets`).
         :raises ValueError: a limit below 1, a camera count outside ``1..max_cameras``, or
             ``max_ctx`` shorter than the longest prefix.
         """
@@ -229,9 +259,10 @@ class StaticShapes:
         return cls(counts, prompt, batch_buckets(max_batch), ctx,
                    denoise_buckets(counts, ti, prompt), suffix_buckets(cfg.max_token_len),
                    batch_buckets(min(max_batch, MAX_SUFFIX_BATCH)), tuple(sorted(roots)),
-                   tuple(sorted({k for k in tokens_per_cycle if k > 1})))
+                   tuple(sorted({k for k in tokens_per_cycle if k > 1})),
+                   robot_buckets(max_robots))
 
 
 __all__ = ['CTX_ALIGN', 'CTX_BUCKET', 'EngineLimits', 'MAX_SUFFIX_BATCH', 'MIN_BATCH_BUCKET',
            'StaticShapes', 'batch_buckets', 'bucket_for', 'ctx_buckets', 'denoise_buckets',
-           'prompt_buckets', 'suffix_buckets']
+           'prompt_buckets', 'robot_buckets', 'suffix_buckets']

@@ -196,8 +196,9 @@ class GraphBuilder:
         """
         Return the step at shape ``key`` on its own buffers, captured with ``capture``.
 
-        Keys: VISION ``(cameras,)``; PREFILL and TEXT_PREFILL ``(cameras, prompt bucket)``;
-        SUFFIX ``(batch, suffix bucket, context)``; DENOISE ``(context slots,)``;
+        Keys: VISION ``(images,)`` (a robot batch's frames x cameras); PREFILL and
+        TEXT_PREFILL ``(robots, cameras, prompt bucket)``; SUFFIX ``(batch, suffix bucket,
+        context)``; DENOISE ``(robots, context slots)``;
         GUIDED_DENOISE ``(context slots, Jacobian steps)`` (``RtcGuidance.jacobian_steps``);
         DECODE ``(batch, context)``; DECODE_STEPS ``(batch, context, k)``; SEED ``(batch,)``.
 
@@ -230,34 +231,34 @@ class GraphBuilder:
 
     def _prefill(self, call: Callable, key: tuple[int, ...]):
         cfg = self.model.cfg
-        n, t = key
+        r, n, t = key
         p = n * cfg.image_tokens_per_camera + t
 
         def fn(k_pool, v_pool, embeds, tokens, valid, slots, last):
             hidden, k, v = call(embeds, tokens, valid, last)
-            k_pool.index_copy_(1, slots, k.to(k_pool.dtype))
-            v_pool.index_copy_(1, slots, v.to(v_pool.dtype))
+            k_pool.index_copy_(1, slots.reshape(-1), k.to(k_pool.dtype))
+            v_pool.index_copy_(1, slots.reshape(-1), v.to(v_pool.dtype))
             return hidden
         i64 = torch.int64
-        example = (self._empty(1, n, cfg.image_tokens_per_camera, cfg.vlm.width),
-                   self._empty(1, t, dtype=i64), self._empty(1, p, dtype=torch.bool),
-                   self._empty(p, dtype=i64), self._empty(1, dtype=i64))
-        return fn, example, {0: (1,), 1: (1,), 2: (1,), 3: (0,)}
+        example = (self._empty(r, n, cfg.image_tokens_per_camera, cfg.vlm.width),
+                   self._empty(r, t, dtype=i64), self._empty(r, p, dtype=torch.bool),
+                   self._empty(r, p, dtype=i64), self._empty(r, dtype=i64))
+        return fn, example, {0: (0, 1), 1: (0, 1), 2: (0, 1), 3: (0, 1), 4: (0,)}
 
     def _text_prefill(self, call: Callable, key: tuple[int, ...]):
-        n, t = key
+        r, n, t = key
         c = n * self.model.cfg.image_tokens_per_camera
 
         def fn(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask, slots):
             hidden, k, v = call(k_pool, v_pool, tokens, valid, positions, ctx_slots, ctx_mask)
-            k_pool.index_copy_(1, slots, k[:, 0].to(k_pool.dtype))
-            v_pool.index_copy_(1, slots, v[:, 0].to(v_pool.dtype))
+            k_pool.index_copy_(1, slots.reshape(-1), k.flatten(1, 2).to(k_pool.dtype))
+            v_pool.index_copy_(1, slots.reshape(-1), v.flatten(1, 2).to(v_pool.dtype))
             return hidden
         i64 = torch.int64
-        example = (self._empty(1, t, dtype=i64), self._empty(1, t, dtype=torch.bool),
-                   self._empty(1, dtype=i64), self._empty(1, c, dtype=i64),
-                   self._empty(1, c, dtype=torch.bool), self._empty(t, dtype=i64))
-        return fn, example, {0: (1,), 1: (1,), 3: (1,), 4: (1,), 5: (0,)}
+        example = (self._empty(r, t, dtype=i64), self._empty(r, t, dtype=torch.bool),
+                   self._empty(r, dtype=i64), self._empty(r, c, dtype=i64),
+                   self._empty(r, c, dtype=torch.bool), self._empty(r, t, dtype=i64))
+        return fn, example, {0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1), 4: (0, 1), 5: (0, 1)}
 
     def _suffix(self, call: Callable, key: tuple[int, ...]):
         b, t, c = key
@@ -279,14 +280,14 @@ class GraphBuilder:
 
     def _denoise(self, call: Callable, key: tuple[int, ...]):
         cfg = self.model.cfg
-        c = key[0]
+        r, c = key
 
         def fn(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise):
             return call(k_pool, v_pool, ctx_slots, ctx_mask, num_tokens, noise)
         i64 = torch.int64
-        example = (self._empty(1, c, dtype=i64), self._empty(1, c, dtype=torch.bool),
-                   self._empty(1, dtype=i64),
-                   self._empty(1, cfg.action_horizon, cfg.action_dim, dtype=torch.float32))
+        example = (self._empty(r, c, dtype=i64), self._empty(r, c, dtype=torch.bool),
+                   self._empty(r, dtype=i64),
+                   self._empty(r, cfg.action_horizon, cfg.action_dim, dtype=torch.float32))
         return fn, example, {}
 
     def _guided_denoise(self, calls: Callable[[int], GuidedDenoiseCall], key: tuple[int, ...]):
@@ -362,8 +363,22 @@ def _context_dynamic(velocity: Callable) -> Callable:
         for t in (*keys, *values):
             torch._dynamo.maybe_mark_dynamic(t, 2)
         torch._dynamo.maybe_mark_dynamic(bias, 3)
+        _robots_dynamic(*keys, *values, bias, *rest)
         return velocity(keys, values, bias, *rest)
     return step
+
+
+def _robots_dynamic(*tensors: torch.Tensor) -> None:
+    """
+    Mark the robot-batch dim (0) of a denoise step's batched inputs dynamic, where it is > 1.
+
+    One robot's graphs keep batch 1 specialized, as before; the robot batches 2, 4, ...
+    share one compile instead of one each. Inputs of no batch dim (the modulations) are left.
+    """
+    batch = tensors[0].shape[0]
+    for t in tensors:
+        if batch > 1 and t.dim() > 0 and t.shape[0] == batch:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
 def _decode_dynamic(decode: Callable) -> Callable:
@@ -387,6 +402,7 @@ def _slots_dynamic(velocity: Callable) -> Callable:
     def step(k_pool, v_pool, ctx_slots, ctx_mask, *rest):
         for t in (ctx_slots, ctx_mask):
             torch._dynamo.maybe_mark_dynamic(t, 1)
+        _robots_dynamic(ctx_slots, ctx_mask, *rest)
         return velocity(k_pool, v_pool, ctx_slots, ctx_mask, *rest)
     return step
 

@@ -12,8 +12,9 @@ kernels inside come from Inductor (``CompileMode.REDUCE_OVERHEAD``) or are PyTor
 (``CUDA_GRAPHS``, no compiler: what is left where Triton fails, e.g. builds that reject Jetson
 Thor's ``sm_110a``).
 
-Shapes (``buckets.py``): vision per camera count, prefill per camera count and prompt
-bucket, text prefill on an image prefix (CAUSAL_TEXT) likewise, causal suffixes on action
+Shapes (``buckets.py``): vision per image count (a robot batch of frames x their cameras),
+prefill per robot batch, camera count and prompt bucket, text prefill on image prefixes
+(CAUSAL_TEXT) likewise, causal suffixes on action
 prefixes per batch bucket (2 up to ``MAX_SUFFIX_BATCH``), suffix bucket and root context
 bucket, denoise (and RTC's guided denoise when asked) per prefix length of those prefill
 buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1 runs padded to
@@ -21,7 +22,9 @@ buckets, decode per batch bucket (2 up to ``max_running_requests``; batch 1 runs
 context bucket and k (``decode_steps.py``), seed per batch bucket. With a suffix LoRA (the
 memory adapter) the suffix and decode graphs carry it, active on the rows a per-row mask
 selects (an input of the graph). Padding is masked, so results equal eager on the valid
-part (float32 1e-5 in the tests). Graph simplifications: Q/K/V is one fused projection in the
+part (float32 1e-5 in the tests). A robot batch (the frames of several robots in one cycle,
+``frame_batch.py``) pads to its bucket with rows that write to the null block. Graph
+simplifications: Q/K/V is one fused projection in the
 model itself; the time MLP and every adaRMS ``Dense`` are evaluated once per load for the fixed
 Euler times (``DenoiseCall``); RMSNorm scales folded into the next linear
 (``folding.py``) with eager kernels only (Inductor fuses the multiply into the norm
@@ -78,9 +81,11 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     ``prefill_suffix``, ``denoise``, ``decode_step``, ``lm_logits``) plus ``decode_greedy`` /
     ``lm_greedy`` (token ids from the graph's argmax), ``decode_greedy_steps`` (k decode
     steps in one graph, ``decode_steps.py``) and ``guided_denoise`` (real-time chunking,
-    ``guided_denoise.py``). A call takes a graph when it has a compiled shape, batch 1
-    where the graph has one, masks None (every token valid) and the KV pool given to
-    :meth:`warmup`; else the eager model runs it. Graph outputs are copied before return.
+    ``guided_denoise.py``). A call takes a graph when it has a compiled shape (a batch of
+    several robots' frames where ``limits.max_robots`` compiled one), no camera mask, the
+    prompts valid from their start (a batch padded at its end, as ``frame_batch`` pads) and
+    the KV pool given to :meth:`warmup`; else the eager model runs it. Graph outputs are
+    copied before return.
 
     :param model: the eager model (weights shared; also the fallback).
     :param mode: DEFAULT, REDUCE_OVERHEAD or CUDA_GRAPHS (AUTO is resolved for the device).
@@ -139,7 +144,8 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
                                              max_ctx=limits.max_ctx,
                                              max_cameras=limits.max_cameras,
                                              camera_counts=camera_counts,
-                                             tokens_per_cycle=tokens_per_cycle)
+                                             tokens_per_cycle=tokens_per_cycle,
+                                             max_robots=limits.max_robots)
         self.compile_seconds = 0.0
         self.fallbacks: dict[str, str] = {}
         """Compiled steps that run eagerly instead: step name -> reason."""
@@ -191,14 +197,14 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     def steps(self) -> dict[Step, list[tuple[int, ...]]]:
         """Return every step and the shape keys it compiles, in warm-up order."""
         s = self.shapes
-        cams_prompts = [(n, t) for n in s.camera_counts for t in s.prompt]
-        steps = {Step.VISION: [(n,) for n in s.camera_counts], Step.PREFILL: cams_prompts}
+        cams_prompts = [(r, n, t) for r in s.robots for n in s.camera_counts for t in s.prompt]
+        steps = {Step.VISION: [(m,) for m in s.images], Step.PREFILL: cams_prompts}
         if self.cfg.prefix_attention is PrefixAttention.CAUSAL_TEXT:
             steps[Step.TEXT_PREFILL] = cams_prompts
         steps.update({
             Step.SUFFIX: [(b, t, c) for b in s.suffix_batch for t in s.suffix
                           for c in s.suffix_ctx],
-            Step.DENOISE: [(c,) for c in s.denoise],
+            Step.DENOISE: [(r, c) for r in s.robots for c in s.denoise],
             Step.DECODE: [(b, c) for b in s.batch for c in s.ctx],
             Step.SEED: [(b,) for b in s.batch]})
         if s.tokens_per_cycle:
@@ -228,12 +234,13 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     # ---------------------------------------------------------------- calls
     @torch.inference_mode()
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """See ``Pi05Model.encode_images``."""
-        graph = self._graph(Step.VISION, (images.shape[1],) if images.shape[0] == 1 else None,
-                            self._pool)
+        """See ``Pi05Model.encode_images``: ``images [B, N, ...]`` in the graph of B x N."""
+        b, n = images.shape[:2]
+        graph = self._graph(Step.VISION, (b * n,), self._pool)
         if graph is None or tuple(images.shape[2:]) != tuple(graph.inputs[0].shape[1:]):
             return self.model.encode_images(images)
-        return graph(images[0]).clone()[None]
+        out = graph(images.flatten(0, 1)).clone()
+        return out.view(b, n, *out.shape[1:])
 
     @torch.inference_mode()
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -264,52 +271,69 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
         """
         See ``Pi05Model.prefill``; the graph path skips its slot checks (host syncs).
 
-        Graphs serve batch 1 with masks None (every camera and token valid), slots given, in
-        the warm-up pool: a whole prefix (images + prompt) or, in CAUSAL_TEXT, a prompt on an
-        image prefix.
+        Graphs serve a robot batch of B prefixes with no camera mask, slots given, in the
+        warm-up pool: a whole prefix (images + prompt) or, in CAUSAL_TEXT, a prompt on an
+        image prefix. ``token_mask`` must then be valid from each row's start (prompts padded
+        at their end, as ``frame_batch.prefill_rows`` pads them); None: every token valid.
         """
-        plain = token_mask is None and image_mask is None and slots is not None and \
-            tokens.shape[0] == 1 and reserve == 0
-        t = tokens.shape[1]
+        b, t = tokens.shape
+        robots = bucket_for(b, self.shapes.robots)
+        plain = image_mask is None and slots is not None and reserve == 0 and \
+            robots is not None
         if plain and context is None and image_embeds is not None:
             n = image_embeds.shape[1]
             bucket = bucket_for(t, self.shapes.prompt)
-            graph = self._graph(Step.PREFILL, (n, bucket) if bucket else None, cache)
+            graph = self._graph(Step.PREFILL, (robots, n, bucket) if bucket else None, cache)
             if graph is not None:
-                return self._prefill_graph(graph, tokens, image_embeds, cache, slots, bucket)
+                return self._prefill_graph(graph, tokens, token_mask, image_embeds, cache,
+                                           slots)
         if plain and context is not None and image_embeds is None and t > 0:
             ti = self.cfg.image_tokens_per_camera
             n, rest = divmod(context.slots.shape[1], ti)
             bucket = bucket_for(t, self.shapes.prompt)
-            graph = self._graph(Step.TEXT_PREFILL, (n, bucket) if bucket and not rest else None,
+            graph = self._graph(Step.TEXT_PREFILL,
+                                (robots, n, bucket) if bucket and not rest else None,
                                 context.cache if cache is None else cache)
-            if graph is not None and context.batch_size == 1:
-                return self._text_graph(graph, tokens, context, slots, bucket)
+            if graph is not None:
+                return self._text_graph(graph, tokens, token_mask, context, slots)
         return self.model.prefill(tokens, token_mask, image_embeds=image_embeds,
                                   image_mask=image_mask, context=context, cache=cache,
                                   slots=slots, reserve=reserve)
 
-    def _prefill_graph(self, graph: StaticCall, tokens: torch.Tensor, embeds: torch.Tensor,
-                       cache: KVCache, slots: torch.Tensor, bucket: int) -> PrefixKV:
-        dev, t = tokens.device, tokens.shape[1]
-        count = embeds.shape[1] * self.cfg.image_tokens_per_camera + t
+    def _prefill_graph(self, graph: StaticCall, tokens: torch.Tensor,
+                       token_mask: torch.Tensor | None, embeds: torch.Tensor, cache: KVCache,
+                       slots: torch.Tensor) -> PrefixKV:
+        """Run a robot batch of whole prefixes; padded tokens and rows write the null slot."""
+        (b, t), dev, null = tokens.shape, tokens.device, self.null_slot
+        images = embeds.shape[1] * self.cfg.image_tokens_per_camera
+        count = images + t
+        if token_mask is None:
+            valid = self._true.expand(b, count)
+        else:
+            valid = torch.cat([self._true.expand(b, images), token_mask], 1)
         used = slots[:, :count].to(torch.int64)
-        hidden = graph(embeds, tokens, self._true.expand(1, count), used[0],
-                       torch.full((1,), count - 1, dtype=torch.int64, device=dev),
-                       pad=(None, 0, False, self.null_slot, None))
-        return PrefixKV(cache, used, torch.ones(1, count, dtype=torch.bool, device=dev),
-                        torch.full((1,), count, dtype=torch.int64, device=dev), hidden.clone())
+        write = used if token_mask is None else torch.where(valid, used, null)
+        counts = valid.sum(1)
+        hidden = graph(embeds, tokens, valid, write, counts - 1,
+                       pad=(0, 0, False, null, 0))
+        return PrefixKV(cache, used, valid if token_mask is not None else
+                        torch.ones(b, count, dtype=torch.bool, device=dev), counts,
+                        hidden[:b].clone())
 
-    def _text_graph(self, graph: StaticCall, tokens: torch.Tensor, context: PrefixKV,
-                    slots: torch.Tensor, bucket: int) -> PrefixKV:
-        dev, t = tokens.device, tokens.shape[1]
+    def _text_graph(self, graph: StaticCall, tokens: torch.Tensor,
+                    token_mask: torch.Tensor | None, context: PrefixKV,
+                    slots: torch.Tensor) -> PrefixKV:
+        """Run a robot batch of prompts on image prefixes (CAUSAL_TEXT)."""
+        (b, t), null = tokens.shape, self.null_slot
+        valid = self._true.expand(b, t) if token_mask is None else token_mask
         used = slots[:, :t].to(torch.int64)
-        hidden = graph(tokens, self._true.expand(1, t), context.num_tokens, context.slots,
-                       context.mask, used[0], pad=(0, False, None, None, None, self.null_slot))
+        write = used if token_mask is None else torch.where(valid, used, null)
+        hidden = graph(tokens, valid, context.num_tokens, context.slots, context.mask, write,
+                       pad=(0, False, 0, null, False, null))
+        counts = valid.sum(1)
         return PrefixKV(context.cache, torch.cat([context.slots, used], 1),
-                        torch.cat([context.mask, torch.ones(1, t, dtype=torch.bool,
-                                                            device=dev)], 1),
-                        context.num_tokens + t, hidden.clone())
+                        torch.cat([context.mask, valid], 1), context.num_tokens + counts,
+                        torch.where((counts > 0)[:, None], hidden[:b], context.last_hidden))
 
     @torch.inference_mode()
     def prefill_suffix(self, tokens: torch.Tensor, token_mask: torch.Tensor | None,
@@ -357,16 +381,20 @@ class FastPathModel(GuidedDenoise, DecodeSteps, FastPathWarmup):
     @torch.inference_mode()
     def denoise(self, prefix: PrefixKV, noise: torch.Tensor, *,
                 num_steps: int | None = None) -> torch.Tensor:
-        """See ``Pi05Model.denoise``: the whole Euler loop is one graph replay."""
-        p = prefix.slots.shape[1]
-        c = bucket_for(p, self.shapes.denoise)
-        graph = self._graph(Step.DENOISE, (c,) if c else None, prefix.cache, (p,))
-        if (graph is None or prefix.batch_size != 1
-                or num_steps not in (None, self.cfg.num_denoise_steps)
-                or tuple(noise.shape) != tuple(graph.inputs[3].shape)):
+        """
+        See ``Pi05Model.denoise``: the whole Euler loop is one graph replay.
+
+        A robot batch of B prefixes (``frame_batch.stack_prefixes``) runs in the graph of its
+        bucket, padded with masked rows.
+        """
+        b, p = prefix.slots.shape
+        r, c = bucket_for(b, self.shapes.robots), bucket_for(p, self.shapes.denoise)
+        graph = self._graph(Step.DENOISE, (r, c) if r and c else None, prefix.cache, (b, p))
+        if (graph is None or num_steps not in (None, self.cfg.num_denoise_steps)
+                or tuple(noise.shape[1:]) != tuple(graph.inputs[3].shape[1:])):
             return self.model.denoise(prefix, noise, num_steps=num_steps)
         return graph(prefix.slots, prefix.mask, prefix.num_tokens, noise,
-                     pad=(self.null_slot, False, None, None)).clone()
+                     pad=(self.null_slot, False, 0, 0.0))[:b].clone()
 
     def _decode(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 write_slots: torch.Tensor, ctx_slots: torch.Tensor, ctx_mask: torch.Tensor,

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import zlib
 
 from oxygen_ros.backends.fast_path.buckets import StaticShapes
+from oxygen_ros.backends.frame_batch import stack_prefixes
 from oxygen_ros.backends.parity import check_parity, ParityResult
 from oxygen_ros.model.guidance import guided_denoise, RtcGuidance
 from oxygen_ros.model.kv_cache import KVCache, PrefixKV
@@ -89,8 +90,8 @@ class ParityProbe:
         self._label = ''
         suffix = (shapes.suffix_ctx[-1] + shapes.suffix_batch[-1] * shapes.suffix[-1]
                   if shapes.suffix else 0)
-        self.size = base + max(shapes.ctx[-1], shapes.denoise[-1], suffix) + \
-            shapes.batch[-1] * max((1, *shapes.tokens_per_cycle))
+        self.size = base + max(shapes.ctx[-1], shapes.robots[-1] * shapes.denoise[-1],
+                               suffix) + shapes.batch[-1] * max((1, *shapes.tokens_per_cycle))
         if self.size > pool.num_slots:
             raise ValueError(f'the KV pool ({pool.num_slots} slots) is smaller than the parity '
                              f'probes need ({self.size})')
@@ -106,8 +107,9 @@ class ParityProbe:
                          if reference is not None else None)
         cfg = model.cfg
         size = cfg.vision.image_size
-        self.images = (torch.rand(1, max(shapes.camera_counts), 3, size, size,
+        self.images = (torch.rand(shapes.robots[-1], max(shapes.camera_counts), 3, size, size,
                                   generator=self.gen) * 2 - 1).to(dev, model.dtype)
+        """One frame's images per robot of the largest robot batch."""
         with torch.inference_mode():
             self.embeds = model.encode_images(self.images)
         self.prefix: PrefixKV | None = None
@@ -166,60 +168,97 @@ class ParityProbe:
         return AdapterRows(self.adapter, mask), ref
 
     # -- probes --------------------------------------------------------------------------
-    @torch.inference_mode()
-    def vision(self, n: int) -> ParityResult:
-        images = self.images[:, :n]
-        fast = [self.fast.encode_images(images)]
-        eager = [self.model.encode_images(images)]
-        ref = [self.ref.encode_images(self._r(images))] if self.ref is not None else None
-        return self._gate(f'vision {n} camera(s)', fast, eager, ref)
+    def _robots_of(self, images: int) -> tuple[int, int]:
+        """Return (robots, cameras) of a vision graph's image count (the most cameras)."""
+        return next((images // n, n) for n in sorted(self.shapes.camera_counts, reverse=True)
+                    if images % n == 0 and images // n in self.shapes.robots)
+
+    def _row_lengths(self, r: int, t: int) -> list[int]:
+        """Return prompt lengths of ``r`` rows: the first ``t`` (the bucket), then shorter."""
+        return [max(1, t - 2 * i) for i in range(r)]
 
     @torch.inference_mode()
-    def prefill(self, n: int, bucket: int) -> ParityResult:
+    def vision(self, images: int) -> ParityResult:
+        r, n = self._robots_of(images)
+        frames = self.images[:r, :n]
+        fast = [self.fast.encode_images(frames)]
+        eager = [self.model.encode_images(frames)]
+        ref = [self.ref.encode_images(self._r(frames))] if self.ref is not None else None
+        return self._gate(f'vision {r} x {n} camera(s)', fast, eager, ref)
+
+    def _batch(self, r: int, t: int, start: int, width: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """
+        Return a robot batch's prompts, their mask, slots and the slots written.
+
+        Row ``i`` holds ``width - t`` tokens before its prompt (images, or an image prefix)
+        and a prompt of ``_row_lengths`` tokens, padded at its end; its slots start at
+        ``start + i * width``, padding at the null slot.
+        """
+        lengths = self._row_lengths(r, t)
+        dev = self.pool.device
+        tokens = self._ints(1000, r, t)
+        mask = None if r == 1 else torch.arange(t, device=dev)[None] < torch.tensor(
+            lengths, device=dev)[:, None]
+        slots = torch.stack([self._slots(start + i * width, width) for i in range(r)])
+        keep = torch.ones(r, width, dtype=torch.bool, device=dev)
+        if mask is not None:
+            keep[:, width - t:] = mask
+        slots = torch.where(keep, slots, self.fast.null_slot)
+        return tokens, mask, slots, slots[keep]
+
+    @torch.inference_mode()
+    def prefill(self, r: int, n: int, bucket: int) -> ParityResult:
         t = _inside(bucket, self.shapes.prompt, 3)
-        tokens = self._ints(1000, 1, t)
         count = n * self.model.cfg.image_tokens_per_camera + t
-        slots = self._slots(0, count)[None]
-        embeds = self.embeds[:, :n]
+        tokens, mask, slots, written = self._batch(r, t, 0, count)
+        embeds = self.embeds[:r, :n]
         runs = []
         for model, pool in ((self.fast, self.pool), (self.model, self.pool)):
-            p = model.prefill(tokens, None, image_embeds=embeds, cache=pool, slots=slots)
-            runs.append([p.last_hidden] + self._kv(pool, slots))
+            p = model.prefill(tokens, mask, image_embeds=embeds, cache=pool, slots=slots)
+            runs.append([p.last_hidden] + self._kv(pool, written))
         ref = None
         if self.ref is not None:
-            p = self.ref.prefill(self._r(tokens), None, image_embeds=self._r(embeds),
-                                 cache=self.ref_pool, slots=self._r(slots))
-            ref = [p.last_hidden] + self._kv(self.ref_pool, slots)
-        return self._gate(f'prefill {n} camera(s) + {t} tokens (bucket {bucket})', *runs, ref)
+            p = self.ref.prefill(self._r(tokens), None if mask is None else self._r(mask),
+                                 image_embeds=self._r(embeds), cache=self.ref_pool,
+                                 slots=self._r(slots))
+            ref = [p.last_hidden] + self._kv(self.ref_pool, written)
+        return self._gate(f'prefill {r} x {n} camera(s) + {t} tokens (bucket {bucket})',
+                          *runs, ref)
 
     @torch.inference_mode()
-    def text_prefill(self, n: int, bucket: int) -> ParityResult:
+    def text_prefill(self, r: int, n: int, bucket: int) -> ParityResult:
         ti = self.model.cfg.image_tokens_per_camera
-        image = self.model.prefill(self._ints(1000, 1, 0), None, image_embeds=self.embeds[:, :n],
-                                   cache=self.pool, slots=self._slots(0, n * ti)[None])
-        self._sync_ref_pool()
         t = _inside(bucket, self.shapes.prompt, 3)
-        tokens = self._ints(1000, 1, t)
-        slots = self._slots(n * ti, t)[None]
+        width = n * ti + t
+        image = self.model.prefill(self._ints(1000, r, 0), None, image_embeds=self.embeds[:r, :n],
+                                   cache=self.pool,
+                                   slots=torch.stack([self._slots(i * width, n * ti)
+                                                      for i in range(r)]))
+        self._sync_ref_pool()
+        tokens, mask, slots, _ = self._batch(r, t, 0, width)
+        slots = slots[:, n * ti:]
+        written = slots[slots != self.fast.null_slot]
         runs = []
         for model in (self.fast, self.model):
-            p = model.prefill(tokens, None, context=image, cache=self.pool, slots=slots)
-            runs.append([p.last_hidden] + self._kv(self.pool, slots))
+            p = model.prefill(tokens, mask, context=image, cache=self.pool, slots=slots)
+            runs.append([p.last_hidden] + self._kv(self.pool, written))
         ref = None
         if self.ref is not None:
-            p = self.ref.prefill(self._r(tokens), None, context=self._ref_prefix(image),
-                                 cache=self.ref_pool, slots=self._r(slots))
-            ref = [p.last_hidden] + self._kv(self.ref_pool, slots)
-        return self._gate(f'text prefill {t} tokens on {n} camera(s) (bucket {bucket})', *runs,
-                          ref)
+            p = self.ref.prefill(self._r(tokens), None if mask is None else self._r(mask),
+                                 context=self._ref_prefix(image), cache=self.ref_pool,
+                                 slots=self._r(slots))
+            ref = [p.last_hidden] + self._kv(self.ref_pool, written)
+        return self._gate(f'text prefill {r} x {t} tokens on {n} camera(s) (bucket {bucket})',
+                          *runs, ref)
 
-    def _prefix_of(self, p: int) -> PrefixKV:
-        """Return an eager prefix of ``p`` tokens (cameras + a prompt) at the probe's start."""
+    def _prefix_of(self, p: int, start: int = 0) -> PrefixKV:
+        """Return an eager prefix of ``p`` tokens (cameras + a prompt) at probe slot ``start``."""
         ti = self.model.cfg.image_tokens_per_camera
         n = max(n for n in self.shapes.camera_counts if n * ti < p)
         tokens = self._ints(1000, 1, p - n * ti)
-        prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
-                                    cache=self.pool, slots=self._slots(0, p)[None])
+        prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:1, :n],
+                                    cache=self.pool, slots=self._slots(start, p)[None])
         self._sync_ref_pool()
         self.prefix = None                              # the pool's probe region changed
         return prefix
@@ -259,18 +298,24 @@ class ParityProbe:
             tokens = torch.randint(3, 1000, (1, 8), generator=torch.Generator().manual_seed(2))
             tokens = tokens.to(self.pool.device)
             count = n * self.model.cfg.image_tokens_per_camera + 8
-            self.prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:, :n],
+            self.prefix = self.model.prefill(tokens, None, image_embeds=self.embeds[:1, :n],
                                              cache=self.pool,
                                              slots=self._slots(0, count)[None])
             self._sync_ref_pool()
         return self.prefix
 
-    def _denoise_inputs(self, bucket: int) -> tuple[PrefixKV, torch.Tensor, int]:
-        """Return a prefix that falls into denoise ``bucket``, noise, and its length."""
+    def _denoise_inputs(self, bucket: int, r: int = 1) -> tuple[PrefixKV, torch.Tensor, int]:
+        """
+        Return ``r`` prefixes that fall into denoise ``bucket`` (one batch), noise, the length.
+
+        Row ``i`` is ``i`` tokens shorter than the first (a robot batch of unequal prompts,
+        padded at its end as ``frame_batch.stack_prefixes`` pads it).
+        """
         cfg = self.model.cfg
         p = _inside(bucket, self.shapes.denoise, 3)     # a prefix of n cameras + t tokens
-        prefix = self._prefix_of(p)
-        noise = torch.randn(1, cfg.action_horizon, cfg.action_dim,
+        rows = [self._prefix_of(p - i, i * p) for i in range(r)]
+        prefix = rows[0] if r == 1 else stack_prefixes(rows, self.fast.null_slot)
+        noise = torch.randn(r, cfg.action_horizon, cfg.action_dim,
                             generator=self.gen).to(self.pool.device)
         return prefix, noise, p
 
@@ -293,14 +338,14 @@ class ParityProbe:
                           f'Jacobian), prefix {p} (bucket {bucket})', fast, eager, ref)
 
     @torch.inference_mode()
-    def denoise(self, bucket: int) -> ParityResult:
+    def denoise(self, r: int, bucket: int) -> ParityResult:
         cfg = self.model.cfg
-        prefix, noise, p = self._denoise_inputs(bucket)
+        prefix, noise, p = self._denoise_inputs(bucket, r)
         fast = [self.fast.denoise(prefix, noise)]
         eager = [self.model.denoise(prefix, noise)]
         ref = ([self.ref.denoise(self._ref_prefix(prefix), self._r(noise))]
                if self.ref is not None else None)
-        return self._gate(f'denoise, {cfg.num_denoise_steps} steps, prefix {p} '
+        return self._gate(f'denoise {r} chunk(s), {cfg.num_denoise_steps} steps, prefix {p} '
                           f'(bucket {bucket})', fast, eager, ref)
 
     @torch.inference_mode()

@@ -83,12 +83,12 @@ class VisionCall(nn.Module):
 
 class PrefillCall(nn.Module):
     """
-    A whole prefix ``[image tokens | prompt padded to T]`` through the VLM expert, batch 1.
+    A robot batch of whole prefixes ``[image tokens | prompt padded to T]`` through the VLM.
 
-    ``forward(image_embeds [1, N, Ti, W], tokens [1, T], valid [1, N*Ti + T], last [1])``
-    returns ``(last_hidden [1, W], k [L, N*Ti + T, Hkv, D], v [...])``: K/V of every
-    position (padding included, to be written to a null slot) and the hidden state at index
-    ``last`` (the last valid token) after the last layer. The prefix attends itself with a
+    ``forward(image_embeds [B, N, Ti, W], tokens [B, T], valid [B, N*Ti + T], last [B])``
+    returns ``(last_hidden [B, W], k [L, B * (N*Ti + T), Hkv, D], v [...])``: K/V of every
+    position, row after row (padding included, to be written to a null slot), and the hidden
+    state at index ``last`` (the last valid token) after the last layer. The prefix attends itself with a
     dense bias (``layers.attention``) or, where ``flex.use_flex_prefill`` chooses it,
     FlexAttention over a block mask built from ``valid`` and the ar flags in the call; the
     last layer's one query row attends with the bias of its row either way.
@@ -127,8 +127,8 @@ class PrefillCall(nn.Module):
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             q, k, v, _ = layer.project_qkv(h, cos, sin)
-            ks.append(k[0])
-            vs.append(v[0])
+            ks.append(k.flatten(0, 1))
+            vs.append(v.flatten(0, 1))
             kt, vt = k.transpose(1, 2), v.transpose(1, 2)
             if i < len(self.layers) - 1:
                 h = layer.finish(h, attend(q, kt, vt), None)
@@ -318,10 +318,11 @@ VelocityStep = Callable[..., torch.Tensor]
 
 class DenoiseCall(nn.Module):
     """
-    The whole flow-matching loop of one action chunk, N Euler steps in one call (batch 1).
+    The whole flow-matching loop of B action chunks, N Euler steps in one call.
 
-    ``forward(k_pool, v_pool, ctx_slots [1, C], ctx_mask [1, C], num_tokens [1],
-    noise [1, H, A])`` returns the actions ``float32 [1, H, A]``, as ``Pi05Model.denoise``.
+    ``forward(k_pool, v_pool, ctx_slots [B, C], ctx_mask [B, C], num_tokens [B],
+    noise [B, H, A])`` returns the actions ``float32 [B, H, A]``, as ``Pi05Model.denoise``
+    (B: one robot's chunk, or a robot batch's).
     The Euler times are fixed, so the time MLP and every adaRMS ``Dense`` are evaluated once,
     here, for the N times (the model's ``denoise`` does it once per call).
 

@@ -249,14 +249,14 @@ def test_denoise_pads_a_prefix_to_its_prompt_bucket_only(tiny_models):
     ti = model.cfg.image_tokens_per_camera
     assert comp.shapes.denoise == tuple(sorted({n * ti + t for n in (1, 2)
                                                 for t in comp.shapes.prompt}))
-    assert list(comp._graphs[Step.DENOISE]) == [(c,) for c in comp.shapes.denoise]
+    assert list(comp._graphs[Step.DENOISE]) == [(1, c) for c in comp.shapes.denoise]
     with torch.inference_mode():
         prefix = model.prefill(torch.randint(3, 1000, (1, 20)), None,
                                image_embeds=model.encode_images(torch.rand(1, 2, 3, 224, 224)),
                                cache=pool, slots=torch.arange(16, 16 + 2 * ti + 20)[None])
         noise = torch.randn(1, model.cfg.action_horizon, model.cfg.action_dim)
         got, want = comp.denoise(prefix, noise), model.denoise(prefix, noise)
-    used = [c for (c,), g in comp._graphs[Step.DENOISE].items() if g.num_calls > 1]
+    used = [c for (_, c), g in comp._graphs[Step.DENOISE].items() if g.num_calls > 1]
     assert used == [2 * ti + 32]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
