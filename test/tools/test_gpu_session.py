@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from oxygen_ros.tools.bench import gpu_session
+from oxygen_ros.tools.bench import gpu_robots, gpu_session
 from oxygen_ros.tools.bench.gpu_phases import parse_test_outcomes
 from oxygen_ros.tools.bench.roofline import show, TARGETS_MS
 from oxygen_ros.tools.bench.warmup_summary import dropped_features, warmup_summary
@@ -115,6 +115,7 @@ def test_dry_run_of_the_leases_two_commands_fills_every_key(tmp_path):
     assert None not in [measured[k] for k in lease], measured       # the lease's figures
     later = {k for k, v in measured.items() if v is None}            # session 3's components
     assert later == {'actions_within_gate_of_eager', 'guided_vs_plain_denoise',
+                     'robots_aggregate_vs_one', 'robots_latency_p50_vs_one',
                      *(f'{name}_ms' for name in TARGETS_MS)}, later
 
 
@@ -321,6 +322,35 @@ def test_the_warmup_record_names_what_the_fast_path_dropped(tiny_models):
     backend.fast_path.dropped = {'paged_attention': reason}   # as a fast path that dropped it
     assert warmup_summary(backend)['dropped'] == {'paged_attention': reason}
     assert dropped_features(TorchBackend(model, 64, 16)) == {}      # eager: nothing to drop
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_several_robots_session_fills_every_key(tmp_path):
+    """Session 7 on the CPU: 1, 2 and 4 robots on the fast path's robot-batch graphs."""
+    session = _dry_run(tmp_path, 7)
+    assert list(session['phases']) == ['environment', 'robots']
+    assert session['missing_keys'] == [] and session['verdict']['passed']
+    result = session['results']['robots']['result']
+    assert result['fallbacks'] == {} and result['dropped'] == {}
+    assert [run['robots'] for run in result['runs']] == [1, 2, 4]
+    assert all(run['outputs_equal'] for run in result['runs'])
+    target = session['results']['robots']['gpu_target']
+    assert target['robots'] == 4 and target['aggregate_vs_one'] > 0
+    assert session['show']['robots_aggregate_vs_one']['measured'] == target['aggregate_vs_one']
+
+
+def test_the_gpu_target_of_several_robots():
+    def run(n, rate, p50):
+        return {'robots': n, 'batched': {'chunks_per_s': rate, 'action_latency_ms_p50': p50,
+                                         'action_latency_ms_p99': 2 * p50}}
+    target = gpu_robots.gpu_target([run(1, 20.0, 30.0), run(2, 38.0, 33.0),
+                                    run(4, 64.0, 42.0)])
+    assert target['robots'] == 4 and target['aggregate_vs_one'] == pytest.approx(3.2)
+    assert target['latency_p50_vs_one'] == pytest.approx(1.4) and target['passed']
+    missed = gpu_robots.gpu_target([run(1, 20.0, 30.0), run(4, 50.0, 40.0)])
+    assert missed['aggregate_vs_one'] == pytest.approx(2.5) and not missed['passed']
+    with pytest.raises(ValueError, match='needs a run of one robot'):
+        gpu_robots.gpu_target([run(4, 50.0, 40.0)])
 
 
 @pytest.mark.slow

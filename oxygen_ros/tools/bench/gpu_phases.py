@@ -29,6 +29,8 @@ fp8_components       FP8 weights (``model/fp8.py``): the action check against bf
 autotune_components  vision and prefill compiled with Inductor's defaults, then with
                      ``max_autotune``: compile time, gate, each call
 eager_components     each model call, eager, with every attention kernel; rooflines
+robots               ``oxygen_bench engine --robots 1 2 4`` on the fast path's robot-batch
+                     graphs, against the GPU target of several robots (``gpu_robots.py``)
 ==================== =====================================================================
 """
 
@@ -51,6 +53,7 @@ from typing import Any, Callable
 
 from oxygen_ros.tools.bench.gpu_autotune import autotune_components
 from oxygen_ros.tools.bench.gpu_components import Workload
+from oxygen_ros.tools.bench.gpu_robots import several_robots
 
 REPO = Path(__file__).resolve().parents[3]
 """The checkout (``test/gpu`` runs from here)."""
@@ -474,10 +477,16 @@ def second_start(ctx: PhaseContext) -> bool:
     return bool(run['fallbacks'] or run.get('dropped'))
 
 
+def robots(ctx: PhaseContext) -> bool:
+    """Run several robots on the fast path (``gpu_robots.py``), the bench's shapes."""
+    return several_robots(ctx, _engine_args(ctx))
+
+
 PHASES: dict[str, Callable[[PhaseContext], bool]] = {
     'environment': environment, 'gpu_tests': gpu_tests, 'eager_components': eager_components,
     'compiled_components': compiled_components, 'bench': bench, 'second_start': second_start,
-    'fp8_components': fp8_components, 'autotune_components': autotune_components}
+    'fp8_components': fp8_components, 'autotune_components': autotune_components,
+    'robots': robots}
 
 __all__ = ['PHASES', 'PhaseContext', 'REPO', 'gpu_test_workers', 'parse_test_outcomes',
            'write_json']

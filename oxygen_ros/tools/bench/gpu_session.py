@@ -18,7 +18,8 @@ bound, the action path's parity, the attention of a decode step, of the prefill'
 of SigLIP alone, kernel by kernel); ``--session 4`` FP8 weights (the action check on the
 random weights, the fast path with them, components, parity, Thor's projection);
 ``--session 5`` vision and prefill with Inductor's ``max_autotune`` against its defaults;
-``--session 6`` the eager components with every attention kernel.
+``--session 6`` the eager components with every attention kernel; ``--session 7`` 1, 2 and
+4 robots' frames batched on the fast path, against the GPU target of several robots.
 
 ``--budget-s`` (default: the session's) is enforced: a phase gets the time left minus what
 the later phases need at least, and is killed at its deadline. Every phase runs in its own
@@ -66,21 +67,23 @@ SESSIONS = {
         ('environment', 'autotune_components')),
     6: ('eager components with every attention kernel, rooflines',
         ('environment', 'eager_components')),
+    7: ("several robots: 1, 2 and 4 robots' frames batched on the fast path",
+        ('environment', 'robots')),
 }
-"""The sessions; 1 and 2 are one lease (``make gpu-session`` runs them), 3 to 6 optional."""
+"""The sessions; 1 and 2 are one lease (``make gpu-session`` runs them), 3 to 7 optional."""
 LEASE = (1, 2)
 """The sessions every lease runs, in this order, on one machine."""
-BUDGET_S = {1: 540, 2: 240, 3: 540, 4: 540, 5: 540, 6: 540}
+BUDGET_S = {1: 540, 2: 240, 3: 540, 4: 540, 5: 540, 6: 540, 7: 540}
 """Default ``--budget-s`` per session: a 15-minute lease holds the machine's start (1-2 min),
 session 1 (9 min) and session 2 (4 min); every command stays under the 10 a command may run."""
 ESTIMATE_S = {'environment': 20, 'bench': 360, 'second_start': 90, 'gpu_tests': 120,
               'compiled_components': 450, 'fp8_components': 420, 'autotune_components': 420,
-              'eager_components': 90}
+              'eager_components': 90, 'robots': 480}
 """Cold seconds per phase on an H100 (``pi05_droid`` bf16), estimated from the GPU runs; how:
 ``docs/gpu.md#the-gpu-session``."""
 RESERVE_S = {'environment': 15, 'bench': 120, 'second_start': 45, 'gpu_tests': 90,
              'compiled_components': 120, 'fp8_components': 120, 'autotune_components': 150,
-             'eager_components': 60}
+             'eager_components': 60, 'robots': 150}
 """The least time a phase needs to yield anything: kept free for the later phases."""
 SETUP_FAILED = 8
 _MS = ('ms.vision', 'ms.prefill', 'ms.suffix', 'ms.denoise_10_steps', 'ms.lm_head',
@@ -144,6 +147,9 @@ FILLED_KEYS = {
                          'attention_backends.cudnn', 'attention_backends.matmul',
                          'roofline.prefill.bound_ms',
                          'paper_cycle', 'workload.model_build_s'),
+    'robots': ('result.runs', 'result.fallbacks', 'result.dropped', 'result.compile_seconds',
+               'gpu_target.aggregate_vs_one', 'gpu_target.latency_p50_vs_one',
+               'gpu_target.passed'),
 }
 """Per phase, the result keys a GPU run fills (dotted paths); the CPU dry run has them too."""
 TOKENIZER_FIX = (
@@ -398,6 +404,7 @@ def report_of(sessions: list[dict]) -> dict:
                             'phases': bench.get('warmup', {}).get('phases')},
             'second_start': results.get('second_start', {}).get('second_start', {}),
             'max_autotune': results.get('autotune_components', {}).get('autotune'),
+            'robots': results.get('robots', {}).get('gpu_target'),
             'sessions': {s['session']: {'phases': s['phases'], 'exit_code': s['exit_code'],
                                         'config': s['config']} for s in sessions}}
 

@@ -182,8 +182,17 @@ def _serve_round(engine, rec: _Records, obs: Mapping[str, object], batched: bool
 
 
 def _drain(engine, rec: _Records) -> None:
-    """Run cycles without a robot due until every text request has finished (not timed)."""
+    """
+    Run cycles without a robot due until every text request has finished (not timed).
+
+    :raises RuntimeError: requests still wait with none running: each waits for a frame of
+        its robot, which no drain cycle brings (the decode batch was too small for N robots).
+    """
     while engine.num_running or engine.num_waiting:
+        if not engine.num_running:
+            raise RuntimeError(
+                f'{engine.num_waiting} text requests never admitted (each waits for a frame '
+                f'of its robot): raise --max-running for this many robots')
         cycle = engine.begin({})
         _collect(rec, cycle.finish(), measured=False)
 
@@ -303,6 +312,7 @@ def _header(args: argparse.Namespace, engine, model, torch, warm: int, n_text: f
         'quantization': engine.describe_quantization(), 'device': args.device,
         'backend': args.backend, 'compile': args.compile,
         'compile_seconds': engine.backend.warmup_report.seconds,
+        'fallbacks': dict(engine.fallbacks), 'dropped': dict(engine.dropped_features),
         'attention_backend': engine.backend.attention.value,
         'parameters': model.count_parameters(), 'robots': sorted(set(args.robots)),
         'target_of_ideal': TARGET_OF_IDEAL, 'machine': machine_summary(torch),

@@ -135,7 +135,8 @@ def show(report: dict) -> dict[str, dict]:
 
     Keys: no fallback, no feature dropped by the fast path, actions within the gate of eager,
     OxyGen text equal to isolated on the fast path, action latency, frames/s, tokens/s,
-    speedup / ideal, components, guided vs plain denoise, the cold warm-up, second start.
+    speedup / ideal, components, guided vs plain denoise, the cold warm-up, second start,
+    several robots (N = 4 against one: aggregate chunks/s, action latency).
     """
     backends = report.get('backends', {})
     compiled = backends.get('compiled', {})
@@ -172,6 +173,12 @@ def show(report: dict) -> dict[str, dict]:
     first = report.get('first_start', {}).get('fast_path_warmup_s')
     out['cold_warmup_s'] = _target(first, COLD_WARMUP_S)
     out['second_start_first_chunk_s'] = _target(start.get('first_chunk_s'), 20.0)
+    robots = report.get('robots') or {}              # session 7 (``gpu_robots.py``)
+    out['robots_aggregate_vs_one'] = _target(robots.get('aggregate_vs_one'),
+                                             robots.get('target_aggregate', 3.0),
+                                             at_most=False)
+    out['robots_latency_p50_vs_one'] = _target(robots.get('latency_p50_vs_one'),
+                                               robots.get('target_latency', 1.5))
     return out
 
 
