@@ -62,6 +62,11 @@ def arm_endpoints(arm: str) -> tuple[Endpoint, ...]:
     return tuple(replace(ep, name=arm_topic(ep.name, arm)) for ep in ARM_ENDPOINTS)
 
 
+def sim_endpoints(arms: tuple[str, ...] = ('',)) -> tuple[Endpoint, ...]:
+    """Return every endpoint of a sim of ``arms``: ``/clock``, ``/diagnostics``, each arm's."""
+    return (CLOCK, DIAGNOSTICS, *(ep for arm in arms for ep in arm_endpoints(arm)))
+
+
 __all__ = ['ACTION_CHUNK', 'ARM_ENDPOINTS', 'CAMERAS', 'CAMERA_SLOTS', 'CHUNK_EVENTS', 'CLOCK',
            'DIAGNOSTICS', 'DRIVER_OUTPUTS', 'JOINT_COMMAND', 'JOINT_STATES', 'NODE_NAME',
-           'SIM_ENDPOINTS', 'arm_endpoints', 'arm_topic']
+           'SIM_ENDPOINTS', 'arm_endpoints', 'arm_topic', 'sim_endpoints']
