@@ -22,8 +22,9 @@ Every stamp is sim time (``/clock``'s), so a node with ``use_sim_time:=true`` se
 frames. ``/joint_states`` names ``joint1`` .. ``joint7`` (rad), ``finger_joint1/2`` (m) and
 ``gripper`` (0 open .. 1 closed). It subscribes to ``/oxygen/action_chunk``
 (trajectory_msgs/JointTrajectory, reliable; remap it) with joints ``joint1`` .. ``joint7`` and
-``gripper``; a chunk's arrival time is the sim time of the first physics step after it was
-received (2 ms resolution), when the executor takes it.
+``gripper`` (a named arm's joints: ``<arm>_joint1`` .., ``arms.joint_name``); a chunk's
+arrival time is the sim time of the first physics step after it was received (2 ms
+resolution), when the executor takes it.
 """
 
 from __future__ import annotations

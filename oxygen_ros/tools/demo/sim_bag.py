@@ -63,11 +63,6 @@ def recorded_topics(arms: tuple[str, ...] = ('',)) -> tuple[str, ...]:
     return (*(t for arm in arms for t in ArmTopics.of(arm).every), DIAGNOSTICS)
 
 
-ONE_ARM = ArmTopics.of('')
-CHUNK_TOPIC = ONE_ARM.chunks
-RECORDED_TOPICS = recorded_topics()
-
-
 @dataclass(frozen=True, slots=True)
 class ChunkPlan:
     """One published chunk: absolute point times (sim ns) and positions ``[H, J]``."""
@@ -137,7 +132,7 @@ def read_run(bag: Path, arm: str = '', *, with_frames: bool = True) -> SimRun:
     commands: list[tuple[int, list[float]]] = []
     state_names: list[str] = []
     topics = ArmTopics.of(arm)
-    node_status = f'oxygen: robot {arm}' if arm else NODE_STATUS
+    node_status = f'oxygen: robot {arm}' if arm else NODE_STATUS  # EngineDiagnostics.name
     own_executor, executors = executor_status_name(arm), executor_status_name()
     for topic, msg in _messages(bag, (*topics.every, DIAGNOSTICS)):
         if topic == topics.chunks:
@@ -195,5 +190,5 @@ def trim(run: SimRun, start_ns: int, end_ns: int) -> SimRun:
         frames=[f for f in run.frames if inside(f[0])])
 
 
-__all__ = ['ArmTopics', 'CHUNK_TOPIC', 'ChunkPlan', 'DIAGNOSTICS', 'ONE_ARM',
-           'RECORDED_TOPICS', 'SimRun', 'read_run', 'recorded_topics', 'trim']
+__all__ = ['ArmTopics', 'ChunkPlan', 'DIAGNOSTICS', 'SimRun', 'read_run', 'recorded_topics',
+           'trim']
