@@ -68,11 +68,13 @@ demo: setup
 
 # The node drives the simulated Panda in closed loop for 30 s of sim time (headless; MuJoCo
 # renders with EGL through Mesa): SMOOTHING=none|ensemble|rtc, COMPARE=1 runs all three,
-# SIM_ARGS more options (e.g. '--camera-rate 5' or '--late-cycles 5:0.8').
+# ROBOTS=2 two arms (left, right) driven by the one node, SIM_ARGS more options (e.g.
+# '--camera-rate 5' or '--late-cycles 5:0.8').
 SMOOTHING ?= none
+ROBOTS ?= 1
 sim: setup
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(VENV)/bin/oxygen_demo sim --smoothing $(SMOOTHING) \
-	    $(if $(COMPARE),--compare) $(SIM_ARGS)
+	    --robots $(ROBOTS) $(if $(COMPARE),--compare) $(SIM_ARGS)
 
 bench: setup
 	$(VENV)/bin/oxygen_bench engine --preset small --cameras 1 --decode-budget 100 --tokens-per-cycle 5 \

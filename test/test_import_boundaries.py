@@ -189,8 +189,8 @@ def test_control_is_plain_python_reusable_on_a_robot():
 
 
 def test_sim_pieces_below_the_wrapper_import_no_ros_and_no_torch():
-    pieces = ['oxygen_ros.sim.assets', 'oxygen_ros.sim.scene', 'oxygen_ros.sim.physics',
-              'oxygen_ros.sim.render']
+    pieces = ['oxygen_ros.sim.arms', 'oxygen_ros.sim.assets', 'oxygen_ros.sim.scene',
+              'oxygen_ros.sim.physics', 'oxygen_ros.sim.render']
     loaded = loaded_after_import(pieces)
     assert not {'rclpy', 'torch'} & loaded
     loaded = loaded_after_import(of('oxygen_ros.sim'))  # with the rclpy wrapper

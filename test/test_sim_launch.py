@@ -27,10 +27,10 @@ def test_sim_and_node_with_the_sim_params(monkeypatch):
     [entities] = module.generate_launch_description().args
     declared = {e.args[0]: e.kwargs['default_value'] for e in entities
                 if type(e).__name__ == 'DeclareLaunchArgument'}
-    assert declared == {'chunk_smoothing': 'none', 'real_time_factor': '1.0'}
+    assert declared == {'chunk_smoothing': 'none', 'real_time_factor': '1.0', 'robots': '1'}
     [opaque] = [e for e in entities if type(e).__name__ == 'OpaqueFunction']
     sim, node = opaque.kwargs['function']({'chunk_smoothing': 'rtc',
-                                           'real_time_factor': '0.5'})
+                                           'real_time_factor': '0.5', 'robots': '1'})
     assert (sim.kwargs['package'], sim.kwargs['executable'], sim.kwargs['name']) == \
         ('oxygen_ros', 'oxygen_sim', 'oxygen_sim')
     assert sim.kwargs['parameters'] == [{'real_time_factor': 0.5}]
@@ -42,6 +42,21 @@ def test_sim_and_node_with_the_sim_params(monkeypatch):
     assert overrides['chunk_smoothing'].args == ('chunk_smoothing',)
     for file in ('sim.yaml', 'sim_norm_stats.json'):
         assert (ROOT / 'config' / file).is_file()
+
+
+def test_two_arms_and_one_node_serving_both(monkeypatch):
+    module = load_with_stand_ins(monkeypatch)
+    [entities] = module.generate_launch_description().args
+    [opaque] = [e for e in entities if type(e).__name__ == 'OpaqueFunction']
+    sim, node = opaque.kwargs['function']({'chunk_smoothing': 'none',
+                                           'real_time_factor': '1.0', 'robots': '2'})
+    assert sim.kwargs['parameters'] == [{'real_time_factor': 1.0, 'robots': ['left', 'right']}]
+    _, overrides = node.kwargs['parameters']
+    assert overrides['robots'] == ['left', 'right']
+    joints = ['joint1', 'joint2', 'joint3', 'joint4', 'joint5', 'joint6', 'joint7', 'gripper']
+    for arm in ('left', 'right'):
+        assert overrides[f'{arm}.joint_names'] == [f'{arm}_{j}' for j in joints]
+        assert overrides[f'{arm}.action_joint_names'] == [f'{arm}_{j}' for j in joints]
 
 
 def test_with_launch_ros():

@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
-from oxygen_ros.parameters import declared, ParamSpec, ParamType, section, SIM_SECTION
-from oxygen_ros.ros.param_spec import descriptor
+from oxygen_ros.parameters import declared, in_config, ParamSpec, ParamType, section, SIM_SECTION
+from oxygen_ros.ros.param_spec import CHECKS, descriptor
 from rclpy.node import Node
+
+_ROBOTS = in_config('sim')['robots']
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class SimConfig:
     :ivar velocity_limits: ``[8]`` executor velocity limits, ``joint1`` .. ``joint7``,
         ``gripper``.
     :ivar sim_duration: stop after this many sim seconds (0 = run until stopped).
+    :ivar robots: the arms (``sim.arms``; ``('',)``: the one arm).
     """
 
     real_time_factor: float
@@ -41,8 +44,12 @@ class SimConfig:
     panda_dir: str
     sim_duration: float
     velocity_limits: tuple[float, ...]
+    robots: tuple[str, ...]
 
     def __post_init__(self) -> None:
+        reason = CHECKS['robot_names'](_ROBOTS, self.robots)
+        if reason is not None:
+            raise ValueError(reason)
         if len(self.velocity_limits) != 8 or not all(
                 math.isfinite(v) and v > 0 for v in self.velocity_limits):
             raise ValueError(f'velocity_limits must be 8 positive numbers (joint1..joint7, '
@@ -56,17 +63,20 @@ FRANKA_VELOCITY_LIMITS: tuple[float, ...] = SimConfig().velocity_limits[:7]
 GRIPPER_VELOCITY_LIMIT: float = SimConfig().velocity_limits[7]
 
 
+_ARRAYS = (ParamType.DOUBLE_ARRAY, ParamType.STRING_ARRAY)
+
+
 def declare_sim_parameters(node: Node) -> SimConfig:
     """
     Declare the simulator's parameters on ``node`` (all read-only) and return their config.
 
     :raises rclpy.exceptions.InvalidParameterValueException: a value out of range.
-    :raises ValueError: bad velocity limits.
+    :raises ValueError: bad velocity limits or arm names.
     """
     values = {}
     for spec in SIM_PARAMETERS:
         value = node.declare_parameter(spec.name, spec.default, descriptor(spec)).value
-        values[spec.name] = tuple(value) if spec.kind is ParamType.DOUBLE_ARRAY else value
+        values[spec.name] = tuple(value) if spec.kind in _ARRAYS else value
     return SimConfig(**values)
 
 

@@ -2,8 +2,9 @@
 The simulator's ``diagnostic_msgs`` reports: executor and simulation status, chunk events.
 
 ``/diagnostics`` gets two statuses, ``oxygen_sim: chunk executor`` (counters of
-``ExecutorStats``) and ``oxygen_sim: simulation`` (sim time, real-time factor, rendering).
-``~/chunk_events`` gets one status per chunk event, named ``oxygen_sim: chunk``, message
+``ExecutorStats``) and ``oxygen_sim: simulation`` (sim time, real-time factor, rendering);
+with several arms one executor status per arm, ``oxygen_sim: chunk executor <arm>``.
+An arm's ``~/chunk_events`` gets one status per chunk event, named ``oxygen_sim: chunk``, message
 ``accepted`` / ``refused: <reason>`` / ``executed``, with integer-ns stamps as values, so a
 recorded bag holds every switch of the run (``oxygen_demo sim`` reads them back by key name).
 """
@@ -39,8 +40,18 @@ def _kv(values: dict[str, object]) -> list[KeyValue]:
     return [KeyValue(key=k, value=str(v)) for k, v in values.items()]
 
 
-def executor_status(stats: ExecutorStats) -> DiagnosticStatus:
-    """Return ``oxygen_sim: chunk executor`` (WARN if a chunk was ever refused)."""
+def executor_status_name(arm: str = '') -> str:
+    """Return the name of arm ``arm``'s executor status (``oxygen_sim: chunk executor left``)."""
+    return f'{EXECUTOR_STATUS} {arm}' if arm else EXECUTOR_STATUS
+
+
+def executor_status(stats: ExecutorStats, arm: str = '') -> DiagnosticStatus:
+    """
+    Return ``oxygen_sim: chunk executor`` (WARN if a chunk was ever refused).
+
+    :param arm: the arm (a named one's status is ``executor_status_name(arm)``, its first
+        value ``arm``).
+    """
     lat = np.asarray(stats.latencies_ns, dtype=np.float64) / 1e6
     values = {
         'chunks received': stats.num_received, 'chunks accepted': stats.num_accepted,
@@ -52,10 +63,12 @@ def executor_status(stats: ExecutorStats) -> DiagnosticStatus:
         'latency p50 (ms)': f'{np.percentile(lat, 50):.1f}' if lat.size else 'n/a',
         'latency p99 (ms)': f'{np.percentile(lat, 99):.1f}' if lat.size else 'n/a',
     }
+    if arm:
+        values = {'arm': arm, **values}
     level = _WARN if stats.num_refused else _OK
     message = (f'{stats.num_refused} chunk(s) refused' if stats.num_refused
                else 'executing' if stats.num_executed else 'waiting for chunks')
-    return DiagnosticStatus(level=level, name=EXECUTOR_STATUS, message=message,
+    return DiagnosticStatus(level=level, name=executor_status_name(arm), message=message,
                             hardware_id='oxygen_sim', values=_kv(values))
 
 
@@ -96,5 +109,5 @@ def executed_event(switch: Switch, joint_names: Sequence[str]) -> DiagnosticStat
 
 
 __all__ = ['CHUNK_EVENT', 'EXECUTOR_STATUS', 'SIMULATION_STATUS', 'SimStats',
-           'accepted_event', 'executed_event', 'executor_status', 'refused_event',
-           'simulation_status']
+           'accepted_event', 'executed_event', 'executor_status', 'executor_status_name',
+           'refused_event', 'simulation_status']

@@ -19,14 +19,11 @@ import mujoco
 import numpy as np
 
 from oxygen_ros.parameters import in_config
+from oxygen_ros.sim.arms import ARM_JOINTS, FINGER_JOINTS, GRIPPER
 from oxygen_ros.sim.assets import PANDA_XML
 
 PANDA_PREFIX = 'panda/'
-ARM_JOINTS = tuple(f'joint{i}' for i in range(1, 8))
-"""Menagerie's arm joint names (published without the prefix)."""
-FINGER_JOINTS = ('finger_joint1', 'finger_joint2')
-GRIPPER = 'gripper'
-"""The gripper as one joint of ``/joint_states`` and the chunks: 0 open, 1 closed."""
+"""The Panda's names in the scene (``panda/joint1``); the joint names: ``sim.arms``."""
 HOME_KEY = 'home'
 BASE_CAMERA = 'base_camera'
 WRIST_CAMERA = 'wrist_camera'

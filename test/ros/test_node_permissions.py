@@ -217,29 +217,35 @@ def test_an_rclcpp_lifecycle_controller_may_start_in_every_client_enclave(ros_do
         context.try_shutdown()
 
 
-def test_the_simulator_may_start_in_the_robot_enclave(ros_domain_id, ros_node):
+@pytest.mark.parametrize('arms', [('',), ('left', 'right')], ids=['one arm', 'two arms'])
+def test_the_simulator_may_start_in_the_robot_enclave(ros_domain_id, ros_node, arms):
     """The sim's live graph against the robot's grant for the node of ``config/sim.yaml``."""
     os.environ.setdefault('MUJOCO_GL', 'egl')  # before mujoco's first import (sim/render.py)
-    from oxygen_ros.sim.endpoints import SIM_ENDPOINTS
+    from oxygen_ros.sim.arms import node_parameters, ros_args
+    from oxygen_ros.sim.endpoints import ACTION_CHUNK, arm_topic, CHUNK_EVENTS, sim_endpoints
     from oxygen_ros.sim.node import NODE_NAME, SimNode
     from oxygen_ros.tools.keystore.names import NodeNames
-    grant = keystore_permissions(['--ros-args', '--params-file',
-                                  str(config_file('sim'))])['grants'][ROBOT_ENCLAVE]
+    grant = keystore_permissions(['--ros-args', '--params-file', str(config_file('sim')),
+                                  *ros_args(node_parameters(arms))])['grants'][ROBOT_ENCLAVE]
+    robots = [] if arms == ('',) else [Parameter('robots', value=list(arms))]
+    names = NodeNames(NODE_NAME)
+    chunks, events = (names.resolve(arm_topic(ep.name, arms[-1]))
+                      for ep in (ACTION_CHUNK, CHUNK_EVENTS))
     context = Context()
     rclpy.init(context=context, domain_id=ros_domain_id)
     try:
-        sim = SimNode(context=context, parameter_overrides=[Parameter('image_size', value=32)])
+        sim = SimNode(context=context,
+                      parameter_overrides=[Parameter('image_size', value=32), *robots])
         topics = [set(), set()]
 
         def seen():
             topics[:] = graph_topics(ros_node.node, NODE_NAME)
-            return 'rt/oxygen/action_chunk' in topics[1] and \
-                f'rt/{NODE_NAME}/chunk_events' in topics[0]
+            return f'rt{chunks}' in topics[1] and f'rt{events}' in topics[0]
         assert wait_until(ros_node, seen), topics
         assert violations(grant, *topics) == []
         # what the sim declares (and the keystore reads) is what it creates
-        names = NodeNames(NODE_NAME)
-        declared = {(ep.kind.value, names.resolve(ep.name), ep.type_name) for ep in SIM_ENDPOINTS}
+        declared = {(ep.kind.value, names.resolve(ep.name), ep.type_name)
+                    for ep in sim_endpoints(arms)}
         own = {e for e in graph_endpoints(ros_node.node, NODE_NAME)
                if e[0] != 'service' and e[1] not in ('/rosout', '/parameter_events')}
         assert own == declared

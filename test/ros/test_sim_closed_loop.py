@@ -11,8 +11,6 @@ times reproduces the simulator's ``~/joint_command``.
 
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
-from oxygen_ros.control.chunk_executor import ChunkExecutor
-from oxygen_ros.control.trajectory_msg import trajectory_from_msg
 from oxygen_ros.ros.topics import INSTRUCTION_TOPIC, qos_profile, QosRole
 from oxygen_ros.tools.demo.sim import node_args
 from oxygen_ros.units import NS_PER_S
@@ -20,16 +18,13 @@ import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
+from sim_loop import chunk_events, replay, stamp_ns
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 SIM_SECONDS = 4.0
 NODE_MODULE = 'oxygen_ros.ros.node'
 INSTRUCTION = 'pick up the red cup'  # config/sim.yaml's
-
-
-def stamp_ns(header):
-    return header.stamp.sec * NS_PER_S + header.stamp.nanosec
 
 
 @pytest.mark.ros
@@ -71,11 +66,7 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     assert node.stop() == 0, node.output()
     ros_node.spin_for(0.5)
 
-    statuses = [s for msg in events.msgs for s in msg.status]
-    refused = [s.message for s in statuses if s.message.startswith('refused')]
-    accepted = [{kv.key: kv.value for kv in s.values} for s in statuses
-                if s.message == 'accepted']
-    executed = [s for s in statuses if s.message == 'executed']
+    refused, accepted, executed = chunk_events(events.msgs)
     assert not refused, refused[:3]
     assert len(accepted) >= 10 and len(executed) >= 10, (len(accepted), len(executed))
 
@@ -87,30 +78,10 @@ def test_sim_and_node_close_the_loop(ros_node, ros_processes):
     moved = np.ptp(during, axis=0).max()
     assert moved > 0.02 and moved > 10 * drift, (moved, drift)
 
-    # Commanded positions follow the chunks: replay them offline at their arrival times. One
-    # publisher, reliable: the sim took the chunks in the order this node got them (two chunks
-    # may share a stamp when the node acts twice on one frame), so pair them by order.
+    # Commanded positions follow the chunks: replay them offline at their arrival times.
     assert [int(a['stamp_ns']) for a in accepted] == \
         [stamp_ns(m.header) for m in chunks.msgs[:len(accepted)]]
-    arrivals = [(int(a['arrival_ns']), m) for a, m in zip(accepted, chunks.msgs)]
-    cmd_t = np.array([stamp_ns(m.header) for m in commands.msgs])
-    cmd_q = np.array([m.position for m in commands.msgs])
-    names = tuple(commands.msgs[0].name)
-    replay = ChunkExecutor(names, cmd_q[0])
-    matched, compared, k, mismatches = 0, 0, 0, []
-    for t_ns, recorded in zip(cmd_t, cmd_q):
-        while k < len(arrivals) and arrivals[k][0] <= t_ns:
-            arrival, msg = arrivals[k]
-            assert replay.submit(trajectory_from_msg(msg), arrival)
-            k += 1
-        expected = replay.command(int(t_ns)).positions
-        # Up to end_ns only: the sim ran on after it, so every event of that span had arrived
-        # (the last ones before the sim's shutdown may not).
-        if first_ns <= t_ns <= end_ns:
-            compared += 1
-            if np.allclose(expected, recorded, atol=1e-9):
-                matched += 1
-            else:
-                mismatches.append((t_ns - end_ns) / 1e6)
+    matched, compared, mismatches, executor = replay(accepted, chunks.msgs, commands.msgs,
+                                                     first_ns, end_ns)
     assert compared >= 100 and matched == compared, (matched, compared, mismatches[:5])
-    assert replay.stats.num_executed >= 10
+    assert executor.stats.num_executed >= 10

@@ -41,3 +41,26 @@ def test_a_missing_panda_dir_says_how_to_get_the_assets(sim_node_class, context,
     with pytest.raises(FileNotFoundError, match='oxygen_fetch sim_assets'):
         sim_node_class(context=context, parameter_overrides=[
             Parameter('panda_dir', value=str(tmp_path / 'nowhere'))])
+
+
+def test_robots_parameter_builds_one_arm_per_name_on_its_topics(sim_node_class, context):
+    node = sim_node_class(context=context, parameter_overrides=[
+        Parameter('robots', value=['left', 'right']), Parameter('image_size', value=32)])
+    try:
+        assert [arm.name for arm in node.arms] == ['left', 'right']
+        assert node.arms[0].physics.data is not node.arms[1].physics.data
+        assert node.arms[1].chunk_topic == '/right/oxygen/action_chunk'
+        assert node.arms[1].command_joints[0] == 'right_joint1'
+        topics = dict(node.get_topic_names_and_types())
+        assert {'/clock', '/diagnostics', '/left/joint_states', '/right/oxygen_sim/chunk_events',
+                '/left/camera/base/image_raw', '/right/camera/left_wrist/image_raw'} <= set(topics)
+        assert '/joint_states' not in topics
+    finally:
+        node.close()
+        node.destroy_node()
+
+
+def test_bad_arm_names_are_refused(sim_node_class, context):
+    with pytest.raises(ValueError, match='robots must be'):
+        sim_node_class(context=context, parameter_overrides=[
+            Parameter('robots', value=['left', 'left'])])

@@ -1,5 +1,6 @@
 """The sim summary's figures on a crafted run (no bag, no ROS)."""
 
+from dataclasses import replace
 import math
 
 import numpy as np
@@ -72,3 +73,15 @@ def test_trim_keeps_the_window():
     part = trim(crafted_run(), 450 * MS, 1000 * MS)
     assert part.state_t[0] == 450 * MS and len(part.executed()) == 1
     assert math.isnan(compute_metrics(SimRun(joint_names=NAMES), 'none', 0.0).jump_p50)
+
+
+def test_each_robot_is_reported_by_name():
+    one = compute_metrics(crafted_run(), 'none', wall_s=1.0)
+    left = compute_metrics(crafted_run(), 'none', wall_s=1.0, robot='left')
+    assert summary(left).startswith('robot: left; smoothing: none;')
+    assert summary(one).startswith('smoothing: none;')
+    assert '2 executed (2.0 per sim second)' in summary(left)  # 0.99 s of joint states
+    header, *rows = compare_table([left, replace(left, robot='right')]).split('\n')
+    assert header.split()[:2] == ['smoothing', 'robot']
+    assert [r.split()[:2] for r in rows] == [['none', 'left'], ['none', 'right']]
+    assert 'robot' not in compare_table([one]).splitlines()[0]

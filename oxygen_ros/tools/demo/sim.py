@@ -10,8 +10,11 @@ From the first chunk on it lets ``--duration`` seconds of SIM time pass, stops e
 with SIGINT, and writes ``base_camera.mp4``, ``trajectories.png`` (commanded vs achieved, chunk
 switches marked), ``frame.png`` and ``summary.txt`` (``sim_report`` defines every figure).
 ``--compare`` runs ``none``, ``ensemble`` and ``rtc`` one after the other with the same seed
-and prints one table. Random weights make the motion meaningless: the run shows timing,
-action semantics and the smoothness of chunk boundaries. Exits 1 if no chunk was executed.
+and prints one table. ``--robots N`` runs N simulated arms (``left``, ``right``; ``arm1`` ..
+for more: ``sim.arms``) driven by the one node serving them as its ``robots``, and reports each
+arm on its own (its figures and pictures in ``<out>/<arm>/``). Random weights make the motion
+meaningless: the run shows timing, action semantics and the smoothness of chunk boundaries.
+Exits 1 if an arm executed no chunk.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from typing import Sequence
 
 from oxygen_ros.resources import config_file, share_dir
 from oxygen_ros.signals import stop_event_on_signals
+from oxygen_ros.sim.arms import arm_names, node_parameters, ros_args
 from oxygen_ros.tools.common.children import Child, ros_environment
-from oxygen_ros.tools.demo.sim_bag import CHUNK_TOPIC, read_run, RECORDED_TOPICS, trim
+from oxygen_ros.tools.demo.sim_bag import ArmTopics, read_run, recorded_topics, trim
 from oxygen_ros.tools.demo.sim_figures import plot_trajectories, save_frame, write_video
 from oxygen_ros.tools.demo.sim_report import compare_table, compute_metrics, SimMetrics, summary
 from oxygen_ros.units import NS_PER_S
@@ -40,9 +44,13 @@ MEANINGLESS = ('random weights (no checkpoint): the motion is meaningless; the r
 
 
 class SimClockWatch:
-    """An rclpy node that follows ``/clock`` and counts the node's chunks."""
+    """
+    An rclpy node that follows ``/clock`` and counts the node's chunks of each arm.
 
-    def __init__(self) -> None:
+    :param arms: the arms (their chunk topics, ``ArmTopics``).
+    """
+
+    def __init__(self, arms: Sequence[str] = ('',)) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -53,20 +61,28 @@ class SimClockWatch:
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self.sim_ns = 0
-        self.first_chunk_sim_ns: int | None = None
-        self.num_chunks = 0
+        self.first_chunk_ns: dict[str, int] = {}
+        self.num_chunks = dict.fromkeys(arms, 0)
         self.node.create_subscription(
             Clock, '/clock', self._on_clock,
             QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
-        self.node.create_subscription(JointTrajectory, CHUNK_TOPIC, self._on_chunk, 10)
+        for arm in arms:
+            self.node.create_subscription(JointTrajectory, ArmTopics.of(arm).chunks,
+                                          lambda msg, arm=arm: self._on_chunk(arm), 10)
+
+    @property
+    def first_chunk_sim_ns(self) -> int | None:
+        """Return the sim time by which every arm had its first chunk (None: not yet)."""
+        if len(self.first_chunk_ns) < len(self.num_chunks):
+            return None
+        return max(self.first_chunk_ns.values())
 
     def _on_clock(self, msg: object) -> None:
         self.sim_ns = msg.clock.sec * NS_PER_S + msg.clock.nanosec
 
-    def _on_chunk(self, msg: object) -> None:
-        self.num_chunks += 1
-        if self.first_chunk_sim_ns is None:
-            self.first_chunk_sim_ns = self.sim_ns
+    def _on_chunk(self, arm: str) -> None:
+        self.num_chunks[arm] += 1
+        self.first_chunk_ns.setdefault(arm, self.sim_ns)
 
     def spin_until(self, predicate: object, timeout_s: float, stop: object) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -125,33 +141,51 @@ def late_cycles(text: str) -> tuple[float, float]:
     return every, pause
 
 
-def node_args(smoothing: str, seed: int, extra: Sequence[str] = ()) -> list[str]:
-    """Return the ``python -m`` arguments of the oxygen node for the sim."""
+def node_args(smoothing: str, seed: int, extra: Sequence[str] = (),
+              arms: Sequence[str] = ('',)) -> list[str]:
+    """
+    Return the ``python -m`` arguments of the oxygen node for the sim.
+
+    :param arms: the simulated arms: the node serves them as its ``robots``
+        (``sim.arms.node_parameters``; nothing more for the one arm).
+    """
     norm = share_dir() / 'config' / 'sim_norm_stats.json'
     return ['oxygen_ros.ros.node', '--ros-args', '--params-file', str(config_file('sim')),
             '-p', f'norm_stats:={norm}', '-p', f'chunk_smoothing:={smoothing}',
-            '-p', f'seed:={seed}', *extra]
+            '-p', f'seed:={seed}', *ros_args(node_parameters(arms)), *extra]
+
+
+def sim_args(args: argparse.Namespace, arms: Sequence[str]) -> list[str]:
+    """Return the ``python -m`` arguments of ``oxygen_sim`` for the run."""
+    params: dict[str, object] = {'real_time_factor': args.real_time_factor}
+    if args.camera_rate is not None:
+        params['camera_rate_hz'] = args.camera_rate
+    if tuple(arms) != ('',):
+        params['robots'] = list(arms)
+    return ['oxygen_ros.sim.app', '--ros-args', *ros_args(params)]
 
 
 def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: object
-             ) -> SimMetrics | None:
-    """Run sim + node + recorder once; write the pictures; return the figures (None: failed)."""
+             ) -> list[SimMetrics] | None:
+    """
+    Run sim + node + recorder once; write the pictures; return each arm's figures.
+
+    :returns: None when it failed (no chunk, a process failed, an arm executed nothing).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     bag = out_dir / 'bag'
-    watch = SimClockWatch()
-    children = [Child('record', ['oxygen_ros.tools.bag.record', str(bag), *RECORDED_TOPICS],
-                      out_dir)]
+    arms = arm_names(args.robots)
+    watch = SimClockWatch(arms)
+    children = [Child('record', ['oxygen_ros.tools.bag.record', str(bag),
+                                 *recorded_topics(arms)], out_dir)]
     extra = [] if args.rtc_jacobian_steps is None else \
         ['-p', f'rtc_jacobian_steps:={args.rtc_jacobian_steps}']
-    children.append(Child('node', node_args(smoothing, args.seed, extra), out_dir))
-    sim_params = [f'real_time_factor:={args.real_time_factor}']
-    if args.camera_rate is not None:
-        sim_params.append(f'camera_rate_hz:={args.camera_rate}')
-    children.append(Child('sim', ['oxygen_ros.sim.app', '--ros-args',
-                                  *(a for p in sim_params for a in ('-p', p))], out_dir))
+    children.append(Child('node', node_args(smoothing, args.seed, extra, arms), out_dir))
+    children.append(Child('sim', sim_args(args, arms), out_dir))
     ok, wall_s, late = False, 0.0, None
     try:
-        print(f'[{smoothing}] waiting for the first action chunk (engine build + warm-up) ...',
+        print(f'[{smoothing}] waiting for the first action chunk'
+              f'{" of every arm" if len(arms) > 1 else ""} (engine build + warm-up) ...',
               flush=True)
         if not watch.spin_until(lambda: watch.first_chunk_sim_ns is not None
                                 or not all(c.alive for c in children), _START_TIMEOUT_S, stop):
@@ -182,21 +216,42 @@ def run_once(smoothing: str, out_dir: Path, args: argparse.Namespace, stop: obje
                 ok = False
                 print(f'{child.name} exited with {code}:\n{child.tail()}', file=sys.stderr)
         watch.close()
-    run = trim(read_run(bag), start_ns, end_ns)
-    metrics = compute_metrics(run, smoothing, wall_s)
-    title = (f'oxygen_ros sim, demo preset (random weights), smoothing {smoothing}: commanded '
+    texts, results = [], []
+    for arm in arms:
+        metrics, text = report_arm(bag, arm, out_dir / arm if arm else out_dir, smoothing,
+                                   (start_ns, end_ns, wall_s), args.duration)
+        texts.append(text)
+        results.append(metrics)
+    tail = conditions(args, late.num_pauses if late else None) + MEANINGLESS
+    (out_dir / 'summary.txt').write_text('\n\n'.join(texts) + '\n' + tail + '\n')
+    print(f'{tail}\nbag: {bag}', flush=True)
+    return results if ok and all(m.chunks_executed > 0 for m in results) else None
+
+
+def report_arm(bag: Path, arm: str, out_dir: Path, smoothing: str,
+               span: tuple[int, int, float], duration_s: float) -> tuple[SimMetrics, str]:
+    """
+    Read one arm's part of the run, write its pictures into ``out_dir``, print its summary.
+
+    :param span: the closed loop's first and last sim time (ns) and the wall seconds it took.
+    :returns: its figures and its summary (heading included).
+    """
+    start_ns, end_ns, wall_s = span
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = trim(read_run(bag, arm), start_ns, end_ns)
+    metrics = compute_metrics(run, smoothing, wall_s, robot=arm)
+    label = f'{smoothing}, robot {arm}' if arm else smoothing
+    title = (f'oxygen_ros sim, demo preset (random weights), {label}: commanded '
              f'vs achieved, chunk plans and switches')
-    mid = start_ns / NS_PER_S + args.duration / 2
+    mid = start_ns / NS_PER_S + duration_s / 2
     plot_trajectories(run, out_dir / 'trajectories.png', mid - 2.0, 4.0, title)
     if run.frames:
         write_video(run.frames, out_dir / 'base_camera.mp4', fps=15.0)
         save_frame(run.frames, out_dir / 'frame.png')
-    text = summary(metrics) + '\n' + conditions(
-        args, late.num_pauses if late else None) + MEANINGLESS
-    (out_dir / 'summary.txt').write_text(text + '\n')
-    print(f'\n== oxygen sim summary ({smoothing}) ==\n{text}\nvideo: {out_dir}/base_camera.mp4;'
-          f' plot: {out_dir}/trajectories.png; bag: {bag}', flush=True)
-    return metrics if ok and metrics.chunks_executed > 0 else None
+    text = f'== oxygen sim summary ({label}) ==\n{summary(metrics)}'
+    print(f'\n{text}\nvideo: {out_dir}/base_camera.mp4; plot: {out_dir}/trajectories.png',
+          flush=True)
+    return metrics, text
 
 
 def conditions(args: argparse.Namespace, num_pauses: int | None = None) -> str:
@@ -220,6 +275,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the node's chunk_smoothing (default none)")
     parser.add_argument('--compare', action='store_true',
                         help='run none, ensemble and rtc with the same seed; one table')
+    parser.add_argument('--robots', type=int, default=1, metavar='N',
+                        help='simulated arms, served by the one node as its robots (1; 2: '
+                             'left and right; more: arm1 ..)')
     parser.add_argument('--duration', type=float, default=30.0, help='sim seconds (30)')
     parser.add_argument('--real-time-factor', type=float, default=1.0,
                         help="the simulator's pacing (1.0)")
@@ -243,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.duration > 0:
         raise SystemExit(f'--duration must be > 0, got {args.duration}')
+    if args.robots < 1:
+        raise SystemExit(f'--robots must be at least 1, got {args.robots}')
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
@@ -261,14 +321,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break
     finally:
         rclpy.try_shutdown()
-    done = [m for m in results if m is not None]
+    done = [m for arms in results if arms is not None for m in arms]
     if args.compare and done:
         table = compare_table(done)
         table += '\n' + conditions(args) + MEANINGLESS
         (out_dir / 'compare.txt').write_text(table + '\n')
         print(f'\n== chunk smoothing compared (seed {args.seed}, {args.duration:g} s of sim time '
               f'each) ==\n{table}')
-    if len(done) != len(smoothings):
+    if len(done) != len(smoothings) * args.robots:
         print('FAILED: a run executed no chunk or a process failed (logs in '
               f'{out_dir})', file=sys.stderr)
         return 1

@@ -3,7 +3,9 @@ Read back a closed-loop run recorded by ``oxygen_demo sim`` (a rosbag2 of the si
 
 Every time here is **sim time** from the messages' own stamps (bag times are wall receive
 times and are not used): chunks by ``header.stamp``, chunk arrival and switch times from the
-simulator's ``~/chunk_events``, joint states and commands by their stamps.
+simulator's ``~/chunk_events``, joint states and commands by their stamps. With several arms
+each is read on its own (``read_run(bag, arm)``: its topics, ``ArmTopics``, its executor's
+status and the node's status of that robot).
 """
 
 from __future__ import annotations
@@ -16,18 +18,49 @@ import numpy as np
 from oxygen_ros.ros.diagnostics import STATUS_NAME
 from oxygen_ros.ros.images.raw import image_to_rgb
 from oxygen_ros.ros.stamps import duration_to_ns, stamp_to_ns
-from oxygen_ros.tools.bag.topics import CAMERA_TOPICS, JOINT_STATES_TOPIC, typestore
+from oxygen_ros.sim import endpoints
+from oxygen_ros.sim.reports import executor_status_name
+from oxygen_ros.tools.bag.topics import typestore
 from rosbags.rosbag2 import Reader
 
-CHUNK_TOPIC = '/oxygen/action_chunk'
-JOINT_STATES = JOINT_STATES_TOPIC
-COMMAND_TOPIC = '/oxygen_sim/joint_command'
-EVENTS_TOPIC = '/oxygen_sim/chunk_events'
-DIAGNOSTICS = '/diagnostics'
-BASE_IMAGES = CAMERA_TOPICS['base_0_rgb']
-RECORDED_TOPICS = (CHUNK_TOPIC, JOINT_STATES, COMMAND_TOPIC, EVENTS_TOPIC, DIAGNOSTICS,
-                   BASE_IMAGES)
+DIAGNOSTICS = endpoints.DIAGNOSTICS.name
 NODE_STATUS = STATUS_NAME
+
+
+def _absolute(name: str, arm: str) -> str:
+    """Return arm ``arm``'s endpoint ``name`` resolved in the root namespace."""
+    topic = endpoints.arm_topic(name, arm)
+    if topic.startswith('~/'):
+        return f'/{endpoints.NODE_NAME}/{topic[2:]}'
+    return topic if topic.startswith('/') else f'/{topic}'
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTopics:
+    """The recorded topics of one arm (``of('')``: the one arm's, unnamespaced)."""
+
+    chunks: str
+    joint_states: str
+    command: str
+    events: str
+    base_images: str
+
+    @classmethod
+    def of(cls, arm: str = '') -> ArmTopics:
+        """Return arm ``arm``'s topics (``sim.endpoints.arm_topic``)."""
+        return cls(*(_absolute(ep.name, arm) for ep in (
+            endpoints.ACTION_CHUNK, endpoints.JOINT_STATES, endpoints.JOINT_COMMAND,
+            endpoints.CHUNK_EVENTS, endpoints.CAMERAS[0])))
+
+    @property
+    def every(self) -> tuple[str, ...]:
+        """Return every one of them."""
+        return (self.chunks, self.joint_states, self.command, self.events, self.base_images)
+
+
+def recorded_topics(arms: tuple[str, ...] = ('',)) -> tuple[str, ...]:
+    """Return what ``oxygen_demo sim`` records for ``arms``: each arm's, and ``/diagnostics``."""
+    return (*(t for arm in arms for t in ArmTopics.of(arm).every), DIAGNOSTICS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +108,22 @@ def _status_dict(status: object) -> dict[str, str]:
             **{kv.key: kv.value for kv in status.values}}
 
 
-def _messages(bag: Path) -> Iterator[tuple[str, object]]:
+def _messages(bag: Path, topics: tuple[str, ...]) -> Iterator[tuple[str, object]]:
     store = typestore()
     with Reader(bag) as reader:
-        conns = [c for c in reader.connections if c.topic in RECORDED_TOPICS]
+        conns = [c for c in reader.connections if c.topic in topics]
         for conn, _, raw in reader.messages(connections=conns):
             yield conn.topic, store.deserialize_cdr(raw, conn.msgtype)
 
 
-def read_run(bag: Path, *, with_frames: bool = True) -> SimRun:
+def read_run(bag: Path, arm: str = '', *, with_frames: bool = True) -> SimRun:
     """
-    Read a recorded run.
+    Read a recorded run of one arm.
 
     :param bag: the rosbag2 folder.
+    :param arm: the arm ('' = the one arm): its topics, its executor's status
+        (``oxygen_sim: chunk executor <arm>``) and the node's status of robot ``arm``
+        (``oxygen: robot <arm>``).
     :param with_frames: decode the base camera images (for the video).
     :raises FileNotFoundError: no bag there.
     """
@@ -95,28 +131,34 @@ def read_run(bag: Path, *, with_frames: bool = True) -> SimRun:
     states: list[tuple[int, list[float]]] = []
     commands: list[tuple[int, list[float]]] = []
     state_names: list[str] = []
-    for topic, msg in _messages(bag):
-        if topic == CHUNK_TOPIC:
+    topics = ArmTopics.of(arm)
+    node_status = f'oxygen: robot {arm}' if arm else NODE_STATUS  # EngineDiagnostics.name
+    own_executor, executors = executor_status_name(arm), executor_status_name()
+    for topic, msg in _messages(bag, (*topics.every, DIAGNOSTICS)):
+        if topic == topics.chunks:
             stamp = stamp_to_ns(msg.header.stamp)
             tfs = np.array([duration_to_ns(p.time_from_start) for p in msg.points],
                            dtype=np.int64)
             run.chunks.append(ChunkPlan(stamp, stamp + tfs,
                                         np.array([p.positions for p in msg.points])))
-        elif topic == COMMAND_TOPIC:
+        elif topic == topics.command:
             run.joint_names = tuple(msg.name)
             commands.append((stamp_to_ns(msg.header.stamp), list(msg.position)))
-        elif topic == JOINT_STATES:
+        elif topic == topics.joint_states:
             state_names = list(msg.name)
             states.append((stamp_to_ns(msg.header.stamp), list(msg.position)))
-        elif topic == EVENTS_TOPIC:
+        elif topic == topics.events:
             run.events.extend(_status_dict(s) for s in msg.status)
         elif topic == DIAGNOSTICS:
             for status in msg.status:
-                if status.name == NODE_STATUS:
+                if status.name == node_status:
                     run.node_status.append(_status_dict(status))
-                elif status.name.startswith('oxygen_sim'):
+                elif status.name == own_executor:  # filed under the one name, for any arm
+                    run.sim_status.setdefault(executors, []).append(_status_dict(status))
+                elif status.name.startswith('oxygen_sim') and \
+                        not status.name.startswith(executors):
                     run.sim_status.setdefault(status.name, []).append(_status_dict(status))
-        elif topic == BASE_IMAGES and with_frames:
+        elif topic == topics.base_images and with_frames:
             run.frames.append((stamp_to_ns(msg.header.stamp), image_to_rgb(msg)))
     commands.sort(key=lambda item: item[0])
     states.sort(key=lambda item: item[0])
@@ -148,6 +190,5 @@ def trim(run: SimRun, start_ns: int, end_ns: int) -> SimRun:
         frames=[f for f in run.frames if inside(f[0])])
 
 
-__all__ = ['BASE_IMAGES', 'CHUNK_TOPIC', 'COMMAND_TOPIC', 'ChunkPlan', 'DIAGNOSTICS',
-           'EVENTS_TOPIC', 'JOINT_STATES', 'RECORDED_TOPICS', 'SimRun', 'read_run',
+__all__ = ['ArmTopics', 'ChunkPlan', 'DIAGNOSTICS', 'SimRun', 'read_run', 'recorded_topics',
            'trim']

@@ -71,13 +71,20 @@ class SimMetrics:
     arm_motion: float
     """Largest range of an achieved arm joint over the run (rad)."""
     render_ms: float
+    """The simulator's offscreen rendering time per camera frame (wall ms)."""
     chunks_resumed: int = 0
     """Chunks that arrived while the executor held and started where the hold began."""
-    """The simulator's offscreen rendering time per camera frame (wall ms)."""
+    robot: str = ''
+    """The arm and the node's robot ('' = the one arm)."""
 
     @property
     def real_time_factor(self) -> float:
         return self.sim_s / self.wall_s if self.wall_s > 0 else math.nan
+
+    @property
+    def chunk_rate_hz(self) -> float:
+        """Chunks executed per second of sim time."""
+        return self.chunks_executed / self.sim_s if self.sim_s > 0 else math.nan
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -100,13 +107,14 @@ def node_values(node_status: Sequence[dict[str, str]], word: str) -> str:
     return '; '.join(found) if found else 'n/a'
 
 
-def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
+def compute_metrics(run: SimRun, smoothing: str, wall_s: float, robot: str = '') -> SimMetrics:
     """
-    Return the figures of a recorded run (module docstring).
+    Return the figures of a recorded run of one arm (module docstring).
 
-    :param run: the run read back from its bag.
+    :param run: the run read back from its bag (``read_run(bag, robot)``).
     :param smoothing: the node's ``chunk_smoothing`` (a label).
     :param wall_s: wall seconds the simulated span took (for the real-time factor).
+    :param robot: the arm (a label; '' = the one arm).
     """
     events = run.events
     accepted = [e for e in events if e['message'] == 'accepted']
@@ -137,7 +145,8 @@ def compute_metrics(run: SimRun, smoothing: str, wall_s: float) -> SimMetrics:
     span = (run.state_t[-1] - run.state_t[0]) / NS_PER_S if run.state_t.size > 1 else 0.0
     motion = float(np.ptp(run.state_q[:, :ARM], axis=0).max()) if run.state_q.size else 0.0
     return SimMetrics(
-        smoothing=smoothing, sim_s=span, wall_s=wall_s, chunks_published=len(run.chunks),
+        smoothing=smoothing, robot=robot, sim_s=span, wall_s=wall_s,
+        chunks_published=len(run.chunks),
         chunks_received=len(accepted) + len(refused), chunks_executed=len(executed),
         chunks_refused=len(refused),
         chunks_superseded=int(sim_status.get('chunks superseded', 0)),
@@ -161,11 +170,12 @@ def summary(m: SimMetrics) -> str:
     """Return the printed summary of one run."""
     per = m.points_skipped / m.chunks_received if m.chunks_received else math.nan
     return '\n'.join([
-        f'smoothing: {m.smoothing}; sim time {m.sim_s:.1f} s in {m.wall_s:.1f} s wall '
-        f'(real-time factor {m.real_time_factor:.2f}; rendering {m.render_ms:.1f} ms per '
-        f'224x224 frame)',
+        f'{"robot: " + m.robot + "; " if m.robot else ""}smoothing: {m.smoothing}; sim time '
+        f'{m.sim_s:.1f} s in {m.wall_s:.1f} s wall (real-time factor '
+        f'{m.real_time_factor:.2f}; rendering {m.render_ms:.1f} ms per 224x224 frame)',
         f'chunks: {m.chunks_published} published by the node, {m.chunks_received} received by '
-        f'the sim, {m.chunks_executed} executed, {m.chunks_refused} refused, '
+        f'the sim, {m.chunks_executed} executed ({m.chunk_rate_hz:.1f} per sim second), '
+        f'{m.chunks_refused} refused, '
         f'{m.chunks_superseded} superseded, {m.chunks_resumed} resumed after a hold',
         f'frame-to-action latency (sim time, arrival - header.stamp): p50 '
         f'{m.latency_p50_ms:.1f} ms, p99 {m.latency_p99_ms:.1f} ms',
@@ -186,17 +196,19 @@ def summary(m: SimMetrics) -> str:
 
 
 def compare_table(runs: Sequence[SimMetrics]) -> str:
-    """Return one table of the runs side by side (``--compare``)."""
-    rows = [('smoothing', 'node says', 'executed', 'lat p50 ms', 'lat p99 ms', 'skipped', 'hold s',
-             'jump p50', 'jump p99', 'jump max', 'jerk bnd p50', 'jerk bnd p99',
-             'jerk int p99')]
+    """Return one table of the runs side by side (``--compare``; a robot column if named)."""
+    rows = [('smoothing', 'robot', 'node says', 'executed', 'lat p50 ms', 'lat p99 ms',
+             'skipped', 'hold s', 'jump p50', 'jump p99', 'jump max', 'jerk bnd p50',
+             'jerk bnd p99', 'jerk int p99')]
     for m in runs:
-        rows.append((m.smoothing, m.node_smoothing, str(m.chunks_executed),
+        rows.append((m.smoothing, m.robot, m.node_smoothing, str(m.chunks_executed),
                      f'{m.latency_p50_ms:.1f}', f'{m.latency_p99_ms:.1f}',
                      str(m.points_skipped), f'{m.hold_s:.2f}',
                      f'{m.jump_p50:.4f}', f'{m.jump_p99:.4f}', f'{m.jump_max:.4f}',
                      f'{m.jerk_boundary_p50:.0f}',
                      f'{m.jerk_boundary_p99:.0f}', f'{m.jerk_interior_p99:.0f}'))
+    if not any(m.robot for m in runs):
+        rows = [r[:1] + r[2:] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
 
