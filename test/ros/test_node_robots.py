@@ -274,3 +274,43 @@ def test_a_robot_rate_no_whole_fraction_of_the_nodes_fails_configure(
     assert f'configure failed: bad parameter: {THREE_ON_TEN}' in proc.output()
     assert proc.stop() == 0, proc.output()
 
+
+ONE_ROBOT_YAML = """\
+/**:
+  ros__parameters:
+    robots: [left]
+    instruction: pick up the cup
+"""
+
+
+def test_one_named_robot_alone_is_under_its_namespace(ros_node, ros_processes, tmp_path):
+    proc = start_node(ros_processes, tmp_path, ONE_ROBOT_YAML)
+    node = ros_node.node
+    chunks = ros_node.collect('/left/oxygen/action_chunk', JointTrajectory, DEEP)
+    unnamed = ros_node.collect('/oxygen/action_chunk', JointTrajectory, 100)
+    diagnostics = ros_node.collect('/diagnostics', DiagnosticArray, 100)
+    client = ActionClient(node, Ask, '/left/oxygen/ask')
+    inputs = Inputs(ros_node, robots=('left',))
+    assert inputs.run_until(lambda: len(chunks) >= 3 and client.server_is_ready() and
+                            latest_status(diagnostics, 'oxygen: robot left') is not None,
+                            START_TIMEOUT_S), proc.output()
+    assert {tuple(m.joint_names) for m in chunks.msgs} == {tuple(JOINTS[:7])}
+    # nothing of the robot on the node's own names: every topic the node publishes or reads
+    # but the node's own (diagnostics, lifecycle, parameters, log) is under /left
+    assert len(unnamed) == 0
+
+    def topics():
+        return {name for get in (node.get_publisher_names_and_types_by_node,
+                                 node.get_subscriber_names_and_types_by_node)
+                for name, _ in get('oxygen', '/')}
+    assert ros_node.spin_until(lambda: {'/left/oxygen/action_chunk', '/left/oxygen/answer',
+                                        '/left/joint_states', '/left/oxygen/ask'} <= topics())
+    own = {'/diagnostics', '/rosout', '/parameter_events', '/oxygen/transition_event'}
+    assert {t for t in topics() - own if not t.startswith('/left/')} == set(), topics()
+    assert node.count_publishers('/oxygen/action_chunk') == 0
+    services = {name for name, _ in node.get_service_names_and_types_by_node('oxygen', '/')}
+    assert '/left/oxygen/ask/_action/send_goal' in services
+    assert not {s for s in services if s.startswith('/oxygen/ask')}, services
+    status = latest_status(diagnostics, 'oxygen: robot left')
+    assert status_values(status)['robot'] == 'left'
+    assert proc.stop() == 0, proc.output()
