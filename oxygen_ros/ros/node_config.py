@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from oxygen_ros.config import ActionSpace, CAMERA_SLOTS, get_preset
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
@@ -185,12 +185,14 @@ class NodeConfig:
             raise ParameterError(f'action_space {self.action_space.value}: {exc} (joints '
                                  f'{list(self.action_joint_names)})') from None
 
-    def updated(self, name: str, value: object) -> NodeConfig:
+    def updated(self, name: str, value: object, *, check: bool = True) -> NodeConfig:
         """
         Return a copy with one dynamic parameter changed (itself: one another config holds).
 
+        :param check: check the robots' rates of the copy (``check_rates``); False for one of
+            several changes checked together (``check_updates``).
         :raises ParameterError: read-only or unknown parameter, a bad value, or a rate that
-            leaves a robot's no whole fraction of the node's (``check_rates``).
+            leaves a robot's no whole fraction of the node's.
         """
         robot, _, key = name.partition('.')
         if name not in SPECS and robot in self.robot_names and key in _ROBOT_SPECS:
@@ -210,7 +212,8 @@ class NodeConfig:
                 return self  # e.g. max_waiting_requests: the engine's scheduler holds it
             changed = replace(self, **{spec.field: _field(spec.field,
                                                           spec.config_value(value))})
-        check_rates(changed)
+        if check:
+            check_rates(changed)
         return changed
 
 
@@ -371,23 +374,40 @@ def _limits(values: Mapping[str, object], num_dims: int, prefix: str = '') -> Jo
 
 def check_update(current: NodeConfig | None, name: str, value: object) -> str | None:
     """
-    Check a parameter change requested while the node exists.
+    Check a parameter change requested while the node exists (``check_updates`` of one).
 
-    Types, ranges and ``read_only`` are enforced by rclpy from the descriptors before; this
-    adds what they cannot express (and a clear reason).
-
-    :param current: the node's config; None before the first configure (then only the row's
-        checks apply).
     :returns: None if the change is acceptable, else the reason to reject it.
     """
-    spec = declared_spec(name)
-    if spec is None:
-        return None  # not ours (e.g. use_sim_time)
+    return check_updates(current, [(name, value)])
+
+
+def check_updates(current: NodeConfig | None,
+                  changes: Sequence[tuple[str, object]]) -> str | None:
+    """
+    Check parameter changes requested together while the node exists.
+
+    Types, ranges and ``read_only`` are enforced by rclpy from the descriptors before; this
+    adds what they cannot express (and a clear reason). Changes set together
+    (``set_parameters_atomically``) are checked as one: the robots' rates of their result
+    (``check_rates``), so ``control_rate_hz`` and a robot's rate may change at once.
+
+    :param current: the node's config; None before the first configure (then only the rows'
+        checks apply).
+    :param changes: ``(name, value)`` in the order they are set.
+    :returns: None if the changes are acceptable, else the reason to reject them.
+    """
     try:
-        if current is None:
-            validate(spec, value)
-        else:
-            current.updated(name, value)
+        changed = current
+        for name, value in changes:
+            spec = declared_spec(name)
+            if spec is None:
+                continue  # not ours (e.g. use_sim_time)
+            if changed is None:
+                validate(spec, value)
+            else:
+                changed = changed.updated(name, value, check=False)
+        if changed is not None:
+            check_rates(changed)
     except (ParameterError, TypeError) as exc:
         return str(exc)
     return None
@@ -409,4 +429,4 @@ _OWN_NUMBERS = ('control_rate_hz', 'action_dt')
 """A robot's numbers that are None where it has none of its own (``unset``: the node's)."""
 
 __all__ = ['NodeConfig', 'RATE_TOLERANCE', 'RobotSettings', 'build_configs', 'check_rates',
-           'check_update', 'cycles_per_due', 'declared_spec']
+           'check_update', 'check_updates', 'cycles_per_due', 'declared_spec']

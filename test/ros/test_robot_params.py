@@ -167,6 +167,17 @@ def test_each_robots_parameters_are_declared_with_the_nodes_as_defaults(rclpy_co
             'right.control_rate_hz 5 Hz is not control_rate_hz 12 Hz / n')
         assert node.get_parameter('control_rate_hz').value == 10.0
         assert handler.config.control_rate_hz == 10.0 and handler.config.due_every('right') == 2
+        # set together, the node's rate and right's are checked as one: 12 Hz and 6 Hz
+        result = node.set_parameters_atomically([Parameter('control_rate_hz', value=12.0),
+                                                 Parameter('right.control_rate_hz', value=6.0)])
+        assert result.successful, result.reason
+        assert handler.config.control_rate_hz == 12.0 and handler.config.due_every('right') == 2
+        assert applied[-1] == (12.0, {})  # the control timer retimed
+        result = node.set_parameters_atomically([Parameter('right.control_rate_hz', value=5.0),
+                                                 Parameter('left.instruction', value='wipe')])
+        assert not result.successful and result.reason.startswith(
+            'right.control_rate_hz 5 Hz is not control_rate_hz 12 Hz / n')
+        assert handler.config.robot('left').instruction == 'pick up the cup'  # none applied
     finally:
         node.destroy_node()
 
