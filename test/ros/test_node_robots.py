@@ -21,6 +21,7 @@ from oxygen_ros_interfaces.action import Ask
 from oxygen_ros_interfaces.msg import DecodedText
 import pytest
 from rclpy.action import ActionClient
+from rclpy.duration import Duration
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile
@@ -188,6 +189,7 @@ RATES_YAML = """\
     right:
       joint_names: [{joints}]
       control_rate_hz: {rate}
+      action_dt: 0.2
 """
 THREE_ON_TEN = ('right.control_rate_hz 3 Hz is not control_rate_hz 10 Hz / n for a whole n (a '
                 'robot is due every n-th control cycle): the nearest are 3.33333333 Hz (n = 3) '
@@ -233,6 +235,13 @@ def test_a_robot_at_half_the_rate_is_due_every_second_cycle(ros_node, ros_proces
     # left is due every cycle, right every 2nd: half as many chunks over the same cycles
     left, right = counted(30)
     assert abs(2 * right - left) <= 4, (left, right)
+    # right's points are its own action_dt apart, left's the node's (config/test.yaml: 0.05 s)
+    for robot, dt_ns in (('left', 50_000_000), ('right', 200_000_000)):
+        points = chunks[robot].msgs[-1].points
+        steps = {Duration.from_msg(b.time_from_start).nanoseconds -
+                 Duration.from_msg(a.time_from_start).nanoseconds
+                 for a, b in zip(points, points[1:])}
+        assert steps == {dt_ns}, (robot, steps)
     # each robot's status has its own target, and counts its own chunks (one message: one
     # instant, both counted from activation)
     assert inputs.run_until(lambda: both_robots_status(diagnostics, 20) is not None, 10.0)
