@@ -2,17 +2,20 @@
 The node's control cycle: each robot's newest observation → ``Engine.begin`` → chunks, texts.
 
 The node's control timer runs one cycle per period, under the engine lock, in its own
-MutuallyExclusive group. A cycle assembles and prepares the newest observation of each robot
-(``robot_io.RobotIO.prepare``: a refused one is that robot's alone, logged when its reason
-starts, then at most every ``LOG_EVERY_S``, and counted in its ``/diagnostics``; the cycle
-still decodes texts), asks for each robot's periodic texts and begins the engine's cycle
-(``Engine.begin``: one robot's observation, or every robot's, None for a robot whose inputs
-were refused, which gets no chunk while the others get theirs). The cycle hands each action
-chunk back as soon as it is denoised, before the text decoding (``Cycle.action``; with several
-robots ``Cycle.actions``, one robot's chunk after the other): it is smoothed
-(``chunk_smoother``), turned into messages for its robot's config (``action_output``; clipped
-to its limits) and published on its robot's topics; then the cycle finishes
-(``Cycle.finish``) and its text outputs go to the text group of their robot
+MutuallyExclusive group. A robot with a rate of its own is due every n-th cycle only
+(``NodeConfig.due_every``, counted from activation; ``docs/running.md#a-rate-per-robot``):
+on the other cycles it is left out, as if it were not there (no observation read, no chunk,
+nothing counted as missing), while texts decode every cycle. A cycle assembles and prepares
+the newest observation of each robot due (``robot_io.RobotIO.prepare``: a refused one is that
+robot's alone, logged when its reason starts, then at most every ``LOG_EVERY_S``, and counted
+in its ``/diagnostics``; the cycle still decodes texts), asks for each robot's periodic texts
+and begins the engine's cycle (``Engine.begin``: one robot's observation, or those of the
+robots due, None for a robot whose inputs were refused, which gets no chunk while the others
+get theirs). The cycle hands each action chunk back as soon as it is denoised, before the text
+decoding (``Cycle.action``; with several robots ``Cycle.actions``, one robot's chunk after the
+other): it is smoothed (``chunk_smoother``), turned into messages for its robot's config
+(``action_output``; clipped to its limits) and published on its robot's topics; then the cycle
+finishes (``Cycle.finish``) and its text outputs go to the text group of their robot
 (``TextOutput.robot``, ``text_requests``). Every call goes down, into the engine; the chunks
 and the texts come back as values. Its text work ends at the next tick, less ``CYCLE_SLACK``
 of a period (``cycle_deadline``).
@@ -67,11 +70,18 @@ class ControlCycle:
         self._by_name = {io.name: io for io in self._robots}
         self._one = [io.name for io in self._robots] == ['']
         self._diag = diag
+        self._index = 0
+        """The next cycle's index since activation (a robot due every n-th: index % n == 0)."""
 
     def reset(self, engine: Engine) -> None:
         """Start each robot's smoothing over (at activation): no previous chunk, no delay."""
+        self._index = 0
         for io in self._robots:
             io.reset(engine)
+
+    def due(self, cfg: NodeConfig) -> list[RobotIO]:
+        """Return the robots due in the next cycle (each every ``cfg.due_every`` cycles)."""
+        return [io for io in self._robots if self._index % cfg.due_every(io.name) == 0]
 
     def run(self, engine: Engine, cfg: NodeConfig, now_s: float,
             deadline: float | None) -> None:
@@ -83,18 +93,19 @@ class ControlCycle:
         :param deadline: when the cycle's text work must end (``cycle_deadline``).
         :raises Exception: whatever the engine raised (the node stops acting).
         """
-        robots = self._robots
-        prepared = {io.name: io.prepare(engine, cfg) for io in robots}
+        robots, due = self._robots, self.due(cfg)
+        self._index += 1
+        prepared = {io.name: io.prepare(engine, cfg) for io in due}
         for io in robots:
             io.texts.ask_periodic(now_s, cfg.subtask_period, cfg.memory_period,
-                                  prepared[io.name] is not None)
+                                  prepared.get(io.name) is not None)
         if self._one:
             cycle = engine.begin(prepared[''], rtc=robots[0].rtc_request(cfg),
                                  deadline=deadline)
             chunk = cycle.action()  # as soon as it is denoised, before this cycle's decoding
             chunks = () if chunk is None else (chunk,)
         else:
-            rtc = {io.name: req for io in robots for req in [io.rtc_request(cfg)]
+            rtc = {io.name: req for io in due for req in [io.rtc_request(cfg)]
                    if req is not None}
             cycle = engine.begin(prepared, rtc=rtc, deadline=deadline)
             chunks = cycle.actions()  # each robot's as soon as it is denoised
@@ -106,8 +117,9 @@ class ControlCycle:
         out = cycle.finish()
         if not self._one:
             self._diag.record_cycle(now_s, out.stats, bool(published))
-        for io in robots:
+        for io in due:  # a robot not due: no cycle of its own, nothing missing
             io.diag.record_cycle(now_s, out.stats, io.name in published, io.delay_steps(cfg))
+        for io in robots:
             io.texts.finish(out)
 
 

@@ -3,11 +3,13 @@ Rolling statistics of the control loop and the ``/diagnostics`` status built fro
 
 One ``diagnostic_msgs/DiagnosticStatus`` named ``oxygen: engine`` (``hardware_id`` = preset),
 and with several robots one more per robot, ``oxygen: robot <name>``, of that robot's inputs,
-chunks, clips and texts (its chunk rate and "no action chunk" are its own; a robot whose input
-is stale does not turn the others' or the engine's status ERROR). Levels, worst first:
+chunks, clips and texts (its target and achieved rate, chunk rate and "no action chunk" are
+its own, counted over the cycles it is due; a robot whose input is stale does not turn the
+others' or the engine's status ERROR). Levels, worst first:
 
 - ERROR: the engine failed (an exception in a control cycle, or configure failed), or the node
-  is active and no action chunk was published for more than ``max_observation_age`` seconds.
+  is active and no action chunk was published for more than ``max_observation_age`` seconds
+  (a robot due every n-th control cycle: that plus the n - 1 periods it was not due).
 - WARN: inputs were rejected since the previous status, text requests were rejected since
   then, limits clipped an action chunk since then, the achieved control rate is below 90 % of
   the target, the KV pool is over 90 % full, a compiled step fell back to eager execution, or
@@ -239,17 +241,22 @@ class EngineDiagnostics:
         return (len(ticks) / span, sum(t.published for t in ticks) / span,
                 sum(t.tokens for t in ticks) / span)
 
-    def status(self, now_s: float, target_hz: float, max_age_s: float) -> DiagnosticStatus:
+    def status(self, now_s: float, target_hz: float, max_age_s: float,
+               slack_s: float = 0.0) -> DiagnosticStatus:
         """
         Return the current status and start a new period (per-period counters reset).
 
         :param now_s: node-clock seconds (the clock ``record_cycle`` got).
-        :param target_hz: ``control_rate_hz``.
+        :param target_hz: ``control_rate_hz``; a robot's: its own rate (``record_cycle`` is
+            called on the cycles it is due only).
         :param max_age_s: ``max_observation_age``.
+        :param slack_s: how much longer than ``max_age_s`` a gap between chunks may last
+            before one is missing: the control periods in which none was due (``n - 1`` of
+            them for a robot due every n-th cycle).
         """
         with self._lock:
             rate, chunk_rate, tokens_s = self._rates(now_s)
-            level, summary = self._level(now_s, rate, target_hz, max_age_s)
+            level, summary = self._level(now_s, rate, target_hz, max_age_s + slack_s)
             values = self._values(rate, chunk_rate, tokens_s, target_hz)
             self._period_rejections.clear()
             self._period_texts_rejected = 0
@@ -262,14 +269,18 @@ class EngineDiagnostics:
                                 values=[KeyValue(key=k, value=v) for k, v in values])
 
     def array(self, stamp: object, now_s: float, target_hz: float, max_age_s: float,
-              robots: Sequence[EngineDiagnostics] = ()) -> DiagnosticArray:
+              robots: Sequence[tuple[EngineDiagnostics, float, float]] = (),
+              slack_s: float = 0.0) -> DiagnosticArray:
         """
         Return a ``DiagnosticArray`` holding ``status``, then each robot's (``stamp``: Time).
 
-        :param robots: the robots' own figures (several robots; none for the one robot).
+        :param robots: the robots' own figures, each with its rate and slack (``status``'s
+            ``target_hz`` and ``slack_s``; several robots; none for the one robot).
+        :param slack_s: the engine's: that of its fastest robot.
         """
         return DiagnosticArray(header=Header(stamp=stamp), status=[
-            d.status(now_s, target_hz, max_age_s) for d in (self, *robots)])
+            self.status(now_s, target_hz, max_age_s, slack_s),
+            *(d.status(now_s, hz, max_age_s, slack) for d, hz, slack in robots)])
 
     def _kv_fraction(self) -> float:
         s = self._stats

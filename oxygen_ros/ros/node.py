@@ -2,15 +2,16 @@
 The ROS 2 lifecycle node ``oxygen`` (``docs/topics.md``): observations in, action chunks out.
 
 One node serves one robot, or several with one engine (``robots``: each robot's topics
-under its namespace, its own joints, limits and instruction; ``robot_io``).
+under its namespace, its own joints, limits, instruction and rate; ``robot_io``).
 
 Threads (``executor.NodeExecutor``): subscriptions only store the newest message in a robot's
 ``ObservationCache`` or a question inbox (input group); a timer at ``control_rate_hz`` in its
 own MutuallyExclusive group, on a thread of its own (``oxygen_control``), runs the control
-cycle (``control_cycle``), the only code touching the engine; finished texts go through a
-queue to a guard condition in the text group, which publishes them and ``/diagnostics`` and
-gives malloc's free pages back after a burst (``heap``), so none of it delays the action
-timer. Lifecycle services, parameter changes and the autostart timer use the default group.
+cycle (``control_cycle``: a robot at a rate of its own is due every n-th cycle), the only code
+touching the engine; finished texts go through a queue to a guard condition in the text group,
+which publishes them and ``/diagnostics`` and gives malloc's free pages back after a burst
+(``heap``), so none of it delays the action timer. Lifecycle services, parameter changes and
+the autostart timer use the default group.
 
 Every ``~/ask`` message gets exactly one ``~/answer`` (``text_requests``); the ``~/ask`` action
 (``ask_action``) shares the engine's one waiting queue and its goals always get a result; a
@@ -166,7 +167,8 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info(
                 f'robots {list(cfg.robot_names)} (max_robots '
                 f'{engine_cfg.scheduler.max_robots}): ' + '; '.join(
-                    f'/{n}: joints {list(cfg.robot(n).joint_names)}' for n in cfg.robot_names))
+                    f'/{n}: joints {list(cfg.robot(n).joint_names)}, '
+                    f'{cfg.robot(n).control_rate_hz:g} Hz' for n in cfg.robot_names))
         for diag in self._diagnostics:
             diag.set_fallbacks(engine.fallbacks, engine.dropped_features)
             diag.quantization = engine.describe_quantization()
@@ -201,7 +203,7 @@ class OxygenNode(LifecycleNode):
         self._timer = self.create_timer(cfg.control_period_s, self._control_tick,
                                         self.control_group)
         self._set_state('active')
-        self.get_logger().info(f'active: {cfg.control_rate_hz:g} Hz')
+        self.get_logger().info(f'active: {cfg.describe_rates()}')
         result = self._each_robot('activate', lambda: super(OxygenNode, self).on_activate(state))
         self._text_gc.trigger()
         return result
@@ -305,7 +307,7 @@ class OxygenNode(LifecycleNode):
         timer, cfg = self._timer, self._params.config
         if timer is not None:
             timer.timer_period_ns = round(cfg.control_period_s * NS_PER_S)
-            self.get_logger().info(f'control rate {cfg.control_rate_hz:g} Hz')
+            self.get_logger().info(f'control rate {cfg.describe_rates()}')
 
     def _apply_diagnostics_period(self, period_s: float) -> None:
         self._diag_timer.timer_period_ns = round(period_s * NS_PER_S)
@@ -362,8 +364,12 @@ class OxygenNode(LifecycleNode):
         rate = cfg.control_rate_hz if cfg else self.get_parameter('control_rate_hz').value
         age = cfg.max_observation_age if cfg else \
             self.get_parameter('max_observation_age').value
-        self._diag_pub.publish(self._diag.array(self.get_clock().now().to_msg(), self._now_s(),
-                                                rate, age, self._diagnostics[1:]))
+        every = {io.name: cfg.due_every(io.name) if cfg else 1 for io in self._robots}
+        robots = [(io.diag, rate / every[io.name], (every[io.name] - 1) / rate)
+                  for io in self._robots if io.name]  # each its own rate (every n-th cycle)
+        self._diag_pub.publish(self._diag.array(
+            self.get_clock().now().to_msg(), self._now_s(), rate, age, robots,
+            slack_s=(min(every.values()) - 1) / rate))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

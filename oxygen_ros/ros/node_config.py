@@ -5,15 +5,19 @@ The configs the node's parameters build: ``NodeConfig`` for the node, ``EngineCo
 (``params.PARAMETERS``) and puts it in the config the entry names (``config``: the node's, the
 engine's, the scheduler's or the backend's); the fields that several parameters or the preset
 feed (cameras in slot order, joint names, the action space, limits, end-effector scales,
-compressed cameras, RTC) are derived here. Each robot of ``robots`` has its own joints, limits
-and instruction (``RobotSettings``, from its ``<robots>.*`` parameters), and
-``NodeConfig.robot`` gives the config that robot's topics run on.
+compressed cameras, RTC) are derived here. Each robot of ``robots`` has its own joints, limits,
+instruction, control rate and ``action_dt`` (``RobotSettings``, from its ``<robots>.*``
+parameters), and ``NodeConfig.robot`` gives the config that robot's topics run on. A robot's
+rate is the node's (the cycle rate) over a whole number: it is due every n-th control cycle
+(``NodeConfig.due_every``; ``docs/running.md#a-rate-per-robot``), as ros2_control's controller
+manager runs a controller whose ``update_rate`` is below its own on every n-th of its cycles.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+import math
+from typing import Mapping, Sequence
 
 from oxygen_ros.config import ActionSpace, CAMERA_SLOTS, get_preset
 from oxygen_ros.control.action_space import ActionSemantics, JointLimits
@@ -24,8 +28,8 @@ from oxygen_ros.policies import get_robot, RobotPolicy
 from oxygen_ros.ros.images.transport import ImageTransport
 from oxygen_ros.ros.param_spec import validate
 from oxygen_ros.ros.params import (
-    DEFAULT_PRESET, named_robots, PARAMETERS, robot_defaults, ROBOT_PARAMETERS, robot_specs,
-    SPECS)
+    DEFAULT_PRESET, named_robots, PARAMETERS, robot_default, robot_defaults, ROBOT_PARAMETERS,
+    robot_specs, SPECS)
 from oxygen_ros.ros.topics import CAMERA_TOPICS
 
 
@@ -36,6 +40,8 @@ class RobotSettings:
 
     :ivar name: the robot (a ``robots`` entry): its namespace and its name in the engine.
     :ivar limits: per action dim, checked (``JointLimits``).
+    :ivar control_rate_hz: its own rate, Hz (None: the node's ``control_rate_hz``).
+    :ivar action_dt: its own seconds between chunk points (None: the node's ``action_dt``).
     """
 
     name: str
@@ -43,6 +49,8 @@ class RobotSettings:
     action_joint_names: tuple[str, ...]
     limits: JointLimits
     instruction: str
+    control_rate_hz: float | None
+    action_dt: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +111,44 @@ class NodeConfig:
         """
         Return the config robot ``name`` runs on: the node's with that robot's own settings.
 
+        Its ``control_rate_hz`` is its rate (``control_rate_hz / due_every(name)``) and its
+        ``action_dt`` its own, where it has them.
+
         :raises KeyError: a robot the node does not serve.
         """
-        if name == '' and not self.robot_settings:
+        own = self._settings(name)
+        if own is None:
             return self
+        return replace(self, joint_names=own.joint_names,
+                       action_joint_names=own.action_joint_names, limits=own.limits,
+                       instruction=own.instruction, robot_settings=(),
+                       control_rate_hz=self.control_rate_hz / self.due_every(name),
+                       action_dt=self.action_dt if own.action_dt is None else own.action_dt)
+
+    def due_every(self, name: str) -> int:
+        """
+        Return n: robot ``name`` is due every n-th control cycle (1: at ``control_rate_hz``).
+
+        :raises KeyError: a robot the node does not serve.
+        """
+        own = self._settings(name)
+        if own is None or own.control_rate_hz is None:
+            return 1
+        return cycles_per_due(own.control_rate_hz, self.control_rate_hz, name)
+
+    def describe_rates(self) -> str:
+        """Return the cycle rate, and each robot's that differs: ``10 Hz (right 5 Hz)``."""
+        own = [f'{n} {self.control_rate_hz / k:g} Hz' for n in self.robot_names
+               for k in [self.due_every(n)] if k > 1]
+        return f'{self.control_rate_hz:g} Hz' + (f' ({", ".join(own)})' if own else '')
+
+    def _settings(self, name: str) -> RobotSettings | None:
+        """Return robot ``name``'s own settings (None: the one robot ``''``); KeyError."""
+        if name == '' and not self.robot_settings:
+            return None
         for own in self.robot_settings:
             if own.name == name:
-                return replace(self, joint_names=own.joint_names,
-                               action_joint_names=own.action_joint_names, limits=own.limits,
-                               instruction=own.instruction, robot_settings=())
+                return own
         raise KeyError(f'no robot {name!r}; robots: {list(self.robot_names)}')
 
     @property
@@ -148,28 +185,75 @@ class NodeConfig:
             raise ParameterError(f'action_space {self.action_space.value}: {exc} (joints '
                                  f'{list(self.action_joint_names)})') from None
 
-    def updated(self, name: str, value: object) -> NodeConfig:
+    def updated(self, name: str, value: object, *, check: bool = True) -> NodeConfig:
         """
         Return a copy with one dynamic parameter changed (itself: one another config holds).
 
-        :raises ParameterError: read-only or unknown parameter, or a bad value.
+        :param check: check the robots' rates of the copy (``check_rates``); False for one of
+            several changes checked together (``check_updates``).
+        :raises ParameterError: read-only or unknown parameter, a bad value, or a rate that
+            leaves a robot's no whole fraction of the node's.
         """
         robot, _, key = name.partition('.')
         if name not in SPECS and robot in self.robot_names and key in _ROBOT_SPECS:
             spec = _ROBOT_SPECS[key].for_item(robot)
             if spec.read_only:
                 raise ParameterError(f'parameter {name!r} cannot change while the node runs')
-            validate(spec, value)  # a dynamic one of a robot: its instruction
-            return replace(self, robot_settings=tuple(
+            validate(spec, value)  # a dynamic one of a robot: its instruction, rate, action_dt
+            changed = replace(self, robot_settings=tuple(
                 replace(own, **{key: spec.config_value(value)}) if own.name == robot else own
                 for own in self.robot_settings))
-        spec = SPECS.get(name)
-        if spec is None or spec.read_only:
-            raise ParameterError(f'parameter {name!r} cannot change while the node runs')
-        validate(spec, value)
-        if 'node' not in spec.configs:
-            return self  # e.g. max_waiting_requests: the engine's scheduler holds it
-        return replace(self, **{spec.field: _field(spec.field, spec.config_value(value))})
+        else:
+            spec = SPECS.get(name)
+            if spec is None or spec.read_only:
+                raise ParameterError(f'parameter {name!r} cannot change while the node runs')
+            validate(spec, value)
+            if 'node' not in spec.configs:
+                return self  # e.g. max_waiting_requests: the engine's scheduler holds it
+            changed = replace(self, **{spec.field: _field(spec.field,
+                                                          spec.config_value(value))})
+        if check:
+            check_rates(changed)
+        return changed
+
+
+RATE_TOLERANCE = 1e-6
+"""How far ``control_rate_hz / <robots>.control_rate_hz`` may be from a whole number n,
+relative to n: rates written in decimals (10 Hz / 3.333333 Hz)."""
+
+
+def cycles_per_due(robot_hz: float, cycle_hz: float, robot: str) -> int:
+    """
+    Return n: a robot at ``robot_hz`` is due every n-th cycle of a node at ``cycle_hz``.
+
+    n is ``cycle_hz / robot_hz`` rounded, within ``RATE_TOLERANCE`` of a whole number.
+
+    :param robot: the robot's name (the messages name its parameter).
+    :raises ParameterError: ``robot_hz`` above ``cycle_hz``, or no whole fraction of it (the
+        message gives the nearest rates that are).
+    """
+    param = f'{robot}.control_rate_hz'
+    if robot_hz > cycle_hz * (1.0 + RATE_TOLERANCE):
+        raise ParameterError(
+            f'{param} {robot_hz:g} Hz is above control_rate_hz {cycle_hz:g} Hz: a robot is due '
+            f'at most once per control cycle (raise control_rate_hz, the cycle rate, or lower '
+            f'{param})')
+    ratio = cycle_hz / robot_hz
+    n = round(ratio)
+    if abs(ratio - n) > RATE_TOLERANCE * n:
+        below, above = math.floor(ratio), math.ceil(ratio)
+        raise ParameterError(
+            f'{param} {robot_hz:g} Hz is not control_rate_hz {cycle_hz:g} Hz / n for a whole n '
+            f'(a robot is due every n-th control cycle): the nearest are '
+            f'{cycle_hz / below:.9g} Hz (n = {below}) and {cycle_hz / above:.9g} Hz '
+            f'(n = {above})')
+    return n
+
+
+def check_rates(cfg: NodeConfig) -> None:
+    """Raise ParameterError for a robot's rate that is no whole fraction of the node's."""
+    for name in named_robots(cfg.robots):
+        cfg.due_every(name)
 
 
 def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfig]:
@@ -185,7 +269,8 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         of range, not one of the choices, a bad device, cameras, robot or joint names, an
         ``instruction`` longer than ``input_limits.MAX_INSTRUCTION_BYTES``), limits or joint
         names (the node's or a robot's) that do not fit the preset's state/action dims, an
-        action space the joints cannot carry, or a value ``EngineConfig`` refuses; the
+        action space the joints cannot carry, a robot's rate that is no whole fraction of
+        ``control_rate_hz`` (``cycles_per_due``), or a value ``EngineConfig`` refuses; the
         message names the parameter and the value.
     """
     try:
@@ -214,6 +299,7 @@ def build_configs(values: Mapping[str, object]) -> tuple[EngineConfig, NodeConfi
         ee_scale=(float(v['ee_translation_scale']), float(v['ee_rotation_scale'])),
         compressed_cameras=tuple(compressed), robot_settings=_robot_settings(v, robot))
     _check_joints(node, preset.name, robot)
+    check_rates(node)
     for name in named_robots(node.robots):
         _check_joints(node.robot(name), preset.name, robot, f'{name}.')
     settings = {s.name: s.config_value(v[s.name]) for s in PARAMETERS
@@ -250,7 +336,7 @@ def _robot_settings(values: Mapping[str, object],
     for name in named_robots(values['robots']):
         own = {}
         for spec in robot_specs([name]):
-            value = values.get(spec.name, values[spec.key])
+            value = values.get(spec.name, robot_default(spec, values[spec.key]))
             if spec.key == 'action_joint_names' and spec.name not in values and \
                     list(own['joint_names']) != list(values['joint_names']):
                 value = list(own['joint_names'])[:robot.robot_action_dim]
@@ -260,7 +346,8 @@ def _robot_settings(values: Mapping[str, object],
             name, joint_names=tuple(own['joint_names']),
             action_joint_names=tuple(own['action_joint_names']),
             limits=_limits({k: own[k] for k in _LIMITS}, robot.robot_action_dim, f'{name}.'),
-            instruction=str(own['instruction'])))
+            instruction=str(own['instruction']),
+            **{key: _ROBOT_SPECS[key].config_value(own[key]) for key in _OWN_NUMBERS}))
     return tuple(out)
 
 
@@ -287,23 +374,40 @@ def _limits(values: Mapping[str, object], num_dims: int, prefix: str = '') -> Jo
 
 def check_update(current: NodeConfig | None, name: str, value: object) -> str | None:
     """
-    Check a parameter change requested while the node exists.
+    Check a parameter change requested while the node exists (``check_updates`` of one).
 
-    Types, ranges and ``read_only`` are enforced by rclpy from the descriptors before; this
-    adds what they cannot express (and a clear reason).
-
-    :param current: the node's config; None before the first configure (then only the row's
-        checks apply).
     :returns: None if the change is acceptable, else the reason to reject it.
     """
-    spec = declared_spec(name)
-    if spec is None:
-        return None  # not ours (e.g. use_sim_time)
+    return check_updates(current, [(name, value)])
+
+
+def check_updates(current: NodeConfig | None,
+                  changes: Sequence[tuple[str, object]]) -> str | None:
+    """
+    Check parameter changes requested together while the node exists.
+
+    Types, ranges and ``read_only`` are enforced by rclpy from the descriptors before; this
+    adds what they cannot express (and a clear reason). Changes set together
+    (``set_parameters_atomically``) are checked as one: the robots' rates of their result
+    (``check_rates``), so ``control_rate_hz`` and a robot's rate may change at once.
+
+    :param current: the node's config; None before the first configure (then only the rows'
+        checks apply).
+    :param changes: ``(name, value)`` in the order they are set.
+    :returns: None if the changes are acceptable, else the reason to reject them.
+    """
     try:
-        if current is None:
-            validate(spec, value)
-        else:
-            current.updated(name, value)
+        changed = current
+        for name, value in changes:
+            spec = declared_spec(name)
+            if spec is None:
+                continue  # not ours (e.g. use_sim_time)
+            if changed is None:
+                validate(spec, value)
+            else:
+                changed = changed.updated(name, value, check=False)
+        if changed is not None:
+            check_rates(changed)
     except (ParameterError, TypeError) as exc:
         return str(exc)
     return None
@@ -321,5 +425,8 @@ def declared_spec(name: str) -> ParamSpec | None:
 _NODE_TYPES = field_types(NodeConfig)
 _ROBOT_SPECS = {spec.key: spec for spec in ROBOT_PARAMETERS}
 _LIMITS = ('position_limits_lower', 'position_limits_upper', 'velocity_limits')
+_OWN_NUMBERS = ('control_rate_hz', 'action_dt')
+"""A robot's numbers that are None where it has none of its own (``unset``: the node's)."""
 
-__all__ = ['NodeConfig', 'RobotSettings', 'build_configs', 'check_update', 'declared_spec']
+__all__ = ['NodeConfig', 'RATE_TOLERANCE', 'RobotSettings', 'build_configs', 'check_rates',
+           'check_update', 'check_updates', 'cycles_per_due', 'declared_spec']

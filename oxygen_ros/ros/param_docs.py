@@ -45,8 +45,11 @@ under any node name or namespace) or with `-p name:=value`; doubles need a decim
   scheduler's waiting queue from the next request on ([robustness](robustness.md)).
 - **`<robots>.name`** is declared once per name in `robots` (`r1.joint_names`, as
   generate_parameter_library declares a `__map_robots` entry per item), defaulting to the
-  node's `name`: set only what differs for that robot
-  ([several robots](running.md#several-robots)).
+  node's `name` (`control_rate_hz` and `action_dt`: 0, the node's, following its changes): set
+  only what differs for that robot ([several robots](running.md#several-robots)). A robot's
+  `control_rate_hz` must be the node's over a whole number: a value (or a change of either)
+  that is not is refused with the nearest that are ([a rate per
+  robot](running.md#a-rate-per-robot)).
 
 | name | type | default | range | unit | when | description |
 |---|---|---|---|---|---|---|

@@ -3,7 +3,8 @@ The node's parameters while it runs: declared from the table, checked before a s
 
 As Nav2's ``nav2_controller::ParameterHandler`` (``parameter_handler.hpp``): one object holds
 the node's parameters, a validate callback runs before rclpy sets any
-(``add_on_set_parameters_callback``: refuse with a reason) and an update callback after
+(``add_on_set_parameters_callback``: refuse with a reason; parameters set together are checked
+as one, ``node_config.check_updates``) and an update callback after
 (``add_post_set_parameters_callback``: the new values take effect). What a change does is the
 parameter's ``on_change`` in the declaration (``params.PARAMETERS``); the node hands over one
 function per kind of change, so no parameter name is tested anywhere else.
@@ -15,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from oxygen_ros.engine import EngineConfig
 from oxygen_ros.parameters import OnChange
-from oxygen_ros.ros.node_config import build_configs, check_update, declared_spec, NodeConfig
+from oxygen_ros.ros.node_config import build_configs, check_updates, declared_spec, NodeConfig
 from oxygen_ros.ros.params import declare_parameters, parameter_values
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -57,18 +58,17 @@ class ParameterHandler:
         return build_configs(parameter_values(self._node))
 
     def _validate(self, params: Sequence[Parameter]) -> SetParametersResult:
-        for p in params:
-            reason = check_update(self.config, p.name, p.value)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        return SetParametersResult(successful=True)
+        reason = check_updates(self.config, [(p.name, p.value) for p in params])
+        return SetParametersResult(successful=not reason, reason=reason or '')
 
     def _update(self, params: Sequence[Parameter]) -> None:
         ours = [(spec, p.value) for p in params
                 for spec in [declared_spec(p.name)] if spec is not None and not spec.read_only]
         if self.config is not None:
-            for spec, value in ours:
-                self.config = self.config.updated(spec.name, value)
+            config = self.config
+            for spec, value in ours:  # checked together before (``_validate``)
+                config = config.updated(spec.name, value, check=False)
+            self.config = config
         for spec, value in ours:
             if spec.on_change is OnChange.NEXT_CYCLE:
                 continue

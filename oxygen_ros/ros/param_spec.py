@@ -14,7 +14,8 @@ import re
 from typing import Callable
 
 from oxygen_ros.config import CAMERA_SLOTS
-from oxygen_ros.parameters import OnChange, ParameterError, ParamSpec, ParamType, quoted
+from oxygen_ros.parameters import (
+    NODE_SECTION, OnChange, ParameterError, ParamSpec, ParamType, quoted, section)
 from oxygen_ros.ros.input_limits import instruction_refusal
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
@@ -71,10 +72,23 @@ def _instruction(spec: ParamSpec, value: object) -> str | None:
     return instruction_refusal(str(value))  # as ~/instruction refuses it
 
 
+def _the_nodes_bounds(spec: ParamSpec, value: object) -> str | None:
+    """Refuse a robot's number unless unset (the node's) or in its node entry's bounds."""
+    if spec.is_unset(value):
+        return None
+    node = next(s for s in section(NODE_SECTION) if s.name == spec.key and not s.map_of)
+    lo, hi = node.limits
+    if lo <= value <= hi:
+        return None
+    return f"{spec.name} must be {spec.unset!r} (the node's {spec.key}) or in [{lo}, {hi}], " \
+        f'got {value!r}'
+
+
 CHECKS: dict[str, Callable[[ParamSpec, object], str | None]] = {
     'device': _device, 'compile_steps': _compile_steps, 'quantile_eps': _quantile_eps,
     'camera_slots': _camera_slots, 'distinct_names': _distinct_names,
-    'instruction': _instruction, 'robot_names': _robot_names}
+    'instruction': _instruction, 'robot_names': _robot_names,
+    'the_nodes_bounds': _the_nodes_bounds}
 """The checks an entry names in its ``validation`` (beside ``bounds<>``, ``one_of<>`` and
 ``not_empty<>``): each returns why a value is refused, or None."""
 

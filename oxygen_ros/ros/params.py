@@ -17,7 +17,7 @@ the robot policy of the ``preset`` parameter, which is declared first.
 The entries under ``__map_robots`` (``ROBOT_PARAMETERS``: ``<robots>.joint_names``, ...) are
 declared once per name of the ``robots`` parameter (``r1.joint_names``, as
 generate_parameter_library declares a map per item), each defaulting to the node's parameter of
-its name: a robot overrides what differs from the node's.
+its name (:func:`robot_default`): a robot overrides what differs from the node's.
 """
 
 from __future__ import annotations
@@ -65,14 +65,24 @@ def robot_specs(robots: object) -> tuple[ParamSpec, ...]:
                  for spec in ROBOT_PARAMETERS)
 
 
+def robot_default(spec: ParamSpec, node_value: object) -> object:
+    """
+    Return the default of a robot's entry: the node's value of its key (``node_value``).
+
+    An entry with a ``default_value`` of its own (``<robots>.control_rate_hz``: 0, its
+    ``unset``) takes that instead: the robot follows the node's parameter, changes included.
+    """
+    return node_value if spec.default is None else spec.default
+
+
 def declare_parameters(node: Node) -> None:
     """
     Declare every parameter of ``PARAMETERS`` on ``node``, then each robot's (overrides apply).
 
     An unknown preset is not an error here (configure reports it): the robot-dependent
     defaults then come from ``DEFAULT_PRESET``. A robot's entry defaults to the node's
-    parameter of its name; its ``action_joint_names`` to the first ``robot_action_dim`` of
-    its ``joint_names`` where those are its own.
+    parameter of its name (:func:`robot_default`); its ``action_joint_names`` to the first
+    ``robot_action_dim`` of its ``joint_names`` where those are its own.
 
     :raises rclpy.exceptions.InvalidParameterTypeException: an override of the wrong type,
         e.g. ``10`` for a double (write ``10.0``).
@@ -102,7 +112,7 @@ def declare_parameters(node: Node) -> None:
         raise InvalidParameterValueException('robots', robots, str(exc)) from None
     node_joints = _listed(node.get_parameter('joint_names').value)
     for spec in robot_specs(robots):
-        default = _listed(node.get_parameter(spec.key).value)
+        default = robot_default(spec, _listed(node.get_parameter(spec.key).value))
         if spec.key == 'action_joint_names':
             own = spec.name[:-len(spec.key)] + 'joint_names'  # r1.joint_names, declared before
             joints = _listed(node.get_parameter(own).value)
@@ -125,5 +135,5 @@ def parameter_values(node: Node) -> dict[str, object]:
 
 
 __all__ = ['DECLARED', 'DEFAULT_PRESET', 'PARAMETERS', 'ROBOT_PARAMETERS', 'SPECS',
-           'declare_parameters', 'named_robots', 'parameter_values', 'robot_defaults',
-           'robot_specs']
+           'declare_parameters', 'named_robots', 'parameter_values', 'robot_default',
+           'robot_defaults', 'robot_specs']

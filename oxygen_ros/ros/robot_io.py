@@ -6,7 +6,7 @@ The node serves one robot, or several with one engine (the ``robots`` parameter,
 ``~/ask`` action are under its namespace (``endpoints.robot_topic``: ``/<name>/camera/...``,
 ``/<name>/joint_states``, ``/<name>/oxygen/action_chunk``, ``/<name>/oxygen/ask``); the one
 unnamed robot ``''`` has the node's own. Each robot has its own config
-(``NodeConfig.robot``: joint names, limits, instruction).
+(``NodeConfig.robot``: joint names, limits, instruction, control rate, ``action_dt``).
 
 A robot holds, for the life of the node, its text requests (``TextRequests``: its questions
 read its own frames only), its ``~/ask`` action server and its text outputs and publishers
@@ -203,11 +203,11 @@ class RobotIO:
 
     def rtc_request(self, cfg: NodeConfig) -> RtcRequest | None:
         """Return its RTC request for this cycle (None: not RTC; ``ChunkSmoother``)."""
-        return self._smoother.rtc_request(cfg.action_dt)
+        return self._smoother.rtc_request(self._own(cfg).action_dt)
 
     def delay_steps(self, cfg: NodeConfig) -> int | None:
-        """Return its measured inference delay in action steps (None before a sample)."""
-        return self._smoother.delay_steps(cfg.action_dt)
+        """Return its measured inference delay in its action steps (None before a sample)."""
+        return self._smoother.delay_steps(self._own(cfg).action_dt)
 
     def publish(self, chunk: ActionChunk, cfg: NodeConfig) -> bool:
         """
@@ -216,7 +216,7 @@ class RobotIO:
         :raises ValueError: a chunk of the wrong shape or with NaN/Inf (the engine failed).
         """
         own = self._own(cfg)
-        chunk = self._smoother.before_publish(chunk, self._now_ns(), cfg.action_dt)
+        chunk = self._smoother.before_publish(chunk, self._now_ns(), own.action_dt)
         msgs = self._output.messages(chunk)
         self._report_clips(msgs.clips, own)
         published = [self.pubs.publish_chunk(key, msg) for key, msg in msgs.messages]

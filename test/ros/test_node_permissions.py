@@ -98,17 +98,18 @@ def wait_until(ros_node, predicate, timeout_s=60.0, proc=None):
     return False
 
 
-@pytest.mark.parametrize('namespace', ['/', '/arm'])
-def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes, namespace):
-    args = [*NODE_ARGS, *(['-r', f'__ns:={namespace}'] if namespace != '/' else [])]
+def live_node_as_granted(ros_node, ros_processes, args, namespace):
+    """
+    Start the node with ``args``; return it and the endpoints the tool lists for them.
+
+    Asserts that the DDS topics of the live node are exactly those granted to the node enclave
+    and its endpoints exactly those listed (with their types).
+    """
     expected = keystore_permissions(args)
     grant = expected['grants'][NODE_ENCLAVE]
     want = ({t for t in grant['publish'] if t != DISCOVERY_TOPIC},
             {t for t in grant['subscribe'] if t != DISCOVERY_TOPIC})
     assert not grant['deny_publish'] and not grant['deny_subscribe']
-    clock = ros_node.node.create_publisher(Clock, '/clock', 10)   # for use_sim_time
-    ros_node.node.create_timer(0.05, lambda: clock.publish(
-        Clock(clock=ros_node.node.get_clock().now().to_msg())))
     proc = ros_processes.start('oxygen_ros.ros.node', *args)
     node = ros_node.node
     got = [set(), set()]
@@ -123,12 +124,56 @@ def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes, n
     # the same endpoints with their types, as the tool lists them
     listed = {(e['kind'], e['name'], e['type']) for e in expected['endpoints']}
     assert graph_endpoints(node, 'oxygen', namespace) == listed
+    return proc, listed
+
+
+@pytest.mark.parametrize('namespace', ['/', '/arm'])
+def test_node_permissions_name_exactly_the_live_graph(ros_node, ros_processes, namespace):
+    args = [*NODE_ARGS, *(['-r', f'__ns:={namespace}'] if namespace != '/' else [])]
+    clock = ros_node.node.create_publisher(Clock, '/clock', 10)   # for use_sim_time
+    ros_node.node.create_timer(0.05, lambda: clock.publish(
+        Clock(clock=ros_node.node.get_clock().now().to_msg())))
+    proc, listed = live_node_as_granted(ros_node, ros_processes, args, namespace)
     assert ('subscription', '/wrist/image/compressed', 'sensor_msgs/msg/CompressedImage') \
         in listed and ('publisher', '/notes', 'std_msgs/msg/String') in listed
     assert ('subscription', '/clock', 'rosgraph_msgs/msg/Clock') in listed
     private = f'{namespace.rstrip("/")}/oxygen'
     assert ('publisher', f'{private}/action_chunk', 'trajectory_msgs/msg/JointTrajectory') \
         in listed and ('service', f'{private}/get_state', 'lifecycle_msgs/srv/GetState') in listed
+    assert proc.stop() == 0, proc.output()
+
+
+ROBOTS_ARGS = ['--ros-args', '--params-file', str(config_file('test')),
+               '-p', 'robots:=[left, right]', '-r', '/right/joint_states:=/arm_r/joints',
+               '-r', 'right/oxygen/memory:=/notes',
+               '-p', 'image_transport.left_wrist_0_rgb:=compressed']
+
+
+@pytest.mark.parametrize('namespace', ['/', '/cell'])
+def test_node_permissions_with_robots_name_exactly_the_live_graph(
+        ros_node, ros_processes, namespace):
+    # each robot's endpoints under its namespace, remapped as any topic: granted exactly
+    args = [*ROBOTS_ARGS, *(['-r', f'__ns:={namespace}'] if namespace != '/' else [])]
+    proc, listed = live_node_as_granted(ros_node, ros_processes, args, namespace)
+    ns = namespace.rstrip('/')
+    for robot in ('left', 'right'):
+        assert ('publisher', f'{ns}/{robot}/oxygen/action_chunk',
+                'trajectory_msgs/msg/JointTrajectory') in listed
+        assert ('action server', f'{ns}/{robot}/oxygen/ask',
+                'oxygen_ros_interfaces/action/Ask') in listed
+        assert ('subscription', f'/{robot}/camera/base/image_raw', 'sensor_msgs/msg/Image') \
+            in listed
+    assert ('subscription', '/left/camera/left_wrist/image_raw/compressed',
+            'sensor_msgs/msg/CompressedImage') in listed
+    assert ('subscription', '/left/joint_states', 'sensor_msgs/msg/JointState') in listed
+    assert ('subscription', '/arm_r/joints', 'sensor_msgs/msg/JointState') in listed
+    assert ('publisher', '/notes', 'std_msgs/msg/String') in listed
+    assert ('publisher', f'{ns}/left/oxygen/memory', 'std_msgs/msg/String') in listed
+    # nothing of a robot on the node's own names
+    own_names = {f'{ns}/oxygen/action_chunk', '/joint_states', f'{ns}/oxygen/ask',
+                 f'{ns}/oxygen/memory'}
+    assert not {e for e in listed if e[1] in own_names}
+    assert ('service', f'{ns}/oxygen/get_state', 'lifecycle_msgs/srv/GetState') in listed
     assert proc.stop() == 0, proc.output()
 
 

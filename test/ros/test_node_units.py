@@ -223,6 +223,22 @@ def test_diagnostics_warn_then_error_then_recover():
     assert status_values(diag.status(t, 10.0, 0.5))['rejected: bad joints'] == '1'  # totals
 
 
+def test_diagnostics_of_a_robot_due_every_nth_cycle_count_its_own_cycles():
+    # a robot at 1 Hz on a 10 Hz node: recorded on its due cycles only, its own target; its
+    # 1 s between chunks is no missing chunk (slack: the 9 periods it was not due)
+    diag = EngineDiagnostics('tiny', robot='right')
+    diag.set_state('active', 0.0)
+    t = run(diag, 0.0, 4.0, hz=1.0)
+    status = diag.status(t + 0.9, 1.0, 0.5, slack_s=0.9)
+    values = status_values(status)
+    assert (status.level, status.message) == (Level.OK.octet, 'acting at 1.0 Hz')
+    assert (values['control rate target (Hz)'], values['control rate achieved (Hz)']) == \
+        ('1', '1.00')
+    assert diag.status(t + 0.9, 1.0, 0.5).level == Level.ERROR.octet  # without the slack
+    # missed past the slack: ERROR
+    assert diag.status(t + 1.5, 1.0, 0.5, slack_s=0.9).message == 'no action chunk for 1.5 s'
+
+
 @pytest.mark.parametrize('case, message', [
     ('slow', 'control rate 5.0 Hz < 90 % of 10 Hz'),
     ('kv', 'KV pool 95 % full'),
