@@ -163,7 +163,7 @@ class EngineLimits:
     max_ctx: int
     max_token_len: int
     max_cameras: int
-    max_robots: int = 1
+    max_robots: int
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, *, num_slots: int, max_batch: int,

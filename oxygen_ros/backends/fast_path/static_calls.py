@@ -88,10 +88,10 @@ class PrefillCall(nn.Module):
     ``forward(image_embeds [B, N, Ti, W], tokens [B, T], valid [B, N*Ti + T], last [B])``
     returns ``(last_hidden [B, W], k [L, B * (N*Ti + T), Hkv, D], v [...])``: K/V of every
     position, row after row (padding included, to be written to a null slot), and the hidden
-    state at index ``last`` (the last valid token) after the last layer. The prefix attends itself with a
-    dense bias (``layers.attention``) or, where ``flex.use_flex_prefill`` chooses it,
-    FlexAttention over a block mask built from ``valid`` and the ar flags in the call; the
-    last layer's one query row attends with the bias of its row either way.
+    state at index ``last`` (the last valid token) after the last layer. The prefix attends
+    itself with a dense bias (``layers.attention``) or, where ``flex.use_flex_prefill``
+    chooses it, FlexAttention over a block mask built from ``valid`` and the ar flags in the
+    call; the last layer's one query row attends with the bias of its row either way.
     """
 
     def __init__(self, model: Pi05Model, layers: nn.ModuleList) -> None:

@@ -57,10 +57,10 @@ def several_robots(ctx, engine_args: list[str]) -> bool:
 
     out = ctx.path.with_name(ctx.path.stem + '_run.json.tmp')
     argv = engine_args + ['--tokens-per-cycle', '5', '--text-every', '1',
-                               '--frames', str(ctx.args.frames), '--compile',
-                               ctx.args.compile_mode, '--robots', *map(str, ROBOTS),
-                               '--max-running', str(MAX_RUNNING),
-                               '--no-progress', '--json', str(out)]
+                          '--frames', str(ctx.args.frames), '--compile',
+                          ctx.args.compile_mode, '--robots', *map(str, ROBOTS),
+                          '--max-running', str(MAX_RUNNING), '--no-progress', '--json',
+                          str(out)]
     ctx.save('argv', argv)
     rc = bench_main(argv)
     if rc != 0 or not out.is_file():
@@ -79,4 +79,5 @@ def several_robots(ctx, engine_args: list[str]) -> bool:
         not all(run['outputs_equal'] for run in result['runs'])
 
 
-__all__ = ['MAX_RUNNING', 'ROBOTS', 'TARGET_AGGREGATE', 'TARGET_LATENCY', 'gpu_target', 'several_robots']
+__all__ = ['MAX_RUNNING', 'ROBOTS', 'TARGET_AGGREGATE', 'TARGET_LATENCY', 'gpu_target',
+           'several_robots']
