@@ -51,6 +51,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from oxygen_ros.tools.bench.bench_run import run_engine_bench
 from oxygen_ros.tools.bench.gpu_autotune import autotune_components
 from oxygen_ros.tools.bench.gpu_components import Workload
 from oxygen_ros.tools.bench.gpu_robots import several_robots
@@ -428,19 +429,12 @@ def bench(ctx: PhaseContext) -> bool:
     the bench's under ``result`` when it ends. Failed on a fallback, a dropped feature or
     texts that differ.
     """
-    from oxygen_ros.tools.bench.engine import main as bench_main
-
-    out = ctx.path.with_name(ctx.path.stem + '_run.json.tmp')
     argv = _engine_args(ctx) + ['--tokens-per-cycle', '5', '--text-every', '1',
                                 '--frames', str(ctx.args.frames), '--compile',
-                                ctx.args.compile_mode, '--no-progress', '--json', str(out)]
-    ctx.save('argv', argv)
-    rc = bench_main(argv, on_warm=lambda warm: ctx.save('warmup', warm))
-    if rc != 0 or not out.is_file():
-        ctx.save('error', f'oxygen_bench engine exit code {rc}')
+                                ctx.args.compile_mode]
+    result = run_engine_bench(ctx, argv, on_warm=lambda warm: ctx.save('warmup', warm))
+    if result is None:
         return True
-    result = json.loads(out.read_text())
-    out.unlink()
     ctx.save('result', result)
     return bool(result.get('fallbacks') or result.get('dropped')) or \
         not result.get('text_equal')

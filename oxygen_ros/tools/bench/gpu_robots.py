@@ -14,7 +14,6 @@ failure of the phase (``gpu_target.passed``).
 
 from __future__ import annotations
 
-import json
 
 ROBOTS = (1, 2, 4)
 """The robot counts the phase serves."""
@@ -53,21 +52,15 @@ def several_robots(ctx, engine_args: list[str]) -> bool:
     :param ctx: the phase's ``gpu_phases.PhaseContext``.
     :param engine_args: the bench's options (preset, dtype, device, cameras, shapes).
     """
-    from oxygen_ros.tools.bench.engine import main as bench_main
+    from oxygen_ros.tools.bench.bench_run import run_engine_bench
 
-    out = ctx.path.with_name(ctx.path.stem + '_run.json.tmp')
     argv = engine_args + ['--tokens-per-cycle', '5', '--text-every', '1',
                           '--frames', str(ctx.args.frames), '--compile',
                           ctx.args.compile_mode, '--robots', *map(str, ROBOTS),
-                          '--max-running', str(MAX_RUNNING), '--no-progress', '--json',
-                          str(out)]
-    ctx.save('argv', argv)
-    rc = bench_main(argv)
-    if rc != 0 or not out.is_file():
-        ctx.save('error', f'oxygen_bench engine --robots exit code {rc}')
+                          '--max-running', str(MAX_RUNNING)]
+    result = run_engine_bench(ctx, argv)
+    if result is None:
         return True
-    result = json.loads(out.read_text())
-    out.unlink()
     ctx.save('result', result)
     target = gpu_target(result['runs'])
     ctx.save('gpu_target', target)
