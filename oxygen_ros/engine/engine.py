@@ -189,16 +189,16 @@ class Engine(EngineReports):
 
         :returns: the request id.
         :raises EngineClosedError: after ``shutdown``.
-        :raises QueueFullError: ``max_waiting_requests`` requests wait already (the refusal;
-            importable from this module, part of the engine's API).
+        :raises QueueFullError: no place: ``max_waiting_requests`` wait, or ``robot``'s share
+            is taken (``docs/design.md#several-robots``; importable from here, part of the API).
         :raises ValueError: ANSWER without a question (or one empty after cleaning), a
             question for another task, a budget < 1, a duplicate id, a budget the KV pool
             could never hold (``Scheduler.max_blocks_needed``), or an unknown robot.
         """
         self._check_open()
-        with self._lock:
+        with self._lock:   # a full queue refuses before tokenizing (checked again)
             self._robots.get(robot)
-        self.scheduler.check_room()  # a full queue refuses before tokenizing (checked again)
+            self.scheduler.check_room(robot, self._robots.names)
         task = TextTask(task)
         budget = self.decode_budget if max_tokens is None else max_tokens
         context = self.config.text_context(task)
@@ -209,7 +209,7 @@ class Engine(EngineReports):
         with self._lock:
             self._check_open()
             self._robots.get(robot)
-            self.scheduler.add_request(request)
+            self.scheduler.add_request(request, self._robots.names)
         return req_id
 
     def abort(self, req_id: str) -> TextOutput | None:

@@ -20,7 +20,8 @@ robot due (``schedule`` takes one ``FrameSpec`` per robot); their action paths c
 stage (the backend batches each stage), each frame's text requests are admitted onto it only,
 first come first served per robot (``admission.py``: a robot not due holds up nobody), and
 one decode job serves every robot's running requests, k shrinking for the tightest deadline.
-The action reserve holds an action prefix for each of ``max_robots`` robots.
+The action reserve holds an action prefix for each of ``max_robots`` robots; the waiting
+queue is shared among the robots the caller names (``request_queue.queue_share``).
 
 ``OXYGEN`` (arXiv 2603.14371; ``docs/design.md#scheduler-oxygen_rossched``), per cycle:
   1. the frame's action prefix is prefilled once (vision once per frame) and denoised first,
@@ -48,7 +49,7 @@ to completion in its frame.
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Collection, Sequence
 
 from oxygen_ros.config import PrefixAttention
 from oxygen_ros.kv.manager import KVCacheManager, SegmentSpec
@@ -116,13 +117,17 @@ class Scheduler:
         self._freed_since: set[int] = set()
 
     # -- requests ------------------------------------------------------------------------
-    def add_request(self, request: Request) -> None:
+    def add_request(self, request: Request, robots: Collection[str] | None = None) -> None:
         """
         Queue a TEXT or MEMORY request at the tail; it waits until ``schedule`` admits it.
 
-        :raises ValueError: an ACTION request (pass it in ``FrameSpec``), a duplicate id, or
-            a request the KV pool could never hold (``max_blocks_needed``).
-        :raises QueueFullError: ``max_waiting_requests`` requests wait already.
+        :param robots: the robots sharing the waiting queue (the engine's), the request's
+            among them; None: its robot alone (``RequestQueue.check_room``).
+        :raises ValueError: an ACTION request (pass it in ``FrameSpec``), a duplicate id, a
+            request the KV pool could never hold (``max_blocks_needed``), or a robot not among
+            ``robots``.
+        :raises QueueFullError: no place for it: ``max_waiting_requests`` requests wait, or
+            its robot's share is taken (``request_queue.queue_share``).
         """
         if request.kind is RequestKind.ACTION:
             raise ValueError('ACTION requests come with their frame: FrameSpec(action=...)')
@@ -135,13 +140,13 @@ class Scheduler:
                 f'{request.req_id}: needs up to {need} KV blocks (its prefix and a budget of '
                 f'{request.max_tokens} tokens), the pool has {room} beside the action path: it '
                 f'could never be admitted (lower max_tokens or give the KV pool more memory)')
-        self.waiting.add(request, self.config.max_waiting_requests)
+        self.waiting.add(request, self.config.max_waiting_requests, robots)
         request.status = RequestStatus.WAITING
         self.requests[request.req_id] = request
 
-    def check_room(self) -> None:
-        """Raise ``QueueFullError`` if the waiting queue is full (``add_request`` would)."""
-        self.waiting.check_room(self.config.max_waiting_requests)
+    def check_room(self, robot: str = '', robots: Collection[str] | None = None) -> None:
+        """Raise ``QueueFullError`` where ``add_request`` would for a request of ``robot``."""
+        self.waiting.check_room(self.config.max_waiting_requests, robot, robots)
 
     def max_blocks_needed(self, request: Request) -> int:
         """

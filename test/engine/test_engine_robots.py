@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.control.rtc import RtcRequest
-from oxygen_ros.engine import Engine, EngineConfig, FinishReason, Observation, TextTask
+from oxygen_ros.engine import (
+    Engine, EngineConfig, FinishReason, Observation, QueueFullError, TextTask)
 from oxygen_ros.engine.robots import noise_seed
 from oxygen_ros.sched.scheduler import Policy
 import pytest
@@ -230,3 +231,45 @@ def test_warmup_of_several_robots_leaves_no_trace(tiny_models, tokenizer):
     fresh = serve(engine_for(['left', 'right'], model, tokenizer, mode), scripts, cycles=5)
     for name in ('left', 'right'):
         assert_same((after[0][name], after[1][name]), (fresh[0][name], fresh[1][name]))
+
+
+def test_a_robot_flooding_questions_leaves_the_other_its_share(tiny_models, tokenizer):
+    """4 places, 2 robots: left stops at 2, right's question is accepted and answered."""
+    mode = PrefixAttention.BIDIRECTIONAL
+    cfg = EngineConfig.create(preset='tiny', prefix_attention=mode, cameras=CAMERAS,
+                              tokens_per_cycle=2, seed=11, max_robots=2, max_waiting_requests=4)
+    engine = Engine(cfg, model=tiny_models(mode, CAMERAS), tokenizer=tokenizer,
+                    robots=('left', 'right'))
+    left, right = Robot('left', 1, rng_seed=1), Robot('right', 1, rng_seed=2)
+
+    def flood(robot):
+        accepted = []
+        for i in range(10):
+            try:
+                accepted.append(engine.submit_text(TextTask.ANSWER, question=f'block {i}?',
+                                                   max_tokens=2, robot=robot))
+            except QueueFullError as exc:
+                return accepted, str(exc)
+        raise AssertionError('never refused')
+
+    lefts, refused = flood('left')
+    assert len(lefts) == 2 and refused == (
+        "queue full for robot 'left' (2 requests waiting, 2 of them its own; 2 places kept "
+        'for the other robots, max_waiting_requests 4)')
+    engine.submit_text(TextTask.ANSWER, question='what is here?', max_tokens=2,
+                       req_id='right-q', robot='right')
+    texts = {}
+    for cycle in range(3):           # left's input is stale: its questions wait
+        out = engine.step({'left': None, 'right': right.observation(cycle)})
+        texts.update({t.req_id: t for t in out.finished})
+    assert texts['right-q'].robot == 'right' and texts['right-q'].finish_reason is \
+        FinishReason.LENGTH and len(texts['right-q'].token_ids) == 2
+    assert sorted(r.req_id for r in engine.scheduler.waiting) == sorted(lefts)
+    assert flood('left') == ([], refused)                 # right's places stay kept
+    engine.remove_robot('right')                          # the share follows: all 4 left's
+    more, refused = flood('left')
+    assert len(more) == 2 and refused == 'queue full (4 requests waiting, max_waiting_requests 4)'
+    for cycle in range(3, 8):
+        texts.update({t.req_id: t for t in engine.step({'left': left.observation(cycle)})
+                      .finished})
+    assert set(lefts + more) <= set(texts) and engine.num_waiting == engine.num_running == 0
