@@ -61,3 +61,17 @@ def tiny_models():
             cache[key] = build_model(cfg, cfg.model_config())
         return cache[key]
     return get
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """
+    Run a test without compiled code from the tests before it, and leave none behind.
+
+    Dynamo's recompile limit is per function: compiled code left over from other tests would
+    count against it. Modules that compile take it for every test
+    (``pytestmark = pytest.mark.usefixtures('fresh_dynamo')``).
+    """
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -28,11 +28,7 @@ FLEX = 'flex_attention'
 """The name of PyTorch's FlexAttention operator in a Dynamo graph."""
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures('fresh_dynamo')
 
 
 def _inputs(p, count, images, text_ar, heads=(8, 1, 32), holes=(), seed=0):

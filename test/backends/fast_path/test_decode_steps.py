@@ -34,11 +34,7 @@ LENGTHS = (40, 33, 21)
 """Context lengths of the three running requests (prefix + tokens fed)."""
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures('fresh_dynamo')
 
 
 def _backend(model, adapter=None):

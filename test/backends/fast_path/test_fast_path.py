@@ -56,12 +56,7 @@ def _warm(model, backend='aot_eager', only=None, max_batch=4, fold_norms=None):
     return comp, pool
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Each test starts without compiled code (dynamo's recompile limit is per function)."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures('fresh_dynamo')
 
 
 def test_buckets():

@@ -18,18 +18,12 @@ from oxygen_ros.config import CAMERA_SLOTS, PrefixAttention
 from oxygen_ros.engine import Engine, EngineConfig, TextTask
 from oxygen_ros.tools.common.workload import make_observation
 import pytest
-import torch
 
 CAMS = CAMERA_SLOTS[:2]
 ROBOTS = ('left', 'right', 'third')
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Each test starts without compiled code (dynamo's recompile limit is per function)."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures('fresh_dynamo')
 
 
 def test_robot_buckets():

@@ -40,11 +40,7 @@ def _compiled(model, backend, max_batch=1):
     return comp
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures('fresh_dynamo')
 
 
 def test_rule_float32_uses_the_floor_and_bfloat16_the_reference():
